@@ -1,0 +1,78 @@
+"""The simulated-user interface shared by the rule-based and transformers users.
+
+``respond(batch)`` takes a list of :class:`UserRequest` and returns one :class:`UserReply` per request,
+in order. Batching is the interface so that a model-backed user can run one padded ``generate`` for
+many environments (ABISS §5.2, TIDE §4.2).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence, runtime_checkable
+
+from ..samples import Sample
+
+RELEVANCY_LABELS = ("relevant", "technical", "irrelevant")
+ROUTES = ("amb", "loc", "una")
+LAYERS = ("L1", "L2")
+
+#: ABISS §5.2 label limits per group. Unanswerable samples bypass the models (always irrelevant).
+ALLOWED_LABELS = {
+    "answerable": ("technical", "irrelevant"),
+    "ambiguous": ("relevant", "technical", "irrelevant"),
+    "unanswerable": ("irrelevant",),
+}
+
+
+@dataclass(frozen=True)
+class UserRequest:
+    """One clarification to answer.
+
+    Attributes:
+        sample: the episode's sample (question, hidden knowledge, gold SQL, chain).
+        clarification: the agent's clarification question.
+        history: the dialogue so far as ``(role, text)`` pairs, role ``user`` | ``assistant``.
+        schema_identifiers: lower-cased table and column names of the database (for the leakage guard).
+        l1_resolved: TIDE router state: has the chain's L1 been answered already (or primed, p-protocol).
+        gold_sql: the gold SQL currently in force (post-drift gold after a drift), else the sample's.
+    """
+
+    sample: Sample
+    clarification: str
+    history: tuple[tuple[str, str], ...] = ()
+    schema_identifiers: frozenset[str] = frozenset()
+    l1_resolved: bool = False
+    gold_sql: str | None = None
+
+
+@dataclass(frozen=True)
+class UserReply:
+    """The simulated user's reply.
+
+    Attributes:
+        text: natural-language reply, never SQL.
+        label: ``relevant`` | ``technical`` | ``irrelevant`` (ABISS §5.2).
+        layer: ``L1`` | ``L2`` | ``None``: which chain layer the clarification targeted (TIDE App. E).
+        route: ``amb`` | ``loc`` | ``una`` router decision (TIDE §4.2), or ``None`` for the ABISS protocol.
+        leak_rejections: replies rejected by the leakage guard before this one was accepted.
+        meta: free-form diagnostics (votes, chosen fact).
+    """
+
+    text: str
+    label: str
+    layer: str | None = None
+    route: str | None = None
+    leak_rejections: int = 0
+    meta: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict stored in a trajectory turn."""
+        return {"text": self.text, "label": self.label, "layer": self.layer, "route": self.route,
+                "leak_rejections": self.leak_rejections}
+
+
+@runtime_checkable
+class UserSimulator(Protocol):
+    """Anything with ``respond(batch) -> list[UserReply]`` (same length and order as ``batch``)."""
+
+    def respond(self, batch: Sequence[UserRequest]) -> list[UserReply]:  # pragma: no cover - protocol
+        ...
