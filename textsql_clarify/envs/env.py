@@ -1,0 +1,407 @@
+"""``TextSQLClarify-v0``: one episode per sample; the agent answers (SQL), asks (clarify) or refuses (feedback).
+
+Episode protocol (ABISS §5.1, TIDE §4.1, App. D):
+
+1. Optional classification phase (``classification_phase=True`` or ``category_mode="predicted"``):
+   one ``<category>`` action naming a subcategory.
+2. Interactive phase: up to ``max_clarifications`` clarifications, each answered by the simulated user.
+3. Forced final turn once the budget is spent: a clarification is refused (ABISS §5.1); the episode
+   ends truncated, scored as no answer.
+4. ``sql`` is terminal, except for a sample with a drift event still to come: then the drift
+   utterance is injected verbatim after the first SQL (TIDE §4.1) and the episode goes on against the
+   post-drift gold SQL. ``feedback`` is terminal.
+5. A malformed action gets an error observation and a ``format`` component of -1. Two malformed
+   actions in a row end the episode as an abstention (TIDE App. D: one retry).
+
+Chain samples under the p-protocol (``protocol="p"``) start with the L1 clarification and its canonical
+answer already in the history, and the simulated user's L1 state resolved (TIDE §4.1).
+
+``info`` on every step: ``reward_components`` (this turn), ``messages`` (chat list for LLM agents),
+``action_type``, ``phase``, ``sample_id``, ``error``; at episode end also ``trajectory`` (a
+:class:`~textsql_clarify.trajectory.Trajectory`) and ``scores``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Sequence
+
+import gymnasium as gym
+
+from ..database import get_sandbox
+from ..errors import ActionError
+from ..rewards.commitments import commitment_set, is_drift
+from ..rewards.feedback import FeedbackJudge, default_judge
+from ..rewards.presets import resolve_preset, scalar_reward
+from ..samples import Sample
+from ..simulators import make_simulator
+from ..simulators.base import UserRequest
+from ..taxonomy import SUBCATEGORIES
+from ..trajectory import Trajectory, Turn
+from . import render
+from .actions import MAX_ACTION_CHARS, Action, parse_action
+from .scoring import DETAIL_KEYS, score_sql_turn
+from .spaces import PHASES, UnicodeText, clip_text, observation_space
+
+#: A hook that limits the schema shown: ``(sample, all_table_names) -> table names to show``.
+SchemaTablesHook = Callable[[Sample, Sequence[str]], Iterable[str]]
+
+
+class TextSQLClarifyEnv(gym.Env):
+    """Gymnasium env over a list of samples (see module doc for the protocol).
+
+    Args:
+        dataset: a dataset spec for :func:`textsql_clarify.datasets.load_dataset` (``"embedded"``,
+            ``"spider:<root>"``, a ``.jsonl`` path ...), ignored when ``samples`` is given.
+        samples: the samples to draw episodes from.
+        limit: keep only the first ``limit`` samples.
+        simulator: ``"rule"`` | ``"transformers"`` | dict | object with ``respond(batch)``.
+        reward_preset: a name in :data:`textsql_clarify.rewards.presets.PRESETS` or ``{component: weight}``.
+        max_clarifications: clarification budget (default 3, ABISS §6.1).
+        category_mode: ``ground_truth`` | ``predicted`` | ``taxonomy_only`` | ``taxonomy_free`` (ABISS §5.1).
+        classification_phase: ask for a ``<category>`` first (forced on in ``predicted`` mode).
+        protocol: ``f`` | ``p`` for chain samples (TIDE §4.1).
+        schema_tables: optional hook limiting which tables' schema is shown (retrieval experiments).
+        detailed_scores: compute cell / column / component / retrieval components on SQL turns.
+        timeout_s: time limit per query, seconds; row_cap: maximum rows fetched per query.
+        feedback_judge: FB judge (default :func:`textsql_clarify.rewards.feedback.default_judge`).
+        max_action_chars: longer actions are malformed.
+
+    Raises:
+        ValueError: bad option values; DatasetError: the dataset cannot be loaded.
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, dataset: str = "embedded", *, samples: Sequence[Sample] | None = None,
+                 limit: int | None = None, simulator: Any = "rule", reward_preset: Any = "binary",
+                 max_clarifications: int = 3, category_mode: str = "taxonomy_free",
+                 classification_phase: bool = False, protocol: str = "f",
+                 schema_tables: SchemaTablesHook | None = None, detailed_scores: bool = True,
+                 timeout_s: float = 5.0, row_cap: int = 10_000, feedback_judge: FeedbackJudge | None = None,
+                 max_action_chars: int = MAX_ACTION_CHARS, render_mode: str | None = None):
+        if samples is None:
+            from ..datasets import load_dataset
+            samples = load_dataset(dataset, limit=limit)
+        elif limit is not None:
+            samples = list(samples)[:limit]
+        self.samples: list[Sample] = list(samples)
+        if not self.samples:
+            raise ValueError("the env needs at least one sample")
+        self._by_id = {s.id: i for i, s in enumerate(self.samples)}
+        if not isinstance(max_clarifications, int) or max_clarifications < 0:
+            raise ValueError(f"max_clarifications must be an int >= 0, got {max_clarifications!r}")
+        if category_mode not in render.CATEGORY_MODES:
+            raise ValueError(f"category_mode must be one of {list(render.CATEGORY_MODES)}, got {category_mode!r}")
+        if protocol not in ("f", "p"):
+            raise ValueError(f"protocol must be 'f' or 'p', got {protocol!r}")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.render_mode = render_mode
+        self.max_clarifications = max_clarifications
+        self.category_mode = category_mode
+        self.classification_phase = classification_phase or category_mode == "predicted"
+        self.protocol = protocol
+        self.schema_tables = schema_tables
+        self.detailed_scores = detailed_scores
+        self.timeout_s, self.row_cap = float(timeout_s), int(row_cap)
+        self.weights = resolve_preset(reward_preset)
+        self.simulator = make_simulator(simulator)
+        self.feedback_judge = feedback_judge or default_judge()
+        self.max_action_chars = max_action_chars
+        # worst case: classification (+retry), (malformed + clarify) x budget, final (+retry), twice with drift
+        self.max_turns = 2 * (2 * (max_clarifications + 1) + 2) + 2
+        self.observation_space = observation_space(max_clarifications, self.max_turns)
+        self.action_space = UnicodeText(max_action_chars)
+        self._sample: Sample | None = None
+        self._done = True
+
+    # ------------------------------------------------------------------ public helpers
+    @property
+    def current_sample(self) -> Sample | None:
+        """The sample of the running episode (for privileged agents such as the oracle)."""
+        return self._sample
+
+    def sample_index(self, sample_id: str) -> int:
+        """Index of a sample id. Raises KeyError (listing a few valid ids) when unknown."""
+        try:
+            return self._by_id[sample_id]
+        except KeyError:
+            raise KeyError(f"unknown sample_id {sample_id!r}; e.g. {list(self._by_id)[:5]}") from None
+
+    # ------------------------------------------------------------------ gym API
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """Start an episode.
+
+        ``options``: ``{"sample_id": id}`` or ``{"index": i}`` choose the sample; otherwise it is drawn
+        from the env's seeded generator (the same seed gives the same sample).
+
+        Raises:
+            KeyError: unknown ``sample_id``; IndexError: ``index`` out of range; ValueError: bad options.
+        """
+        super().reset(seed=seed)
+        options = dict(options or {})
+        unknown = set(options) - {"sample_id", "index"}
+        if unknown:
+            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; use 'sample_id' or 'index'")
+        if "sample_id" in options:
+            idx = self.sample_index(options["sample_id"])
+        elif "index" in options:
+            idx = int(options["index"])
+            if not 0 <= idx < len(self.samples):
+                raise IndexError(f"index {idx} out of range 0..{len(self.samples) - 1}")
+        else:
+            idx = int(self.np_random.integers(len(self.samples)))
+        s = self.samples[idx]
+        self._sample = s
+        self._seed = seed
+        self._sandbox = get_sandbox(s.db_path, timeout_s=self.timeout_s, row_cap=self.row_cap)
+        all_tables = render.table_names(s.db_path)
+        if self.schema_tables is not None:
+            offered = [t for t in self.schema_tables(s, list(all_tables))]
+            self._offered = sorted({t.lower() for t in offered})
+            self._schema = render.schema_text(s.db_path, self._offered)
+        else:
+            self._offered = None
+            self._schema = render.schema_text(s.db_path)
+        self._schema_ids = frozenset(
+            [t.lower() for t in self._sandbox.schema] + [c.lower() for cols in self._sandbox.schema.values() for c in cols])
+        self._phase = "classification" if self.classification_phase else "interactive"
+        self._clar_used = 0
+        self._invalid_streak = 0
+        self._turn = 0
+        self._predicted: str | None = None
+        self._drift_done = False
+        self._gold = s.gold_sql
+        self._gold_key = s.id
+        self._pre_sql: str | None = None
+        self._l1_resolved = False
+        self._done = False
+        self._history: list[tuple[str, str]] = [("user", render.first_user_message(s))]
+        if self.protocol == "p" and s.chain is not None:
+            self._history += [("assistant", f"<clarify>{s.chain.l1.question}</clarify>"), ("user", s.chain.l1.answer)]
+            self._l1_resolved = True
+        self._last_message = (render.CLASSIFY_INSTRUCTIONS + ", ".join(SUBCATEGORIES)) if self._phase == "classification" else ""
+        self._traj = Trajectory(
+            sample_id=s.id, db_id=s.db_id, group=s.group, subcategory=s.subcategory, difficulty=s.difficulty,
+            premise_flaw=s.premise_flaw, has_chain=s.chain is not None, has_drift=s.drift is not None,
+            drift_subtype=s.drift.subtype if s.drift else None, protocol=self.protocol,
+            category_mode=self.category_mode, seed=seed,
+            gold_status="none" if s.gold_sql is None else "ok")
+        self._scores: dict[str, Any] = {"ex": None, "ex_post": None, "fb": None,
+                                        "drift_recognised": None if s.drift is None else False}
+        return self._obs(), self._info({}, None, None)
+
+    def step(self, action: Any):
+        """Apply one action string. Returns ``(obs, reward, terminated, truncated, info)``.
+
+        Raises:
+            RuntimeError: ``step`` called before ``reset`` or after the episode ended.
+        """
+        if self._done or self._sample is None:
+            raise RuntimeError("call reset() before step(): the episode has ended or not started")
+        s = self._sample
+        self._turn += 1
+        try:
+            act = parse_action(action, max_chars=self.max_action_chars)
+            error = self._refusal(act)
+        except ActionError as e:
+            act, error = None, e.reason
+        if error is not None:
+            return self._malformed(action, act, error)
+        self._invalid_streak = 0
+        self._history.append(("assistant", act.render()))
+        if act.type == "classify":
+            return self._classify(act)
+        if act.type == "clarify":
+            return self._clarify(act)
+        if act.type == "feedback":
+            return self._feedback(act)
+        return self._sql(act)
+
+    def render(self) -> str | None:
+        """ANSI render: the dialogue so far as text (``render_mode="ansi"``)."""
+        if self.render_mode != "ansi":
+            return None
+        return render.history_text(self._history)
+
+    def close(self) -> None:
+        """Nothing to release: sandboxes are shared per process (``database.get_sandbox``)."""
+
+    # ------------------------------------------------------------------ turn handlers
+    def _refusal(self, act: Action) -> str | None:
+        if self._phase == "classification" and act.type != "classify":
+            return "this is the classification phase: reply <category>SUBCATEGORY</category>"
+        if self._phase != "classification" and act.type == "classify":
+            return "classification is only allowed in the classification phase"
+        if act.type == "clarify" and self._phase == "final":
+            return "no clarifications left: this is the final turn, answer with <sql> or <feedback>"
+        return None
+
+    def _malformed(self, raw: Any, act: Action | None, error: str):
+        self._invalid_streak += 1
+        comps = {"format": -1.0}
+        content = raw if isinstance(raw, str) else repr(raw)
+        turn = Turn(index=self._turn - 1, phase=self._phase, action_type="invalid", content=content[:2000],
+                    error=error, reward_components=comps)
+        reward = scalar_reward(comps, self.weights)
+        turn.reward = reward
+        self._traj.turns.append(turn)
+        final_refused = act is not None and act.type == "clarify" and self._phase == "final"
+        if self._invalid_streak >= 2 or final_refused or self._turn >= self.max_turns:
+            self._traj.outcome = "truncated" if final_refused else "abstain"
+            if final_refused:
+                comps_err = f"{error}. The episode ends without an answer."
+            else:
+                comps_err = f"{error}. Second malformed action in a row: the episode ends as an abstention."
+            self._last_message = comps_err
+            return self._finish(reward, comps, terminated=not final_refused, truncated=final_refused, error=error)
+        self._last_message = f"Invalid action: {error}. Try again (one retry)."
+        return self._obs(), reward, False, False, self._info(comps, "invalid", error)
+
+    def _classify(self, act: Action):
+        label = act.content.strip().lower().replace(" ", "_")
+        self._predicted = label
+        self._traj.predicted_category = label
+        comps = {"classification": 1.0 if label == self._sample.subcategory else 0.0}
+        reward = scalar_reward(comps, self.weights)
+        self._traj.turns.append(Turn(self._turn - 1, "classification", "classify", act.content, reward=reward,
+                                     reward_components=comps))
+        self._phase = "interactive" if self.max_clarifications > 0 else "final"
+        self._last_message = "Category recorded. Now answer the question."
+        return self._obs(), reward, False, False, self._info(comps, "classify", None)
+
+    def _clarify(self, act: Action):
+        s = self._sample
+        req = UserRequest(sample=s, clarification=act.content, history=tuple(self._history[:-1]),
+                          schema_identifiers=self._schema_ids, l1_resolved=self._l1_resolved, gold_sql=self._gold)
+        reply = self.simulator.respond([req])[0]
+        if s.chain is not None and reply.label == "relevant" and reply.layer == "L1":
+            self._l1_resolved = True
+        self._clar_used += 1
+        comps = {"turn_penalty": -1.0}
+        reward = scalar_reward(comps, self.weights)
+        phase = self._phase
+        self._traj.turns.append(Turn(self._turn - 1, phase, "clarify", act.content, user_reply=reply.to_dict(),
+                                     reward=reward, reward_components=comps))
+        self._history.append(("user", reply.text))
+        self._last_message = reply.text
+        if self._clar_used >= self.max_clarifications:
+            self._phase = "final"
+        if self._turn >= self.max_turns:
+            self._traj.outcome = "truncated"
+            return self._finish(reward, comps, terminated=False, truncated=True, error=None)
+        return self._obs(), reward, False, False, self._info(comps, "clarify", None)
+
+    def _feedback(self, act: Action):
+        s = self._sample
+        if s.group == "unanswerable":
+            fb = 1.0 if self.feedback_judge.judge(s, act.content, self._schema_ids) else 0.0
+        else:
+            fb = 0.0  # feedback on a solvable question is wrong (ABISS §5.3)
+        comps = {"feedback": fb}
+        self._scores["fb"] = fb
+        reward = scalar_reward(comps, self.weights)
+        self._traj.turns.append(Turn(self._turn - 1, self._phase, "feedback", act.content, reward=reward,
+                                     reward_components=comps))
+        self._traj.outcome = "feedback"
+        self._last_message = ""
+        return self._finish(reward, comps, terminated=True, truncated=False, error=None)
+
+    def _sql(self, act: Action):
+        s = self._sample
+        post = self._drift_done
+        res = score_sql_turn(act.content, self._gold, self._sandbox, gold_key=self._gold_key,
+                             detailed=self.detailed_scores, offered_tables=self._offered)
+        comps = dict(res.components)
+        turn = Turn(self._turn - 1, self._phase, "sql", act.content, execution=res.execution)
+        if post:
+            recognised = self._recognised(self._pre_sql, act.content)
+            turn.commitment_drift = recognised
+            comps["drift"] = 1.0 if recognised else 0.0
+            self._scores["drift_recognised"] = recognised
+            self._scores["ex_post"] = comps["ex"]
+        else:
+            self._traj.gold_status = res.gold_status
+            self._scores["ex"] = comps["ex"]
+            for k, v in res.flags.items():
+                self._scores[k] = v
+        if self.detailed_scores:
+            for k in DETAIL_KEYS:
+                self._scores[k] = comps.get(k)
+        turn.reward_components = comps
+        turn.reward = scalar_reward(comps, self.weights)
+        self._traj.turns.append(turn)
+        if s.drift is not None and not self._drift_done:
+            # TIDE §4.1: the drift turn is injected verbatim after the agent's first SQL
+            self._drift_done = True
+            self._pre_sql = act.content
+            self._gold = s.drift.post_gold_sql
+            self._gold_key = s.id + "#post"
+            turn.drift_utterance = s.drift.utterance
+            self._history.append(("user", s.drift.utterance))
+            self._last_message = s.drift.utterance
+            if self._phase != "final":
+                self._phase = "post_drift"
+            return self._obs(), turn.reward, False, False, self._info(comps, "sql", None)
+        self._traj.outcome = "sql"
+        self._last_message = ""
+        return self._finish(turn.reward, comps, terminated=True, truncated=False, error=None)
+
+    @staticmethod
+    def _recognised(pre_sql: str | None, post_sql: str) -> bool:
+        if pre_sql is None:
+            return False
+        try:
+            return is_drift(commitment_set(pre_sql), commitment_set(post_sql))
+        except Exception:  # noqa: BLE001 - an unparsable SQL shows no recognisable commitment change
+            return False
+
+    # ------------------------------------------------------------------ episode end, obs, info
+    def _finish(self, reward: float, comps: dict, *, terminated: bool, truncated: bool, error: str | None):
+        s = self._sample
+        self._done = True
+        sc = self._scores
+        solvable = s.gold_sql is not None
+        # outcome-level conventions (ABISS §5.3): a solvable sample without a correct final SQL scores EX 0,
+        # unless its gold is invalid/empty (None, counted apart); FB 0 for an unanswerable sample without feedback.
+        if solvable and self._traj.gold_status == "ok" and sc["ex"] is None and self._pre_sql is None:
+            sc["ex"] = 0.0
+        if s.drift is not None and self._drift_done and sc["ex_post"] is None and self._traj.outcome != "sql":
+            sc["ex_post"] = 0.0
+        if s.group == "unanswerable" and sc["fb"] is None:
+            sc["fb"] = 0.0
+        self._traj.scores = dict(sc)
+        info = self._info(comps, self._traj.turns[-1].action_type if self._traj.turns else None, error)
+        info["trajectory"] = self._traj
+        info["scores"] = dict(sc)
+        return self._obs(), reward, terminated, truncated, info
+
+    def _obs(self) -> dict:
+        s = self._sample
+        return {
+            "question": clip_text(s.question, "question"),
+            "evidence": clip_text(render.evidence_text(s), "evidence"),
+            "schema": clip_text(self._schema, "schema"),
+            "context": clip_text(render.context_text(self.category_mode, s, self._predicted)
+                                 if self.category_mode != "predicted" or self._predicted else
+                                 render.context_text("taxonomy_only", s), "context"),
+            "history": clip_text(render.history_text(self._history), "history"),
+            "last_message": clip_text(self._last_message, "last_message"),
+            "turn": min(self._turn, self.max_turns),
+            "clarifications_left": max(0, self.max_clarifications - self._clar_used),
+            "phase": PHASES.index(self._phase),
+        }
+
+    def _messages(self) -> list[dict[str, str]]:
+        s = self._sample
+        ctx = render.context_text(self.category_mode, s, self._predicted) if (
+            self.category_mode != "predicted" or self._predicted) else render.context_text("taxonomy_only", s)
+        msgs = [{"role": "system", "content": render.system_message(self._schema, ctx, self._phase == "classification")}]
+        msgs += [{"role": r, "content": t} for r, t in self._history]
+        if self._last_message and (not self._history or self._history[-1][1] != self._last_message):
+            msgs.append({"role": "user", "content": self._last_message})
+        return msgs
+
+    def _info(self, comps: dict, action_type: str | None, error: str | None) -> dict:
+        return {"reward_components": dict(comps), "messages": self._messages(), "action_type": action_type,
+                "phase": self._phase, "sample_id": self._sample.id, "error": error,
+                "clarifications_left": max(0, self.max_clarifications - self._clar_used)}

@@ -1,0 +1,116 @@
+"""Render what the agent sees: schema text, category context, dialogue history and chat messages.
+
+The same content goes into the observation's text fields and into ``info["messages"]`` (a chat list
+for LLM agents), so both views always agree (DESIGN.md "Contracts").
+"""
+from __future__ import annotations
+
+import functools
+import sqlite3
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from ..samples import Sample
+from ..taxonomy import SUBCATEGORIES, taxonomy_text
+
+CATEGORY_MODES = ("ground_truth", "predicted", "taxonomy_only", "taxonomy_free")
+
+INSTRUCTIONS = (
+    "You are a text-to-SQL assistant working on a SQLite database. Each turn, reply with exactly one action:\n"
+    "  <sql>one SQLite SELECT query</sql>  to answer (this ends the episode unless the user then changes the request),\n"
+    "  <clarify>a question to the user</clarify>  when the request is ambiguous,\n"
+    "  <feedback>why the question cannot be answered from this database</feedback>  when it is unanswerable.\n"
+    "JSON {\"type\": \"sql\"|\"clarify\"|\"feedback\", \"content\": \"...\"} is accepted too. "
+    "Query results are not shown to you."
+)
+CLASSIFY_INSTRUCTIONS = (
+    "First, classify the question: reply <category>NAME</category> with one subcategory name from this list:\n"
+)
+
+
+@functools.lru_cache(maxsize=128)
+def _schema_statements(db_path: str, mtime: float) -> tuple[tuple[str, str], ...]:
+    uri = Path(db_path).resolve().as_uri() + "?mode=ro"
+    con = sqlite3.connect(uri, uri=True)
+    try:
+        rows = con.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type IN ('table','view') AND name NOT LIKE 'sqlite_%' "
+            "AND sql IS NOT NULL ORDER BY name").fetchall()
+    finally:
+        con.close()
+    return tuple((n, s.strip().rstrip(";") + ";") for n, s in rows)
+
+
+def table_names(db_path: str) -> list[str]:
+    """All user tables and views of a database, sorted (read-only access)."""
+    p = Path(db_path)
+    return [n for n, _ in _schema_statements(str(p.resolve()), p.stat().st_mtime)]
+
+
+def schema_text(db_path: str, tables: Iterable[str] | None = None) -> str:
+    """The ``CREATE`` statements of the database, one per table, optionally limited to ``tables``.
+
+    Args:
+        db_path: SQLite file (opened read-only).
+        tables: names to show (case-insensitive); ``None`` shows every table.
+    """
+    p = Path(db_path)
+    stmts = _schema_statements(str(p.resolve()), p.stat().st_mtime)
+    if tables is not None:
+        keep = {t.lower() for t in tables}
+        stmts = tuple(s for s in stmts if s[0].lower() in keep)
+    return "\n".join(s for _, s in stmts)
+
+
+def evidence_text(sample: Sample) -> str:
+    """Evidence lines (external knowledge shown to the agent), one per line, or ``""``."""
+    return "\n".join(f"- {e}" for e in sample.evidence)
+
+
+def context_text(mode: str, sample: Sample, predicted: str | None = None) -> str:
+    """Category information for one of the four ABISS §5.1 usage modes.
+
+    * ``ground_truth``: the true subcategory and its definition.
+    * ``predicted``: the agent's own classification-phase label (if valid).
+    * ``taxonomy_only``: all 13 definitions, no label.
+    * ``taxonomy_free``: only the answerable / ambiguous / unanswerable distinction.
+
+    Raises:
+        ValueError: unknown mode.
+    """
+    if mode == "ground_truth":
+        sc = SUBCATEGORIES[sample.subcategory]
+        return f"Question category: {sc.name} ({sc.group}). {sc.definition}"
+    if mode == "predicted":
+        if predicted in SUBCATEGORIES:
+            sc = SUBCATEGORIES[predicted]
+            return f"Your predicted category: {sc.name} ({sc.group}). {sc.definition}"
+        return f"Your predicted category: {predicted!r} (not a known subcategory)."
+    if mode == "taxonomy_only":
+        return "Questions fall into these subcategories:\n" + taxonomy_text()
+    if mode == "taxonomy_free":
+        return ("A question may be answerable (write SQL), ambiguous (ask a clarification first) "
+                "or unanswerable (explain why with feedback).")
+    raise ValueError(f"unknown category mode {mode!r}; expected one of {list(CATEGORY_MODES)}")
+
+
+def history_text(history: Sequence[tuple[str, str]]) -> str:
+    """The dialogue as ``role: text`` lines; roles ``user`` / ``assistant`` / ``system``."""
+    return "\n".join(f"{role}: {text}" for role, text in history)
+
+
+def system_message(schema: str, context: str, classification: bool) -> str:
+    """The system prompt of ``info["messages"]``: instructions, category context and schema."""
+    parts = [INSTRUCTIONS]
+    if classification:
+        parts.append(CLASSIFY_INSTRUCTIONS + ", ".join(SUBCATEGORIES))
+    if context:
+        parts.append(context)
+    parts.append("Database schema:\n" + schema)
+    return "\n\n".join(parts)
+
+
+def first_user_message(sample: Sample) -> str:
+    """The first user message: the question, plus evidence where there is some."""
+    ev = evidence_text(sample)
+    return sample.question + (f"\n\nEvidence:\n{ev}" if ev else "")

@@ -1,0 +1,138 @@
+"""Score one SQL turn: execute it in the sandbox and compute its reward components.
+
+This is the env's glue over the pure metric modules in :mod:`textsql_clarify.rewards`:
+relaxed EX (ABISS App. A), cells and columns (article), components (article), table retrieval
+(article). Gold-side work (gold execution, ORDER BY detection, gold column origins, gold tables) is
+done once per gold SQL and cached.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from ..database import ExecutionResult, SQLiteSandbox
+from ..errors import SQLParseError
+from ..rewards.cells import ResultTable, column_origins, score_cells
+from ..rewards.components import score_components
+from ..rewards.execution import compare_results, gold_is_ordered
+from ..rewards.retrieval import score_retrieval, tables_read
+
+
+@functools.lru_cache(maxsize=4096)
+def _ordered(gold_sql: str) -> bool:
+    try:
+        return gold_is_ordered(gold_sql)
+    except SQLParseError:
+        return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _gold_tables(gold_sql: str) -> frozenset[str] | None:
+    try:
+        return tables_read(gold_sql)
+    except SQLParseError:
+        return None
+
+
+def _origins(sql: str, schema: dict) -> tuple | None:
+    try:
+        return column_origins(sql, schema)
+    except (SQLParseError, Exception):  # noqa: BLE001 - origins are optional; pairing falls back to values
+        return None
+
+
+@dataclass
+class SQLTurnScore:
+    """What scoring one SQL turn produced.
+
+    Attributes:
+        components: reward components (``ex``, and with detail on, ``cell_*``, ``column_*``,
+            ``table_*``, ``components``); ``None`` where undefined.
+        execution: ``{"error_kind", "error_message", "n_rows", "truncated", "elapsed_s"}`` of the agent's SQL.
+        gold_status: ``ok`` | ``empty`` | ``error`` | ``none`` (no gold SQL).
+        flags: ceiling flags: ``gold_truncated``, ``pred_truncated``, ``keyless``, ``scorer_inconsistent``.
+        ex_status: the EX verdict's status string.
+    """
+
+    components: dict[str, Any]
+    execution: dict[str, Any]
+    gold_status: str
+    flags: dict[str, bool] = field(default_factory=dict)
+    ex_status: str = ""
+
+
+def _exec_info(r: ExecutionResult) -> dict[str, Any]:
+    return {"error_kind": r.error_kind, "error_message": r.error_message, "n_rows": len(r.rows),
+            "truncated": r.truncated, "elapsed_s": round(r.elapsed_s, 6)}
+
+
+DETAIL_KEYS = ("cell_precision", "cell_recall", "cell_f1", "column_precision", "column_recall",
+               "table_recall", "table_precision", "spurious_tables", "components")
+
+
+def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, *, gold_key: str,
+                   detailed: bool = True, offered_tables: Iterable[str] | None = None) -> SQLTurnScore:
+    """Execute ``pred_sql`` and score it against ``gold_sql``.
+
+    Args:
+        pred_sql: the agent's SQL.
+        gold_sql: the gold SQL in force, or ``None`` for an unanswerable sample (EX is then 0: SQL on an
+            unanswerable question counts as a failed execution, ABISS §5.3).
+        sandbox: the database sandbox (read-only, time-limited).
+        gold_key: cache key for the gold result (sample id, plus ``#post`` after a drift).
+        detailed: also compute the article's families (cells, columns, components, retrieval).
+        offered_tables: tables whose schema the agent was shown (retrieval precision); ``None`` = all.
+
+    Returns:
+        A :class:`SQLTurnScore`. Never raises for bad SQL.
+    """
+    pred = sandbox.execute(pred_sql)
+    comps: dict[str, Any] = {"ex": None}
+    flags = {"pred_truncated": pred.truncated, "gold_truncated": False, "keyless": False,
+             "scorer_inconsistent": False}
+    if detailed:
+        comps.update({k: None for k in DETAIL_KEYS})
+    if gold_sql is None:
+        comps["ex"] = 0.0
+        return SQLTurnScore(comps, _exec_info(pred), "none", flags, "no_gold")
+    gold = sandbox.execute_gold(gold_key, gold_sql)
+    flags["gold_truncated"] = gold.truncated
+    verdict = compare_results(pred, gold, ordered=_ordered(gold_sql))
+    comps["ex"] = verdict.score
+    gold_status = "error" if not gold.ok else ("empty" if not gold.rows else "ok")
+    if detailed and gold_status == "ok":
+        schema = sandbox.schema
+        if pred.ok:
+            cand = ResultTable(pred.columns, pred.rows, _origins(pred_sql, schema))
+            ref = ResultTable(gold.columns, gold.rows, _gold_origins(gold_sql, sandbox))
+            cs = score_cells(cand, ref)
+            comps.update(cell_precision=cs.cell_precision, cell_recall=cs.cell_recall, cell_f1=cs.cell_f1,
+                         column_precision=cs.column_precision, column_recall=cs.column_recall)
+            flags["keyless"] = bool(cs.keyless)
+            flags["scorer_inconsistent"] = bool(cs.scorer_inconsistent)
+        else:
+            # nothing returned: recall and F1 are 0 (reference cells exist, none matched); precision undefined
+            comps.update(cell_precision=None, cell_recall=0.0, cell_f1=0.0, column_precision=None, column_recall=0.0)
+        try:
+            comps["components"] = score_components(pred_sql, gold_sql, schema)
+        except SQLParseError:
+            comps["components"] = None
+        required = _gold_tables(gold_sql)
+        if required is not None:
+            offered = offered_tables if offered_tables is not None else schema.keys()
+            rs = score_retrieval(required, offered)
+            comps.update(table_recall=rs.recall, table_precision=rs.precision, spurious_tables=rs.spurious)
+    return SQLTurnScore(comps, _exec_info(pred), gold_status, flags, verdict.status)
+
+
+_GOLD_ORIGINS: dict[tuple[str, str], tuple | None] = {}
+
+
+def _gold_origins(gold_sql: str, sandbox: SQLiteSandbox) -> tuple | None:
+    key = (getattr(sandbox, "db_path", ""), gold_sql)
+    if key not in _GOLD_ORIGINS:
+        if len(_GOLD_ORIGINS) > 8192:
+            _GOLD_ORIGINS.clear()
+        _GOLD_ORIGINS[key] = _origins(gold_sql, sandbox.schema)
+    return _GOLD_ORIGINS[key]

@@ -1,0 +1,63 @@
+"""Reward presets: the scalar reward is a documented weighted sum of reward components.
+
+Every component stays separate in ``info["reward_components"]``; a preset only says how they are
+summed into the scalar ``reward`` that ``step`` returns. A component that is ``None`` (undefined)
+contributes nothing; it is never treated as 0 or 1. See ``docs/rewards.md``.
+
+Components (per turn):
+
+* ``ex``: 1/0 relaxed EX of a SQL turn against the gold in force (ABISS §5.3, App. A); 0 for SQL on an
+  unanswerable sample; ``None`` when the gold is empty or fails (ceiling / invalid sample).
+* ``feedback``: 1/0 FB of a feedback turn (ABISS §5.3); 0 for feedback on a solvable sample.
+* ``format``: -1 on a malformed or refused action, else 0 (TIDE App. D retry rule).
+* ``turn_penalty``: -1 on each clarification turn, else 0.
+* ``drift``: on the post-drift SQL turn, 1 if the agent's commitment set changed non-monotonically
+  (TIDE Rec(τ)), else 0.
+* ``cell_f1`` (and the other article scores): cell-level F1 of a SQL turn (article: cell precision and
+  recall); ``None`` when undefined.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+#: name -> {component: weight}. Components not listed have weight 0.
+PRESETS: dict[str, dict[str, float]] = {
+    # EX on SQL, FB on feedback, nothing else: 0 for the wrong terminal action type.
+    "binary": {"ex": 1.0, "feedback": 1.0},
+    # binary plus small shaping: malformed actions and each clarification cost a little.
+    "shaped": {"ex": 1.0, "feedback": 1.0, "format": 0.1, "turn_penalty": 0.05},
+    # cell F1 instead of EX on SQL turns (partial credit), same shaping as "shaped".
+    "dense": {"cell_f1": 1.0, "feedback": 1.0, "format": 0.1, "turn_penalty": 0.05},
+    # binary plus drift recognition on the post-drift SQL turn (TIDE DRR as a reward).
+    "drift": {"ex": 1.0, "feedback": 1.0, "drift": 0.5},
+}
+
+
+def resolve_preset(preset: str | Mapping[str, float]) -> dict[str, float]:
+    """A preset name or an explicit ``{component: weight}`` mapping -> the weights.
+
+    Raises:
+        ValueError: unknown preset name, or a non-numeric weight.
+    """
+    if isinstance(preset, str):
+        if preset not in PRESETS:
+            raise ValueError(f"unknown reward preset {preset!r}; available: {sorted(PRESETS)}")
+        return dict(PRESETS[preset])
+    weights = {}
+    for k, v in dict(preset).items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise ValueError(f"reward weight for {k!r} must be a number, got {v!r}")
+        weights[str(k)] = float(v)
+    return weights
+
+
+def scalar_reward(components: Mapping[str, object], weights: Mapping[str, float]) -> float:
+    """Weighted sum of the numeric components; ``None`` and non-numeric components are skipped."""
+    total = 0.0
+    for name, w in weights.items():
+        v = components.get(name)
+        if isinstance(v, bool):
+            v = float(v)
+        if isinstance(v, (int, float)):
+            total += w * float(v)
+    return total
