@@ -1,0 +1,250 @@
+"""The environment end to end on the embedded dataset: protocol, rewards, baselines, sandbox."""
+from __future__ import annotations
+
+import hashlib
+import time
+import warnings
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import textsql_clarify  # noqa: F401  (registers the env)
+from textsql_clarify.baselines.agents import NoClarifyAgent, OracleAgent, RandomAgent
+from textsql_clarify.baselines.rollout import evaluate, run_episode
+from textsql_clarify.datasets import embedded_db_path, load_dataset
+from textsql_clarify.envs.env import TextSQLClarifyEnv
+from textsql_clarify.samples import Sample
+
+
+@pytest.fixture(scope="module")
+def samples() -> list[Sample]:
+    return load_dataset("embedded")
+
+
+def _sha(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def test_gym_make_and_check_env_without_warnings():
+    env = gym.make("TextSQLClarify-v0")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env.unwrapped, skip_render_check=True)
+    msgs = [str(w.message) for w in caught]
+    assert msgs == []
+
+
+def test_oracle_scores_ex_and_fb_of_one(samples):
+    trajs, metrics = evaluate(samples, OracleAgent(), progress=False)
+    solvable = [t for t in trajs if t.group != "unanswerable"]
+    unans = [t for t in trajs if t.group == "unanswerable"]
+    assert solvable and unans
+    assert all(t.gold_status == "ok" for t in solvable)
+    assert [t.sample_id for t in solvable if t.scores["ex"] != 1.0] == []
+    assert [t.sample_id for t in unans if t.scores["fb"] != 1.0] == []
+    assert metrics["overall"]["EX"]["value"] == 1.0
+    assert metrics["overall"]["EX"]["n"] == len(solvable)
+    drift = [t for t in trajs if t.has_drift]
+    assert drift and all(t.scores["ex_post"] == 1.0 and t.scores["drift_recognised"] is True for t in drift)
+
+
+def test_no_clarify_is_below_oracle_on_ambiguous(samples):
+    amb = [s for s in samples if s.group == "ambiguous"]
+    oracle, _ = evaluate(amb, OracleAgent(), progress=False)
+    naive, _ = evaluate(amb, NoClarifyAgent(), progress=False)
+    ex_o = sum(t.scores["ex"] for t in oracle) / len(oracle)
+    ex_n = sum(t.scores["ex"] for t in naive) / len(naive)
+    assert ex_o == 1.0
+    assert ex_n < ex_o
+
+
+def _env(samples, **kw) -> TextSQLClarifyEnv:
+    return TextSQLClarifyEnv(samples=samples, **kw)
+
+
+def _first(samples, group):
+    return next(s for s in samples if s.group == group and s.drift is None and s.chain is None)
+
+
+def test_malformed_action_retried_once_then_abstention(samples):
+    s = _first(samples, "answerable")
+    env = _env(samples)
+    env.reset(options={"sample_id": s.id})
+    obs, r, term, trunc, info = env.step("SELECT 1")
+    assert not term and not trunc
+    assert info["reward_components"] == {"format": -1.0}
+    assert "Invalid action" in obs["last_message"]
+    obs, r, term, trunc, info = env.step("<sql>SELECT 1")
+    assert term and not trunc
+    t = info["trajectory"]
+    assert t.outcome == "abstain" and [x.action_type for x in t.turns] == ["invalid", "invalid"]
+    assert t.scores["ex"] == 0.0
+
+
+def test_one_malformed_then_valid_goes_on(samples):
+    s = _first(samples, "answerable")
+    env = _env(samples)
+    env.reset(options={"sample_id": s.id})
+    env.step("")
+    obs, r, term, trunc, info = env.step(f"<sql>{s.gold_sql}</sql>")
+    assert term and r == 1.0 and info["scores"]["ex"] == 1.0
+
+
+def test_clarification_budget_then_forced_final_turn(samples):
+    s = _first(samples, "ambiguous")
+    env = _env(samples, max_clarifications=3)
+    obs, _ = env.reset(options={"sample_id": s.id})
+    assert obs["clarifications_left"] == 3
+    for k in range(3):
+        obs, r, term, trunc, info = env.step("<clarify>Should the results be sorted?</clarify>")
+        assert not term and not trunc
+    assert obs["clarifications_left"] == 0 and obs["phase"] == 2  # final
+    obs, r, term, trunc, info = env.step("<clarify>One more?</clarify>")
+    assert trunc and not term
+    assert info["trajectory"].outcome == "truncated"
+    assert info["scores"]["ex"] == 0.0
+
+
+def test_wrong_terminal_type_scores_zero(samples):
+    env = _env(samples)
+    a = _first(samples, "answerable")
+    env.reset(options={"sample_id": a.id})
+    _, r, term, _, info = env.step("<feedback>cannot be answered</feedback>")
+    assert term and r == 0.0 and info["scores"]["fb"] == 0.0 and info["scores"]["ex"] == 0.0
+    u = _first(samples, "unanswerable")
+    env.reset(options={"sample_id": u.id})
+    _, r, term, _, info = env.step("<sql>SELECT 1</sql>")
+    assert term and r == 0.0 and info["scores"]["ex"] == 0.0 and info["scores"]["fb"] == 0.0
+
+
+def test_unanswerable_clarification_is_an_irrelevant_refusal(samples):
+    u = _first(samples, "unanswerable")
+    env = _env(samples)
+    env.reset(options={"sample_id": u.id})
+    _, _, _, _, info = env.step("<clarify>What exactly do you need?</clarify>")
+    env.step("<feedback>x</feedback>")
+    reply = env.unwrapped._traj.turns[0].user_reply if hasattr(env, "unwrapped") else None
+    assert reply["label"] == "irrelevant"
+
+
+def test_reset_is_deterministic_and_sample_id_selects(samples):
+    env1, env2 = _env(samples), _env(samples)
+    ids1 = [env1.reset(seed=k)[1]["sample_id"] for k in range(5)]
+    ids2 = [env2.reset(seed=k)[1]["sample_id"] for k in range(5)]
+    assert ids1 == ids2
+    target = samples[3].id
+    assert env1.reset(options={"sample_id": target})[1]["sample_id"] == target
+    with pytest.raises(KeyError):
+        env1.reset(options={"sample_id": "nope"})
+
+
+def test_same_seed_same_trajectory(samples):
+    t1 = run_episode(_env(samples), RandomAgent(seed=3), seed=11)
+    t2 = run_episode(_env(samples), RandomAgent(seed=3), seed=11)
+    assert t1.to_dict() == t2.to_dict()
+
+
+def test_forbidden_sql_through_env_leaves_database_unchanged(samples):
+    db = embedded_db_path()
+    before = _sha(db)
+    s = _first(samples, "answerable")
+    env = _env(samples)
+    for sql in ["DROP TABLE students", "INSERT INTO students DEFAULT VALUES", "ATTACH DATABASE 'x.db' AS x",
+                "PRAGMA writable_schema=1", "SELECT 1; DROP TABLE courses", "SELECT load_extension('x')"]:
+        env.reset(options={"sample_id": s.id})
+        _, r, term, _, info = env.step(f"<sql>{sql}</sql>")
+        assert term and r == 0.0
+        assert info["trajectory"].turns[-1].execution["error_kind"] in ("forbidden", "syntax")
+    assert _sha(db) == before
+
+
+def test_runaway_query_is_interrupted_and_env_goes_on(samples):
+    s = _first(samples, "answerable")
+    env = _env(samples, timeout_s=0.5)
+    env.reset(options={"sample_id": s.id})
+    t0 = time.perf_counter()
+    _, r, term, _, info = env.step(
+        "<sql>WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT COUNT(*) FROM n</sql>")
+    elapsed = time.perf_counter() - t0
+    assert term and r == 0.0
+    assert info["trajectory"].turns[-1].execution["error_kind"] == "timeout"
+    assert elapsed < 0.5 * 1.1 + 0.5  # time limit + 10%, plus scoring overhead
+    env.reset(options={"sample_id": s.id})
+    _, r, term, _, _ = env.step(f"<sql>{s.gold_sql}</sql>")
+    assert r == 1.0
+
+
+def test_p_protocol_primes_l1(samples):
+    chain = [s for s in samples if s.chain is not None]
+    assert chain
+    s = chain[0]
+    env = _env(samples, protocol="p")
+    obs, info = env.reset(options={"sample_id": s.id})
+    assert s.chain.l1.question in obs["history"] and s.chain.l1.answer in obs["history"]
+    t = run_episode(env, OracleAgent(), sample_id=s.id)
+    assert t.protocol == "p" and t.scores["ex"] == 1.0
+    assert [c.content for c in t.clarifications] == [s.chain.l2.question]
+
+
+def test_drift_turn_injected_after_first_sql(samples):
+    s = next(x for x in samples if x.drift is not None)
+    env = _env(samples)
+    env.reset(options={"sample_id": s.id})
+    obs, r, term, trunc, info = env.step(f"<sql>{s.gold_sql}</sql>")
+    assert not term and not trunc and r == 1.0
+    assert obs["last_message"] == s.drift.utterance and obs["phase"] == 3
+    # answering the drift with the same SQL: no commitment change -> not recognised, EX 0 on the post gold
+    obs, r, term, trunc, info = env.step(f"<sql>{s.gold_sql}</sql>")
+    assert term
+    assert info["scores"]["drift_recognised"] is False and info["scores"]["ex_post"] == 0.0
+
+
+def test_classification_phase_and_predicted_mode(samples):
+    s = _first(samples, "ambiguous")
+    env = _env(samples, category_mode="predicted")
+    obs, _ = env.reset(options={"sample_id": s.id})
+    assert obs["phase"] == 0
+    obs, r, term, _, info = env.step("<sql>SELECT 1</sql>")
+    assert not term and info["action_type"] == "invalid"
+    obs, r, term, _, info = env.step(f"<category>{s.subcategory}</category>")
+    assert obs["phase"] == 1 and s.subcategory in obs["context"]
+    assert info["reward_components"] == {"classification": 1.0}
+
+
+def test_schema_tables_hook_limits_schema_and_retrieval(samples):
+    s = _first(samples, "answerable")
+    env = _env(samples, schema_tables=lambda sample, tables: tables[:1])
+    obs, _ = env.reset(options={"sample_id": s.id})
+    shown = [ln for ln in obs["schema"].splitlines() if ln.upper().startswith("CREATE")]
+    assert len(shown) == 1
+    _, _, _, _, info = env.step(f"<sql>{s.gold_sql}</sql>")
+    assert info["reward_components"]["table_precision"] is not None
+    assert info["reward_components"]["spurious_tables"] >= 0
+
+
+def test_dense_preset_uses_cell_f1(samples):
+    s = _first(samples, "answerable")
+    env = _env(samples, reward_preset="dense")
+    env.reset(options={"sample_id": s.id})
+    _, r, _, _, info = env.step(f"<sql>{s.gold_sql}</sql>")
+    assert info["reward_components"]["cell_f1"] == 1.0 and r == 1.0
+
+
+def test_step_after_end_raises(samples):
+    env = _env(samples)
+    s = _first(samples, "answerable")
+    env.reset(options={"sample_id": s.id})
+    env.step(f"<sql>{s.gold_sql}</sql>")
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step("<sql>SELECT 1</sql>")
+
+
+def test_sync_vector_env_runs(samples):
+    envs = gym.make_vec("TextSQLClarify-v0", num_envs=2, vectorization_mode="sync")
+    obs, infos = envs.reset(seed=0)
+    assert len(obs["question"]) == 2
+    obs, rewards, term, trunc, infos = envs.step(["<feedback>no</feedback>", "<feedback>no</feedback>"])
+    assert term.tolist() == [True, True]
+    envs.close()
