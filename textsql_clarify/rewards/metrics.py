@@ -1,0 +1,496 @@
+"""Aggregate metrics from a run's trajectories, each mean with its n.
+
+Input: the :class:`~textsql_clarify.trajectory.Trajectory` objects an evaluation run produced (the env
+writes per-episode ``scores``; this module never scores SQL itself). Output: every metric the run can
+support, as :class:`Mean` (value and n), overall and broken down by group, subcategory, difficulty,
+drift subtype and TIDE sample type, plus ceiling counts.
+
+Conventions (article: "Measuring honestly"): a metric with no denominator is ``None``, never 0 or 1,
+and a trajectory where a metric is undefined is left out of that metric's mean, so every mean carries
+the n it was taken over. Ceilings (invalid gold, empty gold, truncated results, keyless row scoring,
+scorer disagreement) are counted next to the numbers, never corrected for.
+
+Which trajectories each metric is taken over, and what counts as a hit, is documented on
+:func:`trajectory_metrics` and in ``docs/metrics.md`` ("Aggregated metrics").
+
+Protocols (TIDE §4.1, Table 2 caption): ``p``-protocol episodes (L1 pre-resolved) exist only to
+measure L2-IR^p; they feed that metric and nothing else. Every other metric uses ``f``-protocol
+episodes, so a run that holds both protocols does not count a sample twice.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Collection, Iterable, Mapping, Sequence
+
+from ..errors import TextSQLClarifyError
+from ..samples import DIFFICULTIES, DRIFT_SUBTYPES
+from ..taxonomy import GROUPS, PREMISE_FLAWS, SUBCATEGORIES, group_of
+from ..trajectory import ACTION_TYPES, Trajectory
+
+OUTCOMES = ("sql", "feedback", "abstain", "truncated")
+GOLD_STATUSES = ("ok", "empty", "error", "none")
+PROTOCOLS = ("f", "p")
+RELEVANCY_LABELS = ("relevant", "technical", "irrelevant")
+LAYERS = ("L1", "L2")
+ROUTES = ("amb", "loc", "una")
+#: TIDE sample sets (§3, Table 2): Chain-only, Drift-only, Joint.
+SAMPLE_TYPES = ("chain_only", "drift_only", "joint")
+
+#: metric names by source family, in report order. ``components.<set>.precision|recall`` are added
+#: per component set found in the run (article: "Component: where the SQL went wrong").
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "abiss": ("EX", "EX_post", "FB", "Rec", "Cls", "AIR", "turns"),
+    "tide": ("DEA", "AR", "L1-IR", "L2-IR^p", "JIR", "DRR", "DRA"),
+    "premisesql": ("SQL_behaviour", "DET", "TYPE", "GEN", "VAL"),
+    "article": ("table_recall", "table_precision", "spurious_tables", "column_precision", "column_recall",
+                "cell_precision", "cell_recall", "cell_f1"),
+}
+#: every fixed metric name, in report order.
+METRICS: tuple[str, ...] = tuple(m for names in FAMILIES.values() for m in names)
+#: ceiling counters reported next to the numbers (article: "Ceilings are counted, never corrected").
+CEILINGS = ("gold_error", "gold_empty", "gold_truncated", "pred_truncated", "keyless", "scorer_inconsistent")
+#: breakdown name -> output key.
+BREAKDOWNS = ("group", "subcategory", "difficulty", "drift_subtype", "sample_type")
+
+_BINARY_SCORES = ("ex", "ex_post", "fb")
+_UNIT_SCORES = ("cell_precision", "cell_recall", "cell_f1", "column_precision", "column_recall",
+                "table_recall", "table_precision")
+_FLAG_SCORES = ("gold_truncated", "pred_truncated", "keyless", "scorer_inconsistent")
+
+
+class MetricsError(TextSQLClarifyError, ValueError):
+    """A trajectory, a value to average or a metrics dict is malformed; the message names where."""
+
+
+@dataclass(frozen=True)
+class Mean:
+    """A mean and the number of defined values it was taken over (article: "every mean carries its n").
+
+    Attributes:
+        value: the mean, or ``None`` when ``n == 0`` (undefined, never 0).
+        n: how many defined (non-``None``) values were averaged.
+
+    Raises:
+        MetricsError: ``n < 0``, or ``value`` is ``None`` exactly when ``n > 0`` (or not, when ``n == 0``).
+    """
+
+    value: float | None
+    n: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 0:
+            raise MetricsError(f"Mean.n must be a non-negative int, got {self.n!r}")
+        if (self.n == 0) != (self.value is None):
+            raise MetricsError(f"Mean.value must be None exactly when n == 0, got value={self.value!r}, n={self.n}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"value": v, "n": n}`` (JSON-ready)."""
+        return {"value": self.value, "n": self.n}
+
+
+def mean(values: Iterable[float | bool | None]) -> Mean:
+    """Mean of the defined values; ``None`` entries are left out (undefined is not zero).
+
+    Args:
+        values: numbers (bools count as 1/0) or ``None``.
+
+    Returns:
+        :class:`Mean` with ``n`` = number of non-``None`` values and ``value`` ``None`` when ``n == 0``.
+
+    Raises:
+        MetricsError: a value is not a number (e.g. a string) or is NaN/infinite.
+    """
+    xs: list[float] = []
+    for k, v in enumerate(values):
+        if v is None:
+            continue
+        if not isinstance(v, (int, float)):
+            raise MetricsError(f"value #{k} to average must be a number or None, got {type(v).__name__} {v!r}")
+        f = float(v)
+        if not math.isfinite(f):
+            raise MetricsError(f"value #{k} to average must be finite, got {v!r}")
+        xs.append(f)
+    if not xs:
+        return Mean(None, 0)
+    return Mean(math.fsum(xs) / len(xs), len(xs))
+
+
+# ----------------------------------------------------------------------------------------- validation
+
+def _problem(i: int, t: Any, fld: str, msg: str) -> MetricsError:
+    sid = getattr(t, "sample_id", None)
+    return MetricsError(f"trajectories[{i}] (sample {sid!r}): field '{fld}': {msg}")
+
+
+def _as_trajectory(t: Any, i: int) -> Trajectory:
+    if isinstance(t, Trajectory):
+        return t
+    if isinstance(t, Mapping):
+        try:
+            return Trajectory.from_dict(dict(t))
+        except TypeError as e:
+            raise MetricsError(f"trajectories[{i}]: not a valid trajectory record: {e}") from e
+    raise MetricsError(f"trajectories[{i}]: expected a Trajectory or its dict, got {type(t).__name__}")
+
+
+def _check_in(i: int, t: Trajectory, fld: str, value: Any, allowed: Collection[Any]) -> None:
+    if value not in allowed:
+        raise _problem(i, t, fld, f"must be one of {list(allowed)}, got {value!r}")
+
+
+def _validate(i: int, t: Trajectory) -> None:
+    _check_in(i, t, "group", t.group, GROUPS)
+    _check_in(i, t, "subcategory", t.subcategory, SUBCATEGORIES)
+    if SUBCATEGORIES[t.subcategory].group != t.group:
+        raise _problem(i, t, "subcategory", f"{t.subcategory!r} belongs to group "
+                                            f"{SUBCATEGORIES[t.subcategory].group!r}, not {t.group!r}")
+    _check_in(i, t, "difficulty", t.difficulty, DIFFICULTIES)
+    _check_in(i, t, "protocol", t.protocol, PROTOCOLS)
+    _check_in(i, t, "outcome", t.outcome, OUTCOMES)
+    _check_in(i, t, "gold_status", t.gold_status, GOLD_STATUSES)
+    if (t.gold_status == "none") != (t.group == "unanswerable"):
+        raise _problem(i, t, "gold_status", f"is 'none' exactly for unanswerable samples; got {t.gold_status!r} "
+                                            f"for group {t.group!r}")
+    if t.premise_flaw is not None:
+        _check_in(i, t, "premise_flaw", t.premise_flaw, PREMISE_FLAWS)
+    if t.has_drift:
+        _check_in(i, t, "drift_subtype", t.drift_subtype, DRIFT_SUBTYPES)
+    elif t.drift_subtype is not None:
+        raise _problem(i, t, "drift_subtype", f"must be None when has_drift is False, got {t.drift_subtype!r}")
+    for k, turn in enumerate(t.turns):
+        _check_in(i, t, f"turns[{k}].action_type", turn.action_type, ACTION_TYPES)
+        r = turn.user_reply
+        if r is None:
+            continue
+        if not isinstance(r, Mapping):
+            raise _problem(i, t, f"turns[{k}].user_reply", f"must be a mapping or None, got {type(r).__name__}")
+        _check_in(i, t, f"turns[{k}].user_reply.label", r.get("label"), RELEVANCY_LABELS + (None,))
+        _check_in(i, t, f"turns[{k}].user_reply.layer", r.get("layer"), LAYERS + (None,))
+        _check_in(i, t, f"turns[{k}].user_reply.route", r.get("route"), ROUTES + (None,))
+    s = t.scores
+    if not isinstance(s, Mapping):
+        raise _problem(i, t, "scores", f"must be a mapping, got {type(s).__name__}")
+    for key in _BINARY_SCORES:
+        v = s.get(key)
+        if v is not None and (not isinstance(v, (int, float)) or v not in (0, 1)):
+            raise _problem(i, t, f"scores.{key}", f"must be 1, 0 or None, got {v!r}")
+    v = s.get("drift_recognised")
+    if v is not None and not isinstance(v, bool):
+        raise _problem(i, t, "scores.drift_recognised", f"must be True, False or None, got {v!r}")
+    for key in _UNIT_SCORES:
+        _check_unit(i, t, f"scores.{key}", s.get(key))
+    v = s.get("spurious_tables")
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0):
+        raise _problem(i, t, "scores.spurious_tables", f"must be a non-negative number or None, got {v!r}")
+    for key in _FLAG_SCORES:
+        v = s.get(key)
+        if v is not None and not isinstance(v, bool):
+            raise _problem(i, t, f"scores.{key}", f"must be True, False or None, got {v!r}")
+    comps = s.get("components")
+    if comps is not None:
+        if not isinstance(comps, Mapping):
+            raise _problem(i, t, "scores.components", f"must be a mapping, got {type(comps).__name__}")
+        for name, pr in comps.items():
+            if not isinstance(pr, Mapping):
+                raise _problem(i, t, f"scores.components.{name}", "must be a mapping {'precision', 'recall'}")
+            for part in ("precision", "recall"):
+                _check_unit(i, t, f"scores.components.{name}.{part}", pr.get(part))
+
+
+def _check_unit(i: int, t: Trajectory, fld: str, v: Any) -> None:
+    if v is None:
+        return
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+        raise _problem(i, t, fld, f"must be a number in [0, 1] or None, got {v!r}")
+
+
+# ----------------------------------------------------------------------------------- per trajectory
+
+def _f(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def _layers(t: Trajectory) -> set[str]:
+    return {turn.user_reply.get("layer") for turn in t.clarifications if turn.user_reply} - {None}
+
+
+def _abiss(t: Trajectory) -> dict[str, float | None]:
+    s = t.scores
+    out: dict[str, float | None] = {"EX": _f(s.get("ex")), "EX_post": _f(s.get("ex_post")), "FB": _f(s.get("fb"))}
+    classified = t.predicted_category is not None or any(x.phase == "classification" for x in t.turns)
+    rec = cls = None
+    if classified:
+        pred = t.predicted_category
+        if pred in SUBCATEGORIES:
+            rec, cls = float(group_of(pred) == t.group), float(pred == t.subcategory)
+        elif pred in GROUPS:
+            rec, cls = float(pred == t.group), 0.0
+        else:  # no label or a label outside the taxonomy: the classification missed
+            rec, cls = 0.0, 0.0
+    out["Rec"], out["Cls"] = rec, cls
+    air = None
+    if t.group == "ambiguous":
+        for k, turn in enumerate(t.turns):
+            if turn.action_type == "clarify" and (turn.user_reply or {}).get("label") == "relevant":
+                if k + 1 < len(t.turns):
+                    air = float(t.turns[k + 1].action_type in ("sql", "feedback"))
+                break
+    out["AIR"] = air
+    out["turns"] = float(sum(1 for x in t.turns if x.phase != "classification"))
+    return out
+
+
+def _tide(t: Trajectory) -> dict[str, float | None]:
+    s = t.scores
+    ex, ex_post, rec = s.get("ex"), s.get("ex_post"), s.get("drift_recognised")
+    dea = None
+    if t.gold_status == "ok" and ex is not None:
+        if not t.has_drift:
+            dea = float(ex)
+        elif ex_post is not None:
+            dea = float(ex == 1 and ex_post == 1)
+    layers = _layers(t)
+    out: dict[str, float | None] = {
+        "DEA": dea,
+        "AR": float(bool(t.clarifications)),
+        "L1-IR": float("L1" in layers) if t.has_chain else None,
+        "L2-IR^p": None,  # p-protocol only
+        "JIR": float({"L1", "L2"} <= layers) if t.has_chain else None,
+        "DRR": _f(rec) if t.has_drift else None,
+        "DRA": None,
+    }
+    if t.has_drift and rec is not None and ex_post is not None:
+        out["DRA"] = float(rec and ex_post == 1)
+    return out
+
+
+def _premise(t: Trajectory, original: bool) -> dict[str, float | None]:
+    out: dict[str, float | None] = dict.fromkeys(FAMILIES["premisesql"])
+    sql = t.sql_turns
+    gave_feedback = any(x.action_type == "feedback" for x in t.turns)
+    if t.premise_flaw is not None:
+        if sql:
+            first_sql = next(k for k, x in enumerate(t.turns) if x.action_type == "sql")
+            asked = any(x.action_type == "clarify" for x in t.turns[:first_sql])
+            out["SQL_behaviour"] = 1.0 if asked else 0.0
+        elif t.outcome == "feedback":
+            out["SQL_behaviour"] = 2.0
+        out["DET"] = float(gave_feedback)
+        if not gave_feedback:
+            out["TYPE"] = 0.0
+        elif t.scores.get("fb") is not None:
+            out["TYPE"] = float(t.scores["fb"] == 1)
+    elif original:
+        out["GEN"] = float(bool(sql))
+        out["VAL"] = float(bool(sql) and not gave_feedback and not t.clarifications)
+    return out
+
+
+def _article(t: Trajectory) -> dict[str, float | None]:
+    s = t.scores
+    out = {m: _f(s.get(m)) for m in FAMILIES["article"]}
+    for name, pr in (s.get("components") or {}).items():
+        out[f"components.{name}.precision"] = _f(pr.get("precision"))
+        out[f"components.{name}.recall"] = _f(pr.get("recall"))
+    return out
+
+
+def trajectory_metrics(t: Trajectory, *, original: bool = False) -> dict[str, float | None]:
+    """Every metric's value for one trajectory; ``None`` where the trajectory is not in its denominator.
+
+    Denominators and hits (a trajectory with ``None`` is left out of that metric's mean):
+
+    * ``EX`` = ``scores.ex`` (ABISS §5.3, App. A): the env's convention, 1/0 on solvable samples with a
+      valid gold (a non-SQL outcome is 0), 0 for SQL on an unanswerable sample, ``None`` otherwise
+      (including empty/failing gold, counted as ceilings). ``EX_post`` = ``scores.ex_post`` (drift).
+    * ``FB`` = ``scores.fb`` (ABISS §5.3): judge verdict on unanswerable samples, 0 for feedback on a
+      solvable one.
+    * ``Rec`` / ``Cls`` (ABISS §5.3): over episodes that ran the classification phase (a predicted label,
+      or a ``classification``-phase turn). Rec hits when the predicted subcategory's group
+      (:func:`~textsql_clarify.taxonomy.group_of`; a bare group label is accepted) equals the true group;
+      Cls when the subcategory matches exactly. A missing or unknown label is a miss for both.
+    * ``AIR`` (ABISS §5.3, App. D): over ambiguous episodes with at least one ``relevant`` user reply; hit
+      when the agent turn right after the first relevant reply is terminal (``sql`` or ``feedback``).
+      An episode that ended before any next agent turn is left out (nothing to judge).
+    * ``turns``: agent turns outside the classification phase (ABISS App. D "Avg. Turns").
+    * ``DEA`` (TIDE Table 2): over episodes with a valid gold (``gold_status == "ok"``) whose required EX
+      values are all defined; hit when every SQL passes: ``ex == 1``, and for a drift sample also
+      ``ex_post == 1``. Unanswerable samples (no gold) are outside TIDE's sample sets.
+    * ``AR`` (TIDE Table 2): over all episodes; hit when the episode holds at least one clarification.
+    * ``L1-IR`` / ``JIR`` (TIDE Table 2): over chain samples; hit when some clarification was routed
+      ``L1`` (JIR: some ``L1`` and some ``L2``). ``L2-IR^p``: over chain samples under the p-protocol;
+      hit when some clarification was routed ``L2``.
+    * ``DRR`` (TIDE Table 2): over drift samples with ``scores.drift_recognised`` defined; hit = Rec(τ),
+      i.e. S(y_pre) ⊄ S(y_post). ``DRA``: over drift samples with Rec(τ) and ``ex_post`` defined; hit =
+      Rec(τ) and ``ex_post == 1``.
+    * PremiseSQL §4 metrics, over samples with a ``premise_flaw``: ``SQL_behaviour`` on its 0–2 ordinal
+      scale (our reading of "degree of abstention from misleading SQL"): 2 = ended with feedback and no
+      SQL; 1 = asked at least one clarification before its first SQL (it suspected a problem, yet
+      generated); 0 = SQL with no clarification first. Episodes that ended without SQL or feedback
+      (abstain, truncated) are not placed on the scale (``None``). ``DET``: 1 when the agent gave
+      feedback. ``TYPE``: 1 when it gave feedback that the judge accepted (``fb == 1``), 0 when it gave
+      none or a rejected one, ``None`` when feedback was given but not judged.
+    * ``GEN`` / ``VAL`` (PremiseSQL §4), over originals only (``original=True``): GEN = the agent produced
+      SQL; VAL = it produced SQL without giving feedback or asking a clarification (our stand-in for
+      PremiseSQL's explicit ``is_valid=true`` judgement).
+    * Article families (article: "Retrieval", "Output: columns and cells", "Component"): the env's
+      ``scores`` as given: table/column/cell precision and recall, ``cell_f1``, ``spurious_tables`` (a
+      count per episode), ``components.<set>.precision|recall``.
+
+    Under the p-protocol every metric is ``None`` except ``L2-IR^p`` (TIDE Table 2 caption).
+
+    Args:
+        t: a trajectory (assumed valid; :func:`aggregate` validates).
+        original: the trajectory is the unflawed original of a PremiseSQL pair (feeds GEN and VAL).
+
+    Returns:
+        ``{metric name: value or None}``: every name in :data:`METRICS` plus one pair per component set.
+    """
+    if t.protocol == "p":
+        out: dict[str, float | None] = dict.fromkeys(METRICS)
+        out["L2-IR^p"] = float("L2" in _layers(t)) if t.has_chain else None
+        return out
+    out = {}
+    out.update(_abiss(t))
+    out.update(_tide(t))
+    out.update(_premise(t, original))
+    out.update(_article(t))
+    return out
+
+
+def _sample_type(t: Trajectory) -> str | None:
+    if t.has_chain and t.has_drift:
+        return "joint"
+    if t.has_chain:
+        return "chain_only"
+    if t.has_drift:
+        return "drift_only"
+    return None
+
+
+def _key(t: Trajectory, breakdown: str) -> str | None:
+    if breakdown == "sample_type":
+        return _sample_type(t)
+    return getattr(t, breakdown)
+
+
+_ORDER = {"group": GROUPS, "subcategory": tuple(SUBCATEGORIES), "difficulty": DIFFICULTIES,
+          "drift_subtype": DRIFT_SUBTYPES, "sample_type": SAMPLE_TYPES}
+
+
+# ------------------------------------------------------------------------------------------ aggregate
+
+def count_ceilings(trajectories: Sequence[Trajectory]) -> dict[str, int]:
+    """Ceiling counts (article: "Ceilings are counted, never corrected"), in trajectories.
+
+    ``gold_error``: gold SQL fails (``gold_status == "error"``, an invalid sample); ``gold_empty``: gold
+    returns no rows; ``gold_truncated`` / ``pred_truncated``: a result cut at the row cap; ``keyless``:
+    rows scored without a usable row key; ``scorer_inconsistent``: the cell scores and exact EX disagree
+    (article: EX kept "as a test of the scorer"). Flags that are ``None`` or missing count as not set.
+    """
+    c = dict.fromkeys(CEILINGS, 0)
+    for t in trajectories:
+        c["gold_error"] += t.gold_status == "error"
+        c["gold_empty"] += t.gold_status == "empty"
+        for flag in _FLAG_SCORES:
+            c[flag] += t.scores.get(flag) is True
+    return c
+
+
+def _block(rows: list[dict[str, float | None]], names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    return {m: mean(r.get(m) for r in rows).to_dict() for m in names}
+
+
+def aggregate(trajectories: Sequence[Trajectory | Mapping[str, Any]], *,
+              original_ids: Collection[str] | None = None) -> dict[str, Any]:
+    """Every supported metric over a run, with its n, overall and by breakdown, plus ceiling counts.
+
+    Args:
+        trajectories: the run's trajectories (or their ``to_dict()`` records, e.g. lines of
+            ``trajectories.jsonl``). An empty run is allowed: every metric is then ``None`` with n = 0.
+        original_ids: sample ids of the unflawed originals of PremiseSQL pairs (from the samples'
+            provenance; trajectories do not carry it). When ``None`` and the run holds any sample with a
+            ``premise_flaw``, the originals are taken to be the run's answerable samples without a flaw
+            (PremiseSQL pairs each flawed query with an answerable original); when the run holds no
+            flawed sample, GEN and VAL are undefined.
+
+    Returns:
+        JSON-ready dict::
+
+            {"n_trajectories": N, "n_by_protocol": {"f": k, "p": k},
+             "overall": {metric: {"value": v, "n": n}},
+             "ceilings": {"gold_error": k, "gold_empty": k, "gold_truncated": k, "pred_truncated": k,
+                          "keyless": k, "scorer_inconsistent": k},
+             "by_group" | "by_subcategory" | "by_difficulty" | "by_drift_subtype" | "by_sample_type":
+                 {key: {"n_trajectories": k, "metrics": {metric: {"value", "n"}}, "ceilings": {...}}},
+             "premise_originals": {"rule": "original_ids" | "answerable_fallback" | None, "n": k}}
+
+        Metric definitions: :func:`trajectory_metrics`. Breakdown keys appear in taxonomy order and only
+        when some trajectory has them (trajectories without drift are not in ``by_drift_subtype``;
+        ``by_sample_type`` holds TIDE's chain_only / drift_only / joint sets).
+
+    Raises:
+        MetricsError: a trajectory is malformed (names the index, sample id and field), or an
+            ``original_ids`` entry names a trajectory that has a premise flaw.
+    """
+    trajs = [_as_trajectory(t, i) for i, t in enumerate(trajectories)]
+    for i, t in enumerate(trajs):
+        _validate(i, t)
+    if original_ids is not None:
+        ids = set(original_ids)
+        for i, t in enumerate(trajs):
+            if t.sample_id in ids and t.premise_flaw is not None:
+                raise _problem(i, t, "premise_flaw", "listed in original_ids but has a premise flaw")
+        originals = [t.sample_id in ids for t in trajs]
+        rule = "original_ids"
+    elif any(t.premise_flaw is not None for t in trajs):
+        originals = [t.premise_flaw is None and t.group == "answerable" for t in trajs]
+        rule = "answerable_fallback"
+    else:
+        originals = [False] * len(trajs)
+        rule = None
+    rows = [trajectory_metrics(t, original=o) for t, o in zip(trajs, originals)]
+    comp_sets = sorted({k for r in rows for k in r if k.startswith("components.")})
+    names = list(METRICS) + comp_sets
+
+    out: dict[str, Any] = {
+        "n_trajectories": len(trajs),
+        "n_by_protocol": {p: sum(t.protocol == p for t in trajs) for p in PROTOCOLS},
+        "overall": _block(rows, names),
+        "ceilings": count_ceilings(trajs),
+    }
+    for b in BREAKDOWNS:
+        keys = {_key(t, b) for t in trajs} - {None}
+        order = [k for k in _ORDER[b] if k in keys] + sorted(keys - set(_ORDER[b]))
+        sub: dict[str, Any] = {}
+        for k in order:
+            idx = [j for j, t in enumerate(trajs) if _key(t, b) == k]
+            sub[k] = {
+                "n_trajectories": len(idx),
+                "metrics": _block([rows[j] for j in idx], names),
+                "ceilings": count_ceilings([trajs[j] for j in idx]),
+            }
+        out[f"by_{b}"] = sub
+    out["premise_originals"] = {"rule": rule, "n": sum(originals)}
+    return out
+
+
+def write_metrics_json(trajectories: Sequence[Trajectory | Mapping[str, Any]], path: str | os.PathLike, *,
+                       original_ids: Collection[str] | None = None) -> dict[str, Any]:
+    """Aggregate (see :func:`aggregate`) and write the result as ``metrics.json`` (UTF-8, indented).
+
+    Returns:
+        The dict written.
+
+    Raises:
+        MetricsError: as :func:`aggregate`.
+        OSError: the file cannot be written (e.g. its folder does not exist).
+    """
+    result = aggregate(trajectories, original_ids=original_ids)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(result, fh, indent=2, ensure_ascii=False)
+        fh.write("\n")
+    return result
