@@ -1,0 +1,290 @@
+"""Relaxed EX (ABISS App. A): each rule, and generalisations of each kind in ../shared/cases."""
+from __future__ import annotations
+
+import random
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from textsql_clarify.database import ExecutionResult, SQLiteSandbox
+from textsql_clarify.errors import SQLParseError
+from textsql_clarify.rewards.execution import (
+    EXVerdict,
+    _ordered_by_tokens,
+    compare_results,
+    gold_is_ordered,
+    is_empty_result,
+    normalise_value,
+    relaxed_ex,
+)
+
+
+def res(columns, rows, **kw) -> ExecutionResult:
+    return ExecutionResult(tuple(columns), tuple(tuple(r) for r in rows), 0.001, **kw)
+
+
+def err(kind: str, message: str = "boom") -> ExecutionResult:
+    return ExecutionResult((), (), 0.001, error_kind=kind, error_message=message)
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path):
+    path = tmp_path / "shop.sqlite"
+    con = sqlite3.connect(path)
+    con.executescript("""
+        CREATE TABLE item(id INTEGER PRIMARY KEY, name TEXT, colour TEXT, price REAL, stock INTEGER, note TEXT);
+        INSERT INTO item VALUES (1,'pen','red',1.5,10,NULL),(2,'pen','red',1.5,10,''),(3,'ink','blue',3.0,0,'x'),
+                                (4,'cap','blue',3,NULL,NULL),(5,'pad','red',0.1,5,'y');
+    """)
+    con.commit()
+    con.close()
+    with SQLiteSandbox(path, timeout_s=0.5) as sb:
+        yield sb
+
+
+# -- gold_is_ordered ---------------------------------------------------------------------------
+@pytest.mark.parametrize("sql, ordered", [
+    ("SELECT name FROM item ORDER BY price", True),
+    ("SELECT name FROM item ORDER BY price DESC LIMIT 1", True),
+    ("SELECT name FROM item LIMIT 3", False),
+    ("SELECT name FROM (SELECT name FROM item ORDER BY price)", False),
+    ("SELECT name FROM item WHERE id IN (SELECT id FROM item ORDER BY price LIMIT 2)", False),
+    ("WITH c AS (SELECT name FROM item ORDER BY id) SELECT name FROM c", False),
+    ("WITH c AS (SELECT name, id FROM item) SELECT name FROM c ORDER BY id", True),
+    ("SELECT name FROM item UNION SELECT colour FROM item ORDER BY 1", True),
+    ("SELECT name FROM item EXCEPT SELECT name FROM item WHERE id = 1", False),
+    ("(SELECT name FROM item ORDER BY id)", True),
+])
+def test_gold_is_ordered(sql, ordered):
+    assert gold_is_ordered(sql) is ordered
+
+
+def test_gold_is_ordered_token_fallback_and_errors():
+    assert _ordered_by_tokens("SELECT a FROM (SELECT a FROM t ORDER BY a) ORDER BY a") is True
+    assert _ordered_by_tokens("SELECT a FROM (SELECT a FROM t ORDER BY a)") is False
+    with pytest.raises(SQLParseError):
+        gold_is_ordered("   ")
+
+
+# -- value rules -----------------------------------------------------------------------------
+@pytest.mark.parametrize("gold_value, pred_value, same", [
+    (None, 0, False), (None, "", False), (None, 0.0, False), (0, "", False), (None, None, True),
+    (3, 3.0, True), (0.1 + 0.2, 0.3, True), (2 / 3, 0.666666666667, True), (1.0, 1.0000001, False),
+    ("3", 3, False), ("Oslo", "oslo", False), (b"\x00", b"\x00", True), (-0.0, 0, True),
+])
+def test_value_equality(gold_value, pred_value, same):
+    v = compare_results(res(["p"], [[pred_value], [7]]), res(["g"], [[gold_value], [7]]), ordered=False)
+    assert v.status == ("match" if same else "mismatch"), v
+    assert normalise_value(3.0) == 3 and normalise_value(None) is None
+
+
+def test_null_vs_total_grouped_generalised(sandbox):
+    # ex13's kind: an all-NULL group under SUM is NULL, under TOTAL 0.0, under COALESCE 0
+    gold = "SELECT colour, SUM(stock) FROM item WHERE id >= 4 GROUP BY colour"
+    for pred in ("SELECT colour, TOTAL(stock) FROM item WHERE id >= 4 GROUP BY colour",
+                 "SELECT colour, COALESCE(SUM(stock), 0) FROM item WHERE id >= 4 GROUP BY colour",
+                 "SELECT colour, IFNULL(SUM(stock), '') FROM item WHERE id >= 4 GROUP BY colour"):
+        assert relaxed_ex(pred, gold, sandbox).status == "mismatch", pred
+    assert relaxed_ex("SELECT SUM(stock), colour FROM item WHERE id >= 4 GROUP BY colour", gold,
+                      sandbox).score == 1.0
+
+
+# -- multiplicity (ex02, ex18) ---------------------------------------------------------------
+def test_distinct_dropped_multi_column(sandbox):
+    v = relaxed_ex("SELECT name, colour FROM item", "SELECT DISTINCT name, colour FROM item", sandbox)
+    assert v.status == "mismatch" and "5 row" in v.reason
+
+
+def test_select_star_does_not_pass_distinct_gold(sandbox):
+    for pred in ("SELECT * FROM item", "SELECT DISTINCT colour, name FROM item", "SELECT colour, id FROM item"):
+        v = relaxed_ex(pred, "SELECT DISTINCT colour FROM item", sandbox)
+        assert v.score == 0.0, pred
+    assert relaxed_ex("SELECT DISTINCT colour FROM item", "SELECT DISTINCT colour FROM item", sandbox).score == 1.0
+
+
+def test_projected_bag_keeps_duplicates():
+    gold = res(["c"], [["a"], ["b"]])
+    pred = res(["c", "n"], [["a", 1], ["a", 2]])  # same row count, wrong multiplicity after projection
+    assert compare_results(pred, gold, ordered=False).status == "mismatch"
+
+
+# -- column supersets and pairing (ex17, ex19, ex04) -----------------------------------------
+def test_superset_with_duplicated_columns(sandbox):
+    v = relaxed_ex("SELECT id, name, name, price FROM item WHERE colour = 'red'",
+                   "SELECT name FROM item WHERE colour = 'red'", sandbox)
+    assert v.score == 1.0 and v.column_mapping == (1,)
+    v = relaxed_ex("SELECT price, name, id, name FROM item", "SELECT name, name FROM item", sandbox)
+    assert v.score == 1.0 and v.column_mapping == (1, 3)
+    v = relaxed_ex("SELECT name FROM item", "SELECT name, name FROM item", sandbox)
+    assert v.status == "mismatch" and "1 column" in v.reason
+
+
+def test_column_order_and_names_ignored(sandbox):
+    v = relaxed_ex("SELECT price AS cost, name AS what FROM item", "SELECT name, price FROM item", sandbox)
+    assert v.score == 1.0 and v.column_mapping == (1, 0)
+
+
+def test_same_bag_columns_swapped_within_self_join():
+    # ex19's kind with three same-named columns: pairing must follow the values, one-to-one
+    gold_rows = [("Oslo", "Rome", "Rome"), ("Rome", "Lima", "Oslo"), ("Lima", "Oslo", "Lima")]
+    gold = res(["town"] * 3, gold_rows)
+    pred = res(["town"] * 3, [(g[1], g[2], g[0]) for g in reversed(gold_rows)])
+    assert compare_results(res(["town"] * 3, reversed(gold_rows)), gold, ordered=False).column_mapping == (0, 1, 2)
+    v = compare_results(pred, gold, ordered=False)
+    assert v.score == 1.0 and v.column_mapping == (2, 0, 1)
+
+
+def test_row_alignment_lost_three_columns():
+    # ex04's kind: every column's bag matches, but no pairing keeps the rows together
+    gold = res(["n", "a", "b"], [["x", 1, 2], ["y", 2, 3], ["z", 3, 1]])
+    pred = res(["n", "a", "b"], [["x", 1, 3], ["y", 2, 1], ["z", 3, 2]])
+    v = compare_results(pred, gold, ordered=False)
+    assert v.status == "mismatch" and v.column_mapping is None
+    swapped = res(["n", "b", "a"], [["z", 1, 3], ["x", 2, 1], ["y", 3, 2]])
+    assert compare_results(swapped, gold, ordered=False).column_mapping == (0, 2, 1)
+
+
+# -- order -----------------------------------------------------------------------------------
+def test_row_order_only_matters_for_ordered_gold(sandbox):
+    gold_unordered = "SELECT name, price FROM item WHERE id < 4"
+    assert relaxed_ex("SELECT price, name FROM item WHERE id < 4 ORDER BY id DESC", gold_unordered, sandbox).score == 1.0
+    gold_ordered = "SELECT id, name FROM item ORDER BY id"
+    assert relaxed_ex("SELECT name, id FROM item ORDER BY id", gold_ordered, sandbox).score == 1.0
+    v = relaxed_ex("SELECT name, id FROM item ORDER BY id DESC", gold_ordered, sandbox)
+    assert v.status == "mismatch" and "sequence" in v.reason
+
+
+def test_ordered_gold_with_duplicate_columns():
+    gold = res(["a", "a"], [[1, 1], [2, 2]])
+    assert compare_results(res(["a", "b", "a"], [[1, 9, 1], [2, 8, 2]]), gold, ordered=True).column_mapping == (0, 2)
+    assert compare_results(res(["a", "b"], [[1, 9], [2, 8]]), gold, ordered=True).status == "mismatch"
+
+
+# -- empty and failed results (ex16, ex21, ex22) ---------------------------------------------
+def test_empty_gold_never_rewarded(sandbox):
+    v = relaxed_ex("SELECT name FROM item WHERE id = -1", "SELECT name FROM item WHERE id = 99", sandbox)
+    assert v.status == "gold_empty" and v.score is None and v.reward == 0.0 and not v.counts_in_mean
+    # all-NULL gold (aggregate over empty input) is empty too, even when the prediction agrees
+    v = relaxed_ex("SELECT max(price) FROM item WHERE id > 50", "SELECT avg(price) FROM item WHERE id > 50", sandbox)
+    assert v.status == "gold_empty" and v.reward == 0.0
+
+
+def test_empty_gold_skips_the_prediction(sandbox):
+    t0 = time.perf_counter()
+    v = relaxed_ex("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT i FROM n",
+                   "SELECT name FROM item WHERE 0", sandbox)
+    assert v.status == "gold_empty" and time.perf_counter() - t0 < 0.4
+
+
+def test_is_empty_result():
+    assert is_empty_result(res(["a"], []))
+    assert is_empty_result(res(["a", "b"], [[None, None], [None, None]]))
+    assert not is_empty_result(res(["a", "b"], [[None, 0]]))
+    assert not is_empty_result(res(["c"], [[0]]))
+    with pytest.raises(ValueError, match="syntax"):
+        is_empty_result(err("syntax"))
+
+
+def test_zero_count_is_an_answer(sandbox):
+    gold = "SELECT count(*) FROM item WHERE name = 'clip'"
+    assert relaxed_ex("SELECT count(*) FROM item WHERE name = 'clip' GROUP BY name", gold, sandbox).status == "mismatch"
+    assert relaxed_ex("SELECT count(id) FROM item WHERE name = 'clip'", gold, sandbox).score == 1.0
+
+
+@pytest.mark.parametrize("kind", ["syntax", "forbidden", "timeout", "runtime"])
+def test_pred_errors_scored_zero(kind):
+    v = compare_results(err(kind, "msg"), res(["a"], [[1]]), ordered=False)
+    assert v.status == "pred_error" and v.score == 0.0 and kind in v.reason
+
+
+@pytest.mark.parametrize("kind", ["syntax", "forbidden", "timeout", "runtime"])
+def test_gold_errors_make_the_sample_invalid(kind):
+    v = compare_results(res(["a"], [[1]]), err(kind, "msg"), ordered=False)
+    assert v.status == "gold_error" and v.score is None and not v.counts_in_mean
+
+
+def test_gold_error_over_sandbox(sandbox):
+    v = relaxed_ex("SELECT name FROM item", "SELECT nme FROM item", sandbox)
+    assert v.status == "gold_error" and "runtime" in v.reason
+    v = relaxed_ex("SELECT name FROM item", "DELETE FROM item", sandbox)
+    assert v.status == "gold_error" and "forbidden" in v.reason
+
+
+def test_truncation():
+    gold = res(["a"], [[1], [2]])
+    assert compare_results(res(["a"], [[1], [2]], truncated=True), gold, ordered=False).status == "mismatch"
+    v = compare_results(gold, res(["a"], [[1], [2]], truncated=True), ordered=False)
+    assert v.status == "gold_error" and "truncated" in v.reason
+
+
+# -- search budget and scale -----------------------------------------------------------------
+def test_many_same_bag_columns_match_without_blowup():
+    rng = random.Random(7)
+    n_rows, n_cols = 200, 40
+    base = list(range(n_rows))
+    gold_cols = [rng.sample(base, n_rows) for _ in range(n_cols)]  # every column has the same bag
+    extra = [rng.sample(base, n_rows) for _ in range(10)]
+    pred_order = list(range(n_cols + 10))
+    rng.shuffle(pred_order)
+    all_cols = gold_cols + extra
+    pred_cols = [all_cols[j] for j in pred_order]
+    row_perm = rng.sample(range(n_rows), n_rows)
+    gold = res([f"g{i}" for i in range(n_cols)], list(zip(*gold_cols)))
+    pred = res([f"p{j}" for j in range(n_cols + 10)], [tuple(c[r] for c in pred_cols) for r in row_perm])
+    t0 = time.perf_counter()
+    v = compare_results(pred, gold, ordered=False)
+    assert time.perf_counter() - t0 < 10
+    assert v.score == 1.0
+    assert v.column_mapping == tuple(pred_order.index(i) for i in range(n_cols))
+
+
+def test_search_budget_gives_undetermined():
+    gold = res(["a", "b", "c"], [[1, 2, 3], [2, 3, 1], [3, 1, 2]])
+    pred = res(["c", "b", "a"], [[3, 2, 1], [1, 3, 2], [2, 1, 3]])  # every column has the same bag
+    mapping = compare_results(pred, gold, ordered=False).column_mapping
+    assert mapping is not None and mapping != (0, 1, 2)  # the identity fails; (0, 2, 1) and (2, 1, 0) work
+    assert sorted(tuple(r[j] for j in mapping) for r in pred.rows) == sorted(gold.rows)
+    v = compare_results(pred, gold, ordered=False, search_budget=4)
+    assert v.status == "undetermined" and v.score == 0.0 and v.counts_in_mean
+
+
+def test_verdict_validation():
+    with pytest.raises(ValueError, match="status"):
+        EXVerdict(1.0, "great", "")
+    with pytest.raises(ValueError, match="needs score"):
+        EXVerdict(1.0, "gold_empty", "")
+    with pytest.raises(ValueError, match="needs score"):
+        EXVerdict(None, "mismatch", "")
+
+
+# -- properties ------------------------------------------------------------------------------
+cell = st.one_of(st.none(), st.integers(-3, 3), st.sampled_from(["", "a", "b"]), st.sampled_from([0.5, 2.0]))
+# extra prediction columns draw from values gold never holds, so none can stand in for a gold column
+extra_cell = st.sampled_from(["x", "y", 100, 101.5])
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), n_cols=st.integers(1, 4), n_extra=st.integers(0, 2), n_rows=st.integers(1, 6))
+def test_shuffled_superset_matches_and_mutation_breaks(data, n_cols, n_extra, n_rows):
+    rows = data.draw(st.lists(st.tuples(*[cell] * n_cols), min_size=n_rows, max_size=n_rows))
+    if all(v is None for r in rows for v in r):
+        rows[0] = (7,) + tuple(rows[0][1:])
+    gold = res([f"g{i}" for i in range(n_cols)], rows)
+    extra = data.draw(st.lists(st.tuples(*[extra_cell] * n_extra), min_size=n_rows, max_size=n_rows))
+    wide = [tuple(r) + tuple(e) for r, e in zip(rows, extra)]
+    col_perm = data.draw(st.permutations(range(n_cols + n_extra)))
+    row_perm = data.draw(st.permutations(range(n_rows)))
+    pred_rows = [tuple(wide[r][j] for j in col_perm) for r in row_perm]
+    v = compare_results(res([f"p{j}" for j in col_perm], pred_rows), gold, ordered=False)
+    assert v.score == 1.0
+    projected = sorted((tuple(r[j] for j in v.column_mapping) for r in pred_rows), key=repr)
+    assert projected == sorted(rows, key=repr)
+    # a value that occurs nowhere in gold, put into a gold column of one prediction row
+    target = col_perm.index(data.draw(st.integers(0, n_cols - 1)))
+    broken = [list(r) for r in pred_rows]
+    broken[0][target] = "never-in-gold"
+    assert compare_results(res(["p"] * len(col_perm), broken), gold, ordered=False).score == 0.0

@@ -1,0 +1,82 @@
+"""Every case in ../shared/cases/execution_cases.json, scored over its own tiny database.
+
+``expected``: ``equivalent`` -> status match, score 1; ``not equivalent`` -> score 0 (a mismatch);
+``must-not-crash: ...`` -> the outcome the text names: a gold failure marks the sample invalid
+(gold_error, score None), a runaway prediction is a timeout (pred_error, score 0).
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+
+import pytest
+
+from conftest import SHARED
+from textsql_clarify.database import SQLiteSandbox
+from textsql_clarify.rewards.execution import gold_is_ordered, relaxed_ex
+
+CASES_FILE = SHARED / "cases" / "execution_cases.json"
+CASES = json.loads(CASES_FILE.read_text()) if CASES_FILE.is_file() else []
+TIMEOUT_S = 0.5
+
+
+def expected_outcome(expected: str) -> tuple[str, float | None, str | None]:
+    """(status, score, word the reason must contain) for a case's ``expected`` text."""
+    if expected == "equivalent":
+        return "match", 1.0, None
+    if expected == "not equivalent":
+        return "mismatch", 0.0, None
+    if expected.startswith("must-not-crash:"):
+        text = expected.lower()
+        if "gold" in text and ("invalid" in text or "error" in text):
+            return "gold_error", None, "gold"
+        if "timeout" in text:
+            return "pred_error", 0.0, "timeout"
+    raise AssertionError(f"unknown expected verdict: {expected!r}")
+
+
+def test_cases_present():
+    if not CASES_FILE.is_file():
+        pytest.skip("../shared/cases/execution_cases.json absent")
+    assert len(CASES) == 9 and len({c["id"] for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_execution_case(case, tmp_path):
+    path = tmp_path / f"{case['id']}.sqlite"
+    con = sqlite3.connect(path)
+    con.executescript(case["schema_sql"])
+    con.commit()
+    con.close()
+    status, score, word = expected_outcome(case["expected"])
+    with SQLiteSandbox(path, timeout_s=TIMEOUT_S) as sb:
+        t0 = time.perf_counter()
+        v = relaxed_ex(case["pred_sql"], case["gold_sql"], sb, gold_key=case["id"])
+        assert time.perf_counter() - t0 <= TIMEOUT_S * 1.1 + 0.1
+        assert v.status == status, (case["id"], v)
+        assert v.score == score
+        if word:
+            assert word in v.reason.lower()
+        # scoring is symmetric for the equivalent cases whose columns match one-to-one
+        if status == "match" and len(sb.execute(case["pred_sql"]).columns) == len(sb.execute(case["gold_sql"]).columns):
+            if not gold_is_ordered(case["pred_sql"]):
+                assert relaxed_ex(case["gold_sql"], case["pred_sql"], sb).score == 1.0
+        # a gold scored against itself is a match unless the case is about the gold
+        if status != "gold_error":
+            assert relaxed_ex(case["gold_sql"], case["gold_sql"], sb).score == 1.0
+
+
+def test_case_specific_details(tmp_path):
+    by_id = {c["id"]: c for c in CASES}
+    if "ex19_same_name_columns_swapped" not in by_id or "ex17_column_superset" not in by_id:
+        pytest.skip("cases file absent or changed")
+    for cid, mapping in (("ex19_same_name_columns_swapped", (1, 0)), ("ex17_column_superset", (1,))):
+        case = by_id[cid]
+        path = tmp_path / f"{cid}.sqlite"
+        con = sqlite3.connect(path)
+        con.executescript(case["schema_sql"])
+        con.commit()
+        con.close()
+        with SQLiteSandbox(path) as sb:
+            assert relaxed_ex(case["pred_sql"], case["gold_sql"], sb).column_mapping == mapping
