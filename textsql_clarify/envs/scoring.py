@@ -15,7 +15,7 @@ from ..database import ExecutionResult, SQLiteSandbox
 from ..errors import SQLParseError
 from ..rewards.cells import ResultTable, column_origins, score_cells
 from ..rewards.components import score_components
-from ..rewards.execution import compare_results, gold_is_ordered
+from ..rewards.execution import compare_results, gold_is_ordered, is_empty_result
 from ..rewards.retrieval import score_retrieval, tables_read
 
 
@@ -100,7 +100,7 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
     flags["gold_truncated"] = gold.truncated
     verdict = compare_results(pred, gold, ordered=_ordered(gold_sql))
     comps["ex"] = verdict.score
-    gold_status = "error" if not gold.ok else ("empty" if not gold.rows else "ok")
+    gold_status = "error" if not gold.ok else ("empty" if is_empty_result(gold) else "ok")
     if detailed and gold_status == "ok":
         schema = sandbox.schema
         if pred.ok:
