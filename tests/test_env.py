@@ -256,3 +256,14 @@ def test_sync_vector_env_runs(samples):
     obs, rewards, term, trunc, infos = envs.step(["<feedback>no</feedback>", "<feedback>no</feedback>"])
     assert term.tolist() == [True, True]
     envs.close()
+
+
+def test_oracle_clarifications_are_judged_relevant(samples):
+    amb = [s for s in samples if s.group == "ambiguous"]
+    trajs, metrics = evaluate(amb, OracleAgent(), progress=False)
+    labels = [(t.sample_id, c.user_reply["label"]) for t in trajs for c in t.clarifications]
+    assert labels and [x for x in labels if x[1] != "relevant"] == []
+    # AIR: after the first relevant reply the oracle answers, except on chain samples (it asks L2 next)
+    n_chain = sum(1 for s in amb if s.chain is not None)
+    assert metrics["overall"]["AIR"]["n"] == len(amb)
+    assert metrics["overall"]["AIR"]["value"] == pytest.approx((len(amb) - n_chain) / len(amb))

@@ -93,7 +93,10 @@ def style_kind(style: str) -> str:
 
 
 _SQL_REQUEST = tuple(re.compile(p, re.IGNORECASE) for p in (
-    r"\b(?:give|show|tell|write|provide|send|share|paste|reveal)\b[^?.!]{0,20}\b(?:sql|query|queries|statement)\b",
+    # "write" only when the user is asked to write it: "before I write the query" is the agent's own plan
+    r"\b(?:give|show|tell|provide|send|share|paste|reveal)\b[^?.!]{0,20}\b(?:sql|query|queries|statement)\b",
+    r"\b(?:you|u)\s+(?:please\s+)?write\b[^?.!]{0,20}\b(?:sql|query|queries|statement)\b",
+    r"^\s*(?:please\s+)?write\b[^?.!]{0,20}\b(?:sql|query|queries|statement)\b",
     r"\b(?:what|which)\s+(?:sql|query|queries|statement)\b",
     r"\b(?:sql|query)\s+(?:should|would|do|must|can)\s+(?:i|we)\b",
     r"\b(?:correct|expected|right|exact|gold|reference|ground[- ]truth|full|whole|final|intended)\s+(?:sql|query)\b",
