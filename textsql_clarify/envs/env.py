@@ -113,6 +113,7 @@ class TextSQLClarifyEnv(gym.Env):
         self.action_space = UnicodeText(max_action_chars)
         self._sample: Sample | None = None
         self._done = True
+        self._static: dict[str, tuple] = {}
 
     # ------------------------------------------------------------------ public helpers
     @property
@@ -153,17 +154,10 @@ class TextSQLClarifyEnv(gym.Env):
         s = self.samples[idx]
         self._sample = s
         self._seed = seed
-        self._sandbox = get_sandbox(s.db_path, timeout_s=self.timeout_s, row_cap=self.row_cap)
-        all_tables = render.table_names(s.db_path)
-        if self.schema_tables is not None:
-            offered = [t for t in self.schema_tables(s, list(all_tables))]
-            self._offered = sorted({t.lower() for t in offered})
-            self._schema = render.schema_text(s.db_path, self._offered)
-        else:
-            self._offered = None
-            self._schema = render.schema_text(s.db_path)
-        self._schema_ids = frozenset(
-            [t.lower() for t in self._sandbox.schema] + [c.lower() for cols in self._sandbox.schema.values() for c in cols])
+        static = self._static.get(s.id)
+        if static is None:
+            static = self._static[s.id] = self._build_static(s)
+        self._sandbox, self._offered, self._schema, self._schema_ids, self._static_obs, self._system = static
         self._phase = "classification" if self.classification_phase else "interactive"
         self._clar_used = 0
         self._invalid_streak = 0
@@ -189,6 +183,23 @@ class TextSQLClarifyEnv(gym.Env):
         self._scores: dict[str, Any] = {"ex": None, "ex_post": None, "fb": None,
                                         "drift_recognised": None if s.drift is None else False}
         return self._obs(), self._info({}, None, None)
+
+    def _build_static(self, s: Sample) -> tuple:
+        """Per-sample content that does not change during an episode, computed once per env."""
+        sandbox = get_sandbox(s.db_path, timeout_s=self.timeout_s, row_cap=self.row_cap)
+        if self.schema_tables is not None:
+            offered = sorted({t.lower() for t in self.schema_tables(s, list(render.table_names(s.db_path)))})
+            schema = render.schema_text(s.db_path, offered)
+        else:
+            offered, schema = None, render.schema_text(s.db_path)
+        ids = frozenset([t.lower() for t in sandbox.schema] + [c.lower() for cols in sandbox.schema.values() for c in cols])
+        ctx = render.context_text("taxonomy_only" if self.category_mode == "predicted" else self.category_mode, s)
+        obs = {"question": clip_text(s.question, "question"), "evidence": clip_text(render.evidence_text(s), "evidence"),
+               "schema": clip_text(schema, "schema"), "context": clip_text(ctx, "context")}
+        system = render.system_message(schema, ctx, self.classification_phase)
+        if len(self._static) > 4096:
+            self._static.clear()
+        return sandbox, offered, schema, ids, obs, system
 
     def step(self, action: Any):
         """Apply one action string. Returns ``(obs, reward, terminated, truncated, info)``.
@@ -375,29 +386,28 @@ class TextSQLClarifyEnv(gym.Env):
         info["scores"] = dict(sc)
         return self._obs(), reward, terminated, truncated, info
 
+    def _context(self) -> str:
+        return render.context_text(self.category_mode, self._sample, self._predicted)
+
     def _obs(self) -> dict:
-        s = self._sample
-        return {
-            "question": clip_text(s.question, "question"),
-            "evidence": clip_text(render.evidence_text(s), "evidence"),
-            "schema": clip_text(self._schema, "schema"),
-            "context": clip_text(render.context_text(self.category_mode, s, self._predicted)
-                                 if self.category_mode != "predicted" or self._predicted else
-                                 render.context_text("taxonomy_only", s), "context"),
-            "history": clip_text(render.history_text(self._history), "history"),
-            "last_message": clip_text(self._last_message, "last_message"),
-            "turn": min(self._turn, self.max_turns),
-            "clarifications_left": max(0, self.max_clarifications - self._clar_used),
-            "phase": PHASES.index(self._phase),
-        }
+        obs = dict(self._static_obs)
+        if self.category_mode == "predicted" and self._predicted is not None:
+            obs["context"] = clip_text(self._context(), "context")
+        obs["history"] = clip_text(render.history_text(self._history), "history")
+        obs["last_message"] = clip_text(self._last_message, "last_message")
+        obs["turn"] = min(self._turn, self.max_turns)
+        obs["clarifications_left"] = max(0, self.max_clarifications - self._clar_used)
+        obs["phase"] = PHASES.index(self._phase)
+        return obs
 
     def _messages(self) -> list[dict[str, str]]:
-        s = self._sample
-        ctx = render.context_text(self.category_mode, s, self._predicted) if (
-            self.category_mode != "predicted" or self._predicted) else render.context_text("taxonomy_only", s)
-        msgs = [{"role": "system", "content": render.system_message(self._schema, ctx, self._phase == "classification")}]
+        system = self._system
+        if self.classification_phase and self._phase != "classification":
+            system = render.system_message(self._schema, self._context() if self._predicted is not None else
+                                           self._static_obs["context"], False)
+        msgs = [{"role": "system", "content": system}]
         msgs += [{"role": r, "content": t} for r, t in self._history]
-        if self._last_message and (not self._history or self._history[-1][1] != self._last_message):
+        if self._last_message and self._history[-1][1] != self._last_message:
             msgs.append({"role": "user", "content": self._last_message})
         return msgs
 
