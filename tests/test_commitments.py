@@ -1,0 +1,328 @@
+"""Commitment sets and drift subtypes (TIDE §2.2, App. A: Table 5, Alg. 2; Alg. 1; Table 4 case study)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlglot import exp
+from sqlglot.errors import ErrorLevel, UnsupportedError
+
+from textsql_clarify.errors import SQLParseError
+from textsql_clarify.rewards.commitments import (
+    Commitment, commitment_set, drift_subtype, filtering_commitments, is_drift, literal_replacement,
+    output_commitments,
+)
+from textsql_clarify.sqlschema import parse_sql, read_schema
+
+
+def units(sql: str, kind: str, scope: str = "$") -> set[str]:
+    return {c.value_form for c in commitment_set(sql) if c.kind == kind and c.scope == scope}
+
+
+# ---------------------------------------------------------------------------------------- TIDE Table 5
+def test_table5_where_splits_top_level_and():
+    assert units("SELECT * FROM t WHERE a=1 AND b=2", "where") == {"t.a = 1", "t.b = 2"}
+
+
+def test_table5_where_keeps_or_and_not_whole():
+    got = units("SELECT * FROM t WHERE a = 1 AND (b = 2 OR c = 3) AND NOT (d = 4 AND e = 5)", "where")
+    assert got == {"t.a = 1", "t.b = 2 OR t.c = 3", "NOT (t.d = 4 AND t.e = 5)"}
+
+
+def test_table5_select_items_and_star_marker():
+    assert units("SELECT c, AVG(v) FROM t GROUP BY c", "select") == {"t.c", "AVG(t.v)"}
+    assert units("SELECT * FROM t", "select") == {"*"}
+
+
+def test_table5_group_by():
+    assert units("SELECT c, d, COUNT(*) FROM t GROUP BY c, d", "group_by") == {"t.c", "t.d"}
+
+
+def test_table5_order_by_with_direction():
+    assert units("SELECT c FROM t ORDER BY v DESC", "order_by") == {"t.v DESC"}
+    assert units("SELECT c FROM t ORDER BY v", "order_by") == {"t.v ASC"}
+
+
+def test_table5_having():
+    assert units("SELECT c FROM t GROUP BY c HAVING COUNT(*)>5", "having") == {"COUNT(*) > 5"}
+
+
+def test_table5_limit_offset_with_values():
+    s = commitment_set("SELECT c FROM t LIMIT 10 OFFSET 20")
+    assert {(c.kind, c.value_form, c.structural_form) for c in s if c.kind in ("limit", "offset")} == {
+        ("limit", "LIMIT 10", "LIMIT ?"), ("offset", "OFFSET 20", "OFFSET ?")}
+
+
+def test_value_and_structural_forms_app_a_example():
+    (c,) = [c for c in commitment_set("SELECT * FROM sales WHERE region = 'West'") if c.kind == "where"]
+    assert c == Commitment("$", "where", "sales.region = 'West'", "sales.region = ?")
+
+
+def test_scopes_of_set_operation_branches_and_subqueries():
+    s = commitment_set("SELECT a FROM t WHERE b IN (SELECT b FROM u WHERE u.k = 1) "
+                       "UNION SELECT a FROM v WHERE v.k = 2")
+    by_scope = {(c.scope, c.kind, c.value_form) for c in s}
+    assert by_scope == {
+        ("$/union[0]", "select", "t.a"), ("$/union[0]", "where", "t.b IN (@where[0])"),
+        ("$/union[0]/where[0]", "select", "u.b"), ("$/union[0]/where[0]", "where", "u.k = 1"),
+        ("$/union[1]", "select", "v.a"), ("$/union[1]", "where", "v.k = 2"),
+    }
+    # the same unit in two scopes is two commitments
+    assert len({c for c in commitment_set("SELECT a FROM t WHERE a = 1 INTERSECT SELECT a FROM t WHERE a = 1")}) == 4
+
+
+# -------------------------------------------------------------------------------- TIDE Table 4 case study
+T4_PRE = ("SELECT DISTINCT c.coachID, t.tmID, c.year FROM coaches c JOIN teams t ON c.tmID=t.tmID AND "
+          "c.year=t.year WHERE c.year BETWEEN 2000 AND 2010 AND t.lost>t.won")
+T4_POST = ("SELECT DISTINCT c.coachID, t.tmID, c.year FROM coaches c JOIN teams t ON c.tmID=t.tmID AND "
+           "c.year=t.year WHERE t.lost>t.won")
+
+
+def test_table4_case_study_is_constraint_level():
+    assert is_drift(T4_PRE, T4_POST)
+    assert drift_subtype(T4_PRE, T4_POST) == "constraint"
+    removed = commitment_set(T4_PRE) - commitment_set(T4_POST)
+    assert {c.value_form for c in removed} == {"coaches.year BETWEEN 2000 AND 2010"}
+
+
+def test_table4_models_drop_the_year_filter_drr_true():
+    """Both models keep coaches.lost > coaches.won (the L2 error) and delete the year predicate: DRR=True."""
+    pre = T4_PRE.replace("t.lost>t.won", "c.lost > c.won")
+    post = T4_POST.replace("t.lost>t.won", "c.lost > c.won")
+    assert is_drift(pre, post) and drift_subtype(pre, post) == "constraint"
+    # the inherited chain error: the model's post-drift SQL differs from the gold post-drift SQL
+    assert commitment_set(post) != commitment_set(T4_POST)
+
+
+def test_literal_only_change_is_value_level():
+    assert drift_subtype(T4_PRE, T4_PRE.replace("2010", "2005")) == "value"
+    assert drift_subtype("SELECT * FROM sales WHERE region = 'West'",
+                         "SELECT * FROM sales WHERE region = 'East'") == "value"
+    # inside a subquery scope: the outer unit only names the scope, so only the inner literal moved
+    nested = "SELECT x FROM t WHERE x IN (SELECT y FROM v WHERE z = 3) AND w > 1"
+    assert drift_subtype(nested, nested.replace("z = 3", "z = 4")) == "value"
+
+
+def test_value_level_allows_one_literal_by_default():
+    two = T4_PRE.replace("2000 AND 2010", "1990 AND 2020")
+    assert drift_subtype(T4_PRE, two) == "reject"
+    assert drift_subtype(T4_PRE, two, max_literal_changes=2) == "value"
+    with pytest.raises(ValueError):
+        drift_subtype(T4_PRE, two, max_literal_changes=0)
+
+
+def test_select_only_change_is_projection_level():
+    post = T4_PRE.replace("c.coachID, t.tmID, c.year", "c.coachID, c.year")
+    assert drift_subtype(T4_PRE, post) == "projection"
+    assert drift_subtype("SELECT AVG(profit) FROM s WHERE y = 1",
+                         "SELECT name, profit FROM s WHERE y = 1 ORDER BY profit DESC LIMIT 5") == "projection"
+
+
+def test_pure_addition_and_no_change_are_not_drift():
+    assert drift_subtype(T4_POST, T4_PRE) == "not_drift"  # adding the year filter back
+    assert not is_drift(T4_POST, T4_PRE)
+    assert drift_subtype(T4_PRE, T4_PRE) == "not_drift"
+    assert drift_subtype("SELECT a FROM t", "SELECT a, b FROM t ORDER BY b LIMIT 3") == "not_drift"
+
+
+def test_mixed_change_is_rejected():
+    post = T4_POST.replace("c.coachID, t.tmID, c.year", "c.coachID")
+    assert is_drift(T4_PRE, post) and drift_subtype(T4_PRE, post) == "reject"
+    # a replaced predicate with a different structure is neither value nor constraint level
+    assert drift_subtype(T4_PRE, T4_PRE.replace("t.lost>t.won", "t.lost>=t.won")) == "reject"
+
+
+def test_w_and_o_split_and_lit_replace():
+    s = commitment_set(T4_PRE)
+    assert {c.kind for c in filtering_commitments(s)} == {"where"}
+    assert filtering_commitments(s) | output_commitments(s) == s
+    w_pre = filtering_commitments(s)
+    w_post = filtering_commitments(commitment_set(T4_PRE.replace("2000", "1999")))
+    assert literal_replacement(w_pre, w_post)
+    assert not literal_replacement(w_pre, w_pre)
+
+
+def test_commitment_sets_accepted_as_inputs_and_typed_errors():
+    pre, post = commitment_set(T4_PRE), commitment_set(T4_POST)
+    assert drift_subtype(pre, post) == "constraint" and is_drift(pre, T4_POST)
+    with pytest.raises(TypeError, match="pre"):
+        is_drift(["SELECT 1"], T4_POST)
+    with pytest.raises(TypeError, match="Commitment"):
+        drift_subtype({"t.a = 1"}, post)
+    with pytest.raises(SQLParseError):
+        commitment_set("SELECT FROM WHERE")
+    with pytest.raises(SQLParseError):
+        is_drift("SELECT a FROM t", "DROP TABLE t")
+
+
+# ------------------------------------------------------------------- canonicalisation must not invent drift
+def test_alias_names_do_not_matter():
+    a = commitment_set("SELECT t1.name AS n FROM student AS t1 WHERE t1.age > 5 ORDER BY n")
+    b = commitment_set("select STUDENT.Name as x from Student where 5 < AGE order by 1")
+    assert a == b
+
+
+def test_inner_join_on_equals_where_but_outer_join_on_does_not():
+    on = commitment_set("SELECT a.x FROM a JOIN b ON a.id = b.id WHERE b.y = 1")
+    where = commitment_set("SELECT a.x FROM a, b WHERE b.y = 1 AND b.id = a.id")
+    assert on == where
+    left = commitment_set("SELECT a.x FROM a LEFT JOIN b ON a.id = b.id WHERE b.y = 1")
+    assert left != on and {c.value_form for c in left if c.kind == "where"} == {"b.y = 1"}
+
+
+def test_reordered_conjuncts_with_subqueries_keep_their_scopes():
+    a = commitment_set("SELECT x FROM t WHERE x IN (SELECT y FROM u WHERE k = 1) AND z IN (SELECT w FROM v)")
+    b = commitment_set("SELECT x FROM t WHERE z IN (SELECT w FROM v) AND x IN (SELECT y FROM u WHERE k = 1)")
+    assert a == b
+
+
+_OPS = {"=": "<>", "<>": "=", ">": "<=", "<=": ">", "<": ">=", ">=": "<"}
+_MIRROR = {"=": "=", "<>": "<>", ">": "<", "<": ">", ">=": "<=", "<=": ">="}
+_COLS = ("age", "name", "score", "city")
+
+predicate = st.tuples(st.sampled_from(_COLS), st.sampled_from(sorted(_OPS)),
+                      st.one_of(st.integers(-50, 50), st.sampled_from(["'West'", "'east'", "'A b'"])))
+
+
+def _spell(preds, flips, cases, parens, alias, order):
+    """One spelling of ``SELECT name FROM people WHERE <preds>`` (equivalent for every argument value)."""
+    q = "p." if alias else ""
+    parts = []
+    for (col, op, lit), flip, upper, paren in zip(preds, flips, cases, parens):
+        c = (col.upper() if upper else col)
+        text = f"{lit} {_MIRROR[op]} {q}{c}" if flip else f"{q}{c} {op} {lit}"
+        parts.append(f"(({text}))" if paren else text)
+    parts = [parts[i] for i in order]
+    src = "People AS p" if alias else "people"
+    kw_and = " and " if cases[0] else " AND "
+    return f"SELECT {q}name FROM {src} WHERE {kw_and.join(parts)}"
+
+
+@st.composite
+def spellings(draw):
+    preds = draw(st.lists(predicate, min_size=1, max_size=4, unique=True))
+    n = len(preds)
+    bools = st.lists(st.booleans(), min_size=n, max_size=n)
+    a = (draw(bools), draw(bools), draw(bools), draw(st.booleans()), draw(st.permutations(range(n))))
+    b = (draw(bools), draw(bools), draw(bools), draw(st.booleans()), draw(st.permutations(range(n))))
+    return preds, a, b
+
+
+@settings(max_examples=60, deadline=None)
+@given(spellings())
+def test_equivalent_spellings_give_one_commitment_set(case):
+    preds, a, b = case
+    sa, sb = _spell(preds, *a), _spell(preds, *b)
+    assert commitment_set(sa) == commitment_set(sb), (sa, sb)
+    assert not is_drift(sa, sb) and drift_subtype(sa, sb) == "not_drift"
+
+
+@settings(max_examples=60, deadline=None)
+@given(spellings(), st.data())
+def test_reversed_polarity_is_a_different_commitment(case, data):
+    preds, a, b = case
+    i = data.draw(st.integers(0, len(preds) - 1))
+    col, op, lit = preds[i]
+    negated = preds[:i] + [(col, _OPS[op], lit)] + preds[i + 1:]
+    if (col, _OPS[op], lit) in preds:  # the negation is already there: removing the original is constraint
+        return
+    sa, sb = _spell(preds, *a), _spell(negated, *b)
+    assert commitment_set(sa) != commitment_set(sb)
+    assert is_drift(sa, sb)
+    assert drift_subtype(sa, sb) == "reject"  # structure changed: not a literal swap, not a removal
+
+
+# ------------------------------------------------------------------------------------------ real data
+def _respell(sql: str) -> str | None:
+    """Re-spell a query: table aliases renamed, every = operand pair swapped, x > y written y < x, pretty.
+
+    ``None`` where sqlglot cannot write the query back in SQLite faithfully: BIRD's ``TO_CHAR(x, fmt)``
+    (the format would be dropped) and Postgres' ``DISTINCT ON`` (rewritten into a window query).
+    """
+    t = parse_sql(sql)
+    if any(d.args.get("on") is not None for d in t.find_all(exp.Distinct)):
+        return None
+    aliases = {tb.alias.lower() for tb in t.find_all(exp.Table) if tb.alias}
+    for ta in t.find_all(exp.TableAlias):
+        if ta.name.lower() in aliases:
+            ta.set("this", exp.to_identifier("q_" + ta.name))
+    for col in t.find_all(exp.Column):
+        if col.table.lower() in aliases:
+            col.set("table", exp.to_identifier("q_" + col.table))
+    mirror = {exp.GT: exp.LT, exp.LT: exp.GT, exp.GTE: exp.LTE, exp.LTE: exp.GTE}
+    for node in list(t.find_all(exp.EQ, exp.GT, exp.LT, exp.GTE, exp.LTE)):
+        node.replace(mirror.get(type(node), type(node))(this=node.expression.copy(), expression=node.this.copy()))
+    try:
+        return t.sql(dialect="sqlite", pretty=True, unsupported_level=ErrorLevel.RAISE)
+    except UnsupportedError:
+        return None
+
+
+def _check_real(pairs):
+    failures, changed, not_respelled = [], [], 0
+    for sql, schema in pairs:
+        try:
+            s = commitment_set(sql, schema)
+        except SQLParseError as e:
+            failures.append((sql, e.reason))
+            continue
+        assert s, sql
+        other = _respell(sql)
+        if other is None:
+            not_respelled += 1
+        elif commitment_set(other, schema) != s:
+            changed.append(sql)
+    return failures, changed, not_respelled
+
+
+@pytest.mark.realdata
+def test_all_spider_dev_gold_queries(spider_root):
+    items = json.loads((spider_root / "dev.json").read_text())
+    assert len(items) == 1034
+    failures, _ = _check_real_no_respell((it["query"], None) for it in items)
+    assert failures == []
+    pairs = [(it["query"], read_schema(str(spider_root / "database" / it["db_id"] / f"{it['db_id']}.sqlite")))
+             for it in items]
+    failures, changed, not_respelled = _check_real(pairs)
+    assert failures == [] and not_respelled == 0
+    assert changed == []  # a re-spelling never reads as drift
+
+
+def _check_real_no_respell(pairs):
+    failures = []
+    for sql, schema in pairs:
+        try:
+            assert commitment_set(sql, schema), sql
+        except SQLParseError as e:
+            failures.append((sql, e.reason))
+    return failures, []
+
+
+def _bird_schemas(path):
+    out = {}
+    for db in json.loads(path.read_text()):
+        tables = db["table_names_original"]
+        schema = {t.lower(): {} for t in tables}
+        for ti, col in db["column_names_original"]:
+            if ti >= 0:
+                schema[tables[ti].lower()][col.lower()] = "TEXT"
+        out[db["db_id"]] = schema
+    return out
+
+
+@pytest.mark.realdata
+def test_all_bird_minidev_gold_queries(shared_data):
+    folder = shared_data / "bird_minidev_questions"
+    if not (folder / "dev.json").is_file():
+        pytest.skip("real data absent: bird_minidev_questions/dev.json not found")
+    items = json.loads((folder / "dev.json").read_text())
+    assert len(items) == 500
+    failures, _ = _check_real_no_respell((it["SQL"], None) for it in items)
+    assert failures == []
+    schemas = _bird_schemas(folder / "dev_tables.json")
+    failures, changed, not_respelled = _check_real((it["SQL"], schemas[it["db_id"]]) for it in items)
+    assert failures == [] and changed == []
+    # measured: 29 queries use TO_CHAR(x, fmt) and 1 uses DISTINCT ON; SQLite output cannot carry them
+    assert not_respelled == 30

@@ -1,0 +1,672 @@
+"""Component sets: where the SQL went wrong (article: "Component: where the SQL went wrong").
+
+Both queries are reduced to six sets of canonical SQL fragments, each scored with its own precision and
+recall. Precision falls where the candidate added something, recall where it left something out. The
+sets follow the article (and the spirit of Spider's component matching):
+
+- ``tables``: base tables read anywhere in the query (CTE names are not tables);
+- ``joins``: column-to-column equalities between two different sources, from ON *or* WHERE;
+- ``filters``: every other WHERE, HAVING and ON conjunct (top-level AND split);
+- ``aggregations``: every aggregate call (``SUM(orders.amount)``, ``COUNT(*)``), wherever it is;
+- ``group_by``: grouping keys;
+- ``order_by``: ordering keys with their direction, plus the row window (``LIMIT n`` / ``OFFSET m``);
+  top-k is an ordering decision in SQLite, and without it the agent-LIMIT policy would have nothing to act
+  on (argued in ``docs/metrics.md``).
+
+Preparation (article: the "preparation" paragraph) is identical on both sides: every column is resolved to
+``table.column`` with sqlglot's qualify plus the schema, table aliases are replaced by table names, select
+aliases and ordinals in GROUP BY / ORDER BY / HAVING are expanded, and each fragment is rendered in one
+canonical spelling (see :func:`canonical_sql`). The only one-sided step is the documented agent-side
+cleaning of :class:`ComponentPolicy`. The preparation is shared with :mod:`.commitments`.
+
+Undefined is not zero (article: "Measuring honestly"): a precision or recall whose denominator is 0 is
+``None``.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Callable
+
+from sqlglot import exp
+from sqlglot.errors import ErrorLevel, SqlglotError, UnsupportedError
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.scope import traverse_scope
+
+from ..errors import SQLParseError
+from ..sqlschema import DIALECT, Schema, parse_sql
+
+__all__ = [
+    "COMPONENT_SETS", "ComponentPolicy", "PreparedQuery", "prepare_sql", "canonical_sql", "conjuncts",
+    "immediate_subqueries", "component_sets", "score_components", "precision_recall",
+]
+
+#: the six component sets, in report order (article: "Component").
+COMPONENT_SETS: tuple[str, ...] = ("tables", "joins", "filters", "aggregations", "group_by", "order_by")
+
+
+@dataclass(frozen=True)
+class ComponentPolicy:
+    """What the candidate (agent) side loses before scoring, and nothing else (article: "Component").
+
+    The article's rule: both sides are parsed identically, and the candidate loses only what the agent adds
+    by design and the gold never has. A step applied to one side only would measure the harness.
+
+    Attributes:
+        ignore_agent_limit: drop the agent's pagination row cap: an outermost ``LIMIT n`` (with its
+            ``OFFSET``) on the candidate whose ``n >= agent_limit_min_rows``, and only when the gold's
+            outermost query has no LIMIT. Default ``True``.
+        agent_limit_min_rows: smallest ``n`` (rows) read as a pagination cap rather than a top-k choice
+            of the model (``LIMIT 1`` is a choice, ``LIMIT 1000`` a cap). Default 100.
+
+    Raises:
+        TypeError: a field has the wrong type.
+        ValueError: ``agent_limit_min_rows < 1``.
+    """
+
+    ignore_agent_limit: bool = True
+    agent_limit_min_rows: int = 100
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ignore_agent_limit, bool):
+            raise TypeError(f"ComponentPolicy.ignore_agent_limit must be a bool, got {self.ignore_agent_limit!r}")
+        if isinstance(self.agent_limit_min_rows, bool) or not isinstance(self.agent_limit_min_rows, int):
+            raise TypeError(
+                f"ComponentPolicy.agent_limit_min_rows must be an int, got {self.agent_limit_min_rows!r}")
+        if self.agent_limit_min_rows < 1:
+            raise ValueError(f"ComponentPolicy.agent_limit_min_rows must be >= 1, got {self.agent_limit_min_rows}")
+
+
+# ---------------------------------------------------------------------------------------------- preparation
+@dataclass(frozen=True)
+class PreparedQuery:
+    """A parsed query after the shared preparation (:func:`prepare_sql`).
+
+    Attributes:
+        tree: the sqlglot AST, columns resolved to canonical source names (a private copy; callers may
+            mutate it).
+        qualified: ``True`` when sqlglot's qualify succeeded; ``False`` when it could not resolve the query
+            and only table aliases were replaced (unqualified columns then stay unqualified).
+    """
+
+    tree: exp.Expression
+    qualified: bool
+
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.Glob,
+                exp.NullSafeEQ, exp.NullSafeNEQ)
+
+
+def _check_schema(schema: object) -> Schema | None:
+    if schema is None:
+        return None
+    if not isinstance(schema, Mapping):
+        raise TypeError(f"schema must be a mapping {{table: {{column: type}}}} or None, got {type(schema).__name__}")
+    out: Schema = {}
+    for table, cols in schema.items():
+        if not isinstance(table, str) or not isinstance(cols, Mapping):
+            raise TypeError(f"schema entry {table!r} must map a table name to {{column: type}}, "
+                            f"got {type(cols).__name__}")
+        out[table.lower()] = {str(c).lower(): str(t or "TEXT") for c, t in cols.items()}
+    return out
+
+
+def _double_quoted_literals(tree: exp.Expression, sql: str, schema: Schema | None) -> None:
+    """Turn ``"Kyle"`` into the string ``'Kyle'`` where SQLite would (in place).
+
+    SQLite reads a double-quoted token that resolves to no column as a string literal (Spider writes
+    ``name = "Kyle"``). With a schema the rule is SQLite's: no column of that name anywhere. Without one, a
+    double-quoted bare name in a value position (right operand of a comparison, an IN list item, a
+    BETWEEN bound) is read as a literal.
+    """
+    known = {c for cols in schema.values() for c in cols} if schema is not None else None
+    aliases = {a.alias.lower() for a in tree.find_all(exp.Alias) if a.alias}
+    for col in list(tree.find_all(exp.Column)):
+        ident = col.this
+        if col.table or not isinstance(ident, exp.Identifier) or not ident.args.get("quoted"):
+            continue
+        start = (ident.meta or {}).get("start")
+        if start is None or start >= len(sql) or sql[start] != '"':
+            continue
+        name = ident.this
+        if known is not None:
+            literal = name.lower() not in known and name.lower() not in aliases
+        else:
+            parent = col.parent
+            literal = ((isinstance(parent, _COMPARISONS) and col.arg_key == "expression")
+                       or (isinstance(parent, exp.In) and col.arg_key == "expressions")
+                       or (isinstance(parent, exp.Between) and col.arg_key in ("low", "high")))
+        if literal:
+            col.replace(exp.Literal.string(name))
+
+
+def _infer_schema(tree: exp.Expression) -> Schema:
+    """Columns the query itself attributes to base tables (qualified refs; bare names in one-table scopes)."""
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    out: Schema = {t.name.lower(): {} for t in tree.find_all(exp.Table) if t.name and t.name.lower() not in ctes}
+    try:
+        scopes = traverse_scope(tree)
+    except (SqlglotError, KeyError, ValueError, AttributeError, RecursionError):
+        return out
+    for scope in scopes:
+        tables = {k.lower(): v for k, v in scope.sources.items() if isinstance(v, exp.Table)}
+        sel = scope.expression
+        aliases = ({e.alias.lower() for e in sel.expressions if isinstance(e, exp.Alias)}
+                   if isinstance(sel, exp.Select) else set())
+        for col in scope.columns:
+            if isinstance(col.this, exp.Star) or not col.name:
+                continue
+            name = col.name.lower()
+            if col.table:
+                s: object = scope
+                while s is not None:
+                    src = {k.lower(): v for k, v in s.sources.items()}.get(col.table.lower())
+                    if src is not None:
+                        if isinstance(src, exp.Table) and src.name.lower() in out:
+                            out[src.name.lower()][name] = "TEXT"
+                        break
+                    s = s.parent
+            elif len(scope.sources) == 1 and len(tables) == 1 and name not in aliases:
+                src = next(iter(tables.values()))
+                if src.name.lower() in out:
+                    out[src.name.lower()][name] = "TEXT"
+    return out
+
+
+def _source_map(sel: exp.Select, ctes: set[str]) -> dict[str, str]:
+    """``{alias: canonical source name}`` for one SELECT: the table name, ``name#k`` for the k-th copy of a
+    self-joined table, ``derived<k>`` for the k-th derived table; CTE references keep their name."""
+    out: dict[str, str] = {}
+    seen: Counter = Counter()
+    n_derived = 0
+    sources = []
+    if sel.args.get("from_") is not None:
+        sources.append(sel.args["from_"].this)
+    sources += [j.this for j in sel.args.get("joins") or []]
+    for src in sources:
+        key = (src.alias_or_name or "").lower()
+        if isinstance(src, exp.Table) and src.name:
+            name = src.name.lower()
+            seen[name] += 1
+            out[key] = name if seen[name] == 1 or name in ctes else f"{name}#{seen[name]}"
+        elif key:
+            n_derived += 1
+            out[key] = f"derived{n_derived}"
+    return out
+
+
+def _canonical_qualifiers(tree: exp.Expression) -> None:
+    """Replace every column's table qualifier by its canonical source name (in place); correlated columns
+    resolve through the enclosing SELECTs, innermost first, as SQL does."""
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    maps: dict[int, dict[str, str]] = {}
+    for col in list(tree.find_all(exp.Column)):
+        qualifier = col.table
+        if not qualifier:
+            continue
+        sel = col.find_ancestor(exp.Select)
+        while sel is not None:
+            m = maps.get(id(sel))
+            if m is None:
+                m = maps[id(sel)] = _source_map(sel, ctes)
+            if qualifier.lower() in m:
+                col.set("table", exp.to_identifier(m[qualifier.lower()]))
+                break
+            sel = sel.find_ancestor(exp.Select)
+
+
+def _unalias(e: exp.Expression) -> exp.Expression:
+    return e.this if isinstance(e, exp.Alias) else e
+
+
+def _expand_references(tree: exp.Expression) -> None:
+    """Expand select-list ordinals (``ORDER BY 2``) and select aliases (``ORDER BY cnt``) in GROUP BY,
+    ORDER BY and HAVING into the expressions they name (in place), as SQLite resolves them."""
+    for sel in list(tree.find_all(exp.Select)):
+        items = sel.expressions
+        aliases = {e.alias.lower(): e.this for e in items if isinstance(e, exp.Alias) and e.alias}
+        for key in ("group", "order"):
+            clause = sel.args.get(key)
+            if clause is None:
+                continue
+            for e in list(clause.expressions):
+                target = e.this if isinstance(e, exp.Ordered) else e
+                if isinstance(target, exp.Literal) and not target.is_string and target.this.isdigit():
+                    k = int(target.this)
+                    if 1 <= k <= len(items) and not isinstance(_unalias(items[k - 1]), exp.Star):
+                        target.replace(_unalias(items[k - 1]).copy())
+        if not aliases:
+            continue
+        for key in ("group", "order", "having"):
+            clause = sel.args.get(key)
+            if clause is None:
+                continue
+            for col in list(clause.find_all(exp.Column)):
+                if not col.table and col.name.lower() in aliases and col.find_ancestor(exp.Select) is sel:
+                    col.replace(aliases[col.name.lower()].copy())
+
+
+def prepare_sql(sql: str, schema: Mapping | None = None) -> PreparedQuery:
+    """Parse and prepare one query the same way for every side (article: "Component", preparation).
+
+    Steps: parse (SQLite dialect); double-quoted string literals as SQLite reads them; sqlglot ``qualify``
+    (stars are kept, so ``SELECT *`` stays one marker) with ``schema`` merged over the columns the query
+    itself attributes to tables; table aliases replaced by table names (``t1.name`` -> ``student.name``);
+    select aliases and ordinals expanded in GROUP BY / ORDER BY / HAVING.
+
+    Args:
+        sql: one SQLite statement; it must be a query (SELECT or a set operation).
+        schema: ``{table: {column: type}}`` (e.g. :func:`textsql_clarify.sqlschema.read_schema`) or ``None``.
+
+    Returns:
+        :class:`PreparedQuery`; ``qualified`` is ``False`` where qualify failed and a lighter resolution was
+        used (counted by the real-data tests).
+
+    Raises:
+        SQLParseError: empty input, several statements, a parse error, not a query, or nested too deeply.
+        TypeError: ``schema`` is not a ``{table: {column: type}}`` mapping.
+    """
+    given = _check_schema(schema)
+    tree = parse_sql(sql)
+    if not isinstance(tree, exp.Query):
+        raise SQLParseError(sql, f"not a query: {type(tree).__name__} statement")
+    try:
+        _double_quoted_literals(tree, sql, given)
+        merged = {t: cols for t, cols in _infer_schema(tree).items() if cols}
+        if given:
+            merged.update(given)
+        qualified = True
+        try:
+            tree = qualify(tree.copy(), schema=merged or None, dialect=DIALECT, expand_stars=False,
+                           validate_qualify_columns=False, quote_identifiers=False, identify=False)
+        except (SqlglotError, KeyError, ValueError, AttributeError, TypeError):
+            qualified = False
+            tree = normalize_identifiers(tree.copy(), dialect=DIALECT)
+        _canonical_qualifiers(tree)
+        _expand_references(tree)
+    except RecursionError as e:
+        raise SQLParseError(sql, "query nested too deeply") from e
+    return PreparedQuery(tree, qualified)
+
+
+# ------------------------------------------------------------------------------------------- canonical text
+_PLAIN_IDENT = re.compile(r"[a-z_][a-z0-9_]*")
+_QUERY_NODES = (exp.Query, exp.Subquery)
+_FLIP = {exp.GT: exp.LT, exp.LT: exp.GT, exp.GTE: exp.LTE, exp.LTE: exp.GTE}
+_NEGATE = {exp.EQ: exp.NEQ, exp.NEQ: exp.EQ, exp.GT: exp.LTE, exp.LTE: exp.GT, exp.LT: exp.GTE, exp.GTE: exp.LT}
+#: binding strength of SQLite operators (higher binds tighter); other nodes are atoms
+_PRECEDENCE: dict[type, int] = {
+    exp.Or: 1, exp.And: 2, exp.Not: 3,
+    exp.EQ: 4, exp.NEQ: 4, exp.NullSafeEQ: 4, exp.NullSafeNEQ: 4, exp.Is: 4, exp.In: 4, exp.Like: 4,
+    exp.ILike: 4, exp.Glob: 4, exp.Between: 4, exp.RegexpLike: 4,
+    exp.GT: 5, exp.GTE: 5, exp.LT: 5, exp.LTE: 5,
+    exp.BitwiseAnd: 6, exp.BitwiseOr: 6, exp.BitwiseLeftShift: 6, exp.BitwiseRightShift: 6,
+    exp.Add: 7, exp.Sub: 7, exp.Mul: 8, exp.Div: 8, exp.Mod: 8, exp.IntDiv: 8, exp.DPipe: 9,
+    exp.Neg: 10, exp.BitwiseNot: 10,
+}
+#: label rendered for a masked subquery when the caller gave none
+GENERIC_SUBQUERY = "SELECT …"
+
+
+def immediate_subqueries(node: exp.Expression) -> list[exp.Expression]:
+    """Query nodes directly inside ``node`` (a ``Subquery`` wrapper, or a bare ``Select`` / set operation
+    as in ``EXISTS(SELECT ...)``), not those nested inside them; in walk order. ``node`` itself is never
+    returned. TIDE Alg. 2, "immediate subqueries"."""
+    found: list[exp.Expression] = []
+    stack = list(reversed(list(node.iter_expressions())))
+    while stack:
+        child = stack.pop()
+        if isinstance(child, _QUERY_NODES):
+            found.append(child)
+        else:
+            stack.extend(reversed(list(child.iter_expressions())))
+    return found
+
+
+def conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
+    """Split a condition at its top-level ANDs, looking through redundant parentheses; OR and NOT
+    subtrees stay whole (TIDE Table 5, WHERE row). ``None`` gives ``[]``."""
+    if node is None:
+        return []
+    if isinstance(node, (exp.Where, exp.Having)):
+        node = node.this
+    return _operands(node) if isinstance(_strip_parens(node), exp.And) else [_strip_parens(node)]
+
+
+def _strip_parens(node: exp.Expression) -> exp.Expression:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _is_constant(n: exp.Expression) -> bool:
+    while isinstance(n, (exp.Neg, exp.Paren)):
+        n = n.this
+    return isinstance(n, (exp.Literal, exp.Null, exp.Boolean, exp.Placeholder))
+
+
+def _key(n: exp.Expression) -> tuple[int, str]:
+    """Sort key of a canonical operand: non-constants first, then the fully parenthesised text."""
+    return (1 if _is_constant(n) else 0, _render(n.copy()))
+
+
+def _rebuild(cls: type, items: list[exp.Expression]) -> exp.Expression:
+    out = items[0]
+    for it in items[1:]:
+        out = cls(this=out, expression=it)
+    return out
+
+
+def _canon(n: exp.Expression) -> exp.Expression:
+    """Bottom-up canonical rewrite of one node whose children are already canonical."""
+    if isinstance(n, exp.Paren):
+        return n.this
+    if isinstance(n, exp.Identifier):
+        name = n.this.lower() if isinstance(n.this, str) else n.this
+        n.set("this", name)
+        n.set("quoted", not (isinstance(name, str) and _PLAIN_IDENT.fullmatch(name)))
+        return n
+    if isinstance(n, exp.Anonymous) and isinstance(n.this, str):
+        n.set("this", n.this.upper())
+        return n
+    if isinstance(n, exp.Binary) and n.args.get("negate"):
+        n.set("negate", None)
+        return _canon(exp.Not(this=_canon(n)))
+    if isinstance(n, exp.Not):
+        inner = n.this
+        if isinstance(inner, exp.Not):
+            return inner.this
+        neg = _NEGATE.get(type(inner))
+        if neg is not None:
+            return _canon(neg(this=inner.this, expression=inner.expression))
+        return n
+    if isinstance(n, exp.In) and n.expressions and not n.args.get("query") and not n.args.get("unnest"):
+        items = sorted({_render(e.copy()): e for e in n.expressions}.values(), key=_key)
+        if len(items) == 1:
+            return _canon(exp.EQ(this=n.this, expression=items[0]))
+        n.set("expressions", items)
+        return n
+    if isinstance(n, (exp.EQ, exp.NEQ)):
+        if _key(n.this) > _key(n.expression):
+            return type(n)(this=n.expression, expression=n.this)
+        return n
+    if type(n) in _FLIP:
+        if _key(n.this) > _key(n.expression):
+            return _FLIP[type(n)](this=n.expression, expression=n.this)
+        return n
+    return n
+
+
+def _operands(n: exp.Expression) -> list[exp.Expression]:
+    """Operands of an AND (or OR) chain, looking through parentheses; iterative, so long chains are cheap."""
+    cls, out, stack = type(_strip_parens(n)), [], [n]
+    while stack:
+        inner = _strip_parens(stack.pop())
+        if type(inner) is cls:
+            stack.extend((inner.expression, inner.this))
+        else:
+            out.append(inner)
+    return out
+
+
+def _canonical_connector(n: exp.Expression) -> exp.Expression:
+    """An AND / OR chain flattened, each operand canonical, de-duplicated and sorted (commutativity)."""
+    keyed: dict[str, tuple[tuple[int, str], exp.Expression]] = {}
+    for part in _operands(n):
+        part = _canonical_tree(part)
+        for p in _operands(part) if type(part) is type(n) else [part]:
+            text = _render(p.copy())
+            keyed.setdefault(text, ((1 if _is_constant(p) else 0, text), p))
+    items = [node for _, node in sorted(keyed.values(), key=lambda kv: kv[0])]
+    return _rebuild(type(n), items)
+
+
+def _canonical_tree(n: exp.Expression) -> exp.Expression:
+    if isinstance(n, (exp.And, exp.Or)):
+        return _canonical_connector(n)
+    for key, value in list(n.args.items()):
+        if isinstance(value, exp.Expression):
+            n.set(key, _canonical_tree(value))
+        elif isinstance(value, list):
+            n.set(key, [_canonical_tree(v) if isinstance(v, exp.Expression) else v for v in value])
+    return _canon(n)
+
+
+def _parenthesise(n: exp.Expression) -> exp.Expression:
+    """Put back exactly the parentheses SQLite's precedence needs (in place): a nested operator that binds
+    less tightly than its parent, or as tightly but not as the left operand. Since redundant parentheses
+    were removed first, one tree has one text and two trees never share one."""
+    targets = []
+    for c in n.walk():
+        if c is n or c.parent is None:
+            continue
+        pc, pp = _PRECEDENCE.get(type(c)), _PRECEDENCE.get(type(c.parent))
+        if pc is None or pp is None:
+            continue
+        if pc < pp or (pc == pp and c.arg_key != "this"):
+            targets.append(c)
+    for c in targets:
+        p = exp.Paren()
+        c.replace(p)
+        p.set("this", c)
+    return n
+
+
+def _render(n: exp.Expression) -> str:
+    if isinstance(n, exp.Ordered):
+        desc = bool(n.args.get("desc"))
+        nulls_first = n.args.get("nulls_first")
+        text = f"{_render(n.this)} {'DESC' if desc else 'ASC'}"
+        # SQLite's default: NULLs sort first ascending, last descending
+        if nulls_first is not None and bool(nulls_first) == desc:
+            text += " NULLS FIRST" if nulls_first else " NULLS LAST"
+        return text
+    return _text(_parenthesise(n))
+
+
+def _text(n: exp.Expression) -> str:
+    """SQLite spelling of ``n``. Where SQLite's generator would drop part of a function (e.g. the format
+    of BIRD's ``TO_CHAR(x, 'YYYY')``), that function is spelled as a plain call with all its arguments,
+    so that two different trees never share one text."""
+    try:
+        return n.sql(dialect=DIALECT, unsupported_level=ErrorLevel.RAISE)
+    except UnsupportedError:
+        pass
+    for f in reversed(list(n.walk(bfs=False))):
+        if isinstance(f, exp.Func) and not isinstance(f, exp.Anonymous):
+            try:
+                f.sql(dialect=DIALECT, unsupported_level=ErrorLevel.RAISE)
+            except UnsupportedError:
+                args = [a for v in f.args.values() for a in (v if isinstance(v, list) else [v])
+                        if isinstance(a, exp.Expression)]
+                plain = exp.Anonymous(this=f.sql_name(), expressions=args)
+                if f is n:
+                    n = plain
+                else:
+                    f.replace(plain)
+    return n.sql(dialect=DIALECT, unsupported_level=ErrorLevel.IGNORE)
+
+
+def canonical_sql(node: exp.Expression, *, literals: bool = True,
+                  subquery_label: Callable[[exp.Expression], str] | None = None) -> str:
+    """One canonical spelling of a SQL fragment (a predicate, select item, key, ``Ordered``).
+
+    Equivalent spellings give one text: redundant parentheses removed and the grouping re-stated
+    explicitly; identifiers lower-cased; ``1 = a`` -> ``a = 1``; ``5 < x`` -> ``x > 5``; ``NOT a = 1`` ->
+    ``a <> 1`` and ``NOT NOT p`` -> ``p`` (both exact in SQL's three-valued logic); AND/OR operands and IN
+    lists sorted and de-duplicated; ``x IN (v)`` -> ``x = v``; ``x NOT LIKE p`` == ``NOT x LIKE p``;
+    ordering as ``expr ASC|DESC`` (NULLS only when not SQLite's default). A reversed polarity stays
+    different. Immediate subqueries are masked: ``(@label)`` from ``subquery_label``, else
+    ``(SELECT …)``; their own content belongs to their own scope. TIDE App. A (CanonValue / CanonStruct).
+
+    Args:
+        node: a node of a prepared tree (:func:`prepare_sql`); it is not modified.
+        literals: ``True`` for the value form; ``False`` for the structural form (literals -> ``?``).
+        subquery_label: maps an immediate subquery node of ``node`` to its label.
+
+    Returns:
+        The canonical text (str).
+    """
+    cp = node.copy()
+    subs = immediate_subqueries(node)
+    if subs:
+        index = {id(o): i for i, o in enumerate(node.walk())}
+        cp_nodes = list(cp.walk())
+        for s in subs:
+            label = subquery_label(s) if subquery_label is not None else GENERIC_SUBQUERY
+            target = cp_nodes[index[id(s)]]
+            target.replace(exp.Var(this=f"({label})" if isinstance(target, exp.Subquery) else label))
+    if isinstance(cp, exp.Ordered):
+        cp.set("this", _canonical_tree(cp.this))
+    else:
+        cp = _canonical_tree(cp)
+    if not literals:
+        if isinstance(cp, exp.Literal):
+            cp = exp.Placeholder()
+        for lit in list(cp.find_all(exp.Literal)):
+            lit.replace(exp.Placeholder())
+    return _render(cp)
+
+
+# ------------------------------------------------------------------------------------------- component sets
+def _root_limit(tree: exp.Expression) -> exp.Expression | None:
+    return tree.args.get("limit")
+
+
+def _limit_rows(limit: exp.Expression) -> int | None:
+    e = limit.args.get("expression")
+    if isinstance(e, exp.Literal) and not e.is_string:
+        try:
+            return int(float(e.this))
+        except ValueError:
+            return None
+    return None
+
+
+def _strip_agent_limit(tree: exp.Expression, policy: ComponentPolicy) -> None:
+    limit = _root_limit(tree)
+    if limit is None:
+        return
+    rows = _limit_rows(limit)
+    if rows is not None and rows >= policy.agent_limit_min_rows:
+        tree.set("limit", None)
+        tree.set("offset", None)
+
+
+def _is_join_equality(c: exp.Expression) -> bool:
+    if not isinstance(c, exp.EQ):
+        return False
+    left, right = c.this, c.expression
+    if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
+        return False
+    if isinstance(left.this, exp.Star) or isinstance(right.this, exp.Star):
+        return False
+    return not left.table or not right.table or left.table.lower() != right.table.lower()
+
+
+def _sets_of(tree: exp.Expression) -> dict[str, frozenset[str]]:
+    sets: dict[str, set[str]] = {name: set() for name in COMPONENT_SETS}
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    for t in tree.find_all(exp.Table):
+        if t.name and t.name.lower() not in ctes:
+            sets["tables"].add(t.name.lower())
+    for sel in tree.find_all(exp.Select):
+        conds = conjuncts(sel.args.get("where"))
+        for j in sel.args.get("joins") or []:
+            conds += conjuncts(j.args.get("on"))
+        for c in conds:
+            sets["joins" if _is_join_equality(c) else "filters"].add(canonical_sql(c))
+        for c in conjuncts(sel.args.get("having")):
+            sets["filters"].add(canonical_sql(c))
+        group = sel.args.get("group")
+        for g in group.expressions if group is not None else []:
+            sets["group_by"].add(canonical_sql(g))
+    for agg in tree.find_all(exp.AggFunc):
+        sets["aggregations"].add(canonical_sql(agg))
+    for order in tree.find_all(exp.Order):
+        if isinstance(order.parent, exp.Window):
+            continue
+        for o in order.expressions:
+            sets["order_by"].add(canonical_sql(o if isinstance(o, exp.Ordered) else exp.Ordered(this=o.copy())))
+    for node in tree.find_all(exp.Limit, exp.Offset):
+        word = "LIMIT" if isinstance(node, exp.Limit) else "OFFSET"
+        sets["order_by"].add(f"{word} {canonical_sql(node.args['expression'])}")
+    return {name: frozenset(v) for name, v in sets.items()}
+
+
+def component_sets(sql: str, schema: Mapping | None = None, policy: ComponentPolicy = ComponentPolicy(), *,
+                   agent: bool = False) -> dict[str, frozenset[str]]:
+    """Reduce one query to the six component sets (article: "Component: where the SQL went wrong").
+
+    Args:
+        sql: one SQLite query.
+        schema: ``{table: {column: type}}`` used to resolve bare column names, or ``None``.
+        policy: the agent-side cleaning (:class:`ComponentPolicy`).
+        agent: ``True`` when ``sql`` is the agent's query; the policy's cleaning applies only then. (In
+            :func:`score_components` it also requires the gold to lack an outermost LIMIT.)
+
+    Returns:
+        ``{name: frozenset of canonical fragments}`` for every name in :data:`COMPONENT_SETS`, e.g.
+        ``{"tables": {"orders", "customers"}, "joins": {"customers.customer_id = orders.customer_id"}, ...}``.
+
+    Raises:
+        SQLParseError: the query cannot be parsed or is not a query.
+        TypeError: bad ``schema`` or ``policy``.
+    """
+    if not isinstance(policy, ComponentPolicy):
+        raise TypeError(f"policy must be a ComponentPolicy, got {type(policy).__name__}")
+    tree = prepare_sql(sql, schema).tree
+    if agent and policy.ignore_agent_limit:
+        _strip_agent_limit(tree, policy)
+    try:
+        return _sets_of(tree)
+    except RecursionError as e:
+        raise SQLParseError(sql, "query nested too deeply") from e
+
+
+def precision_recall(predicted: frozenset | set, gold: frozenset | set) -> tuple[float | None, float | None]:
+    """``(|P ∩ G| / |P|, |P ∩ G| / |G|)``, each ``None`` when its denominator is 0 (article: "Undefined is
+    not zero, and not one")."""
+    hit = len(predicted & gold)
+    return (hit / len(predicted) if predicted else None, hit / len(gold) if gold else None)
+
+
+def score_components(pred_sql: str, gold_sql: str, schema: Mapping | None = None,
+                     policy: ComponentPolicy = ComponentPolicy()) -> dict[str, dict[str, float | None]]:
+    """Precision and recall of each component set of the agent's query against the gold SQL.
+
+    Both sides go through the same preparation; the candidate alone loses the agent's pagination LIMIT
+    when the policy says so and the gold's outermost query has no LIMIT (article: "Component").
+
+    Args:
+        pred_sql: the agent's (candidate) query.
+        gold_sql: the gold SQL.
+        schema: ``{table: {column: type}}`` of the database, or ``None``.
+        policy: :class:`ComponentPolicy`.
+
+    Returns:
+        ``{set_name: {"precision": p, "recall": r}}`` for every name in :data:`COMPONENT_SETS`; ``p`` or
+        ``r`` is ``None`` when its denominator is 0 (e.g. neither query groups: both ``None``).
+
+    Raises:
+        SQLParseError: either query cannot be parsed (``.sql`` says which).
+        TypeError: bad ``schema`` or ``policy``.
+    """
+    if not isinstance(policy, ComponentPolicy):
+        raise TypeError(f"policy must be a ComponentPolicy, got {type(policy).__name__}")
+    gold_tree = prepare_sql(gold_sql, schema).tree
+    pred_tree = prepare_sql(pred_sql, schema).tree
+    if policy.ignore_agent_limit and _root_limit(gold_tree) is None:
+        _strip_agent_limit(pred_tree, policy)
+    try:
+        gold, pred = _sets_of(gold_tree), _sets_of(pred_tree)
+    except RecursionError as e:
+        raise SQLParseError(pred_sql, "query nested too deeply") from e
+    out: dict[str, dict[str, float | None]] = {}
+    for name in COMPONENT_SETS:
+        p, r = precision_recall(pred[name], gold[name])
+        out[name] = {"precision": p, "recall": r}
+    return out
