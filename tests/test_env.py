@@ -232,6 +232,30 @@ def test_schema_tables_hook_limits_schema_and_retrieval(samples):
     assert info["reward_components"]["spurious_tables"] >= 0
 
 
+def test_dense_preset_does_not_pay_for_dropping_a_gold_column(samples):
+    s = next(x for x in samples if x.id == "uni-ans-002")
+    env = _env(samples, reward_preset="dense")
+    env.reset(options={"sample_id": s.id})
+    _, r, _, _, info = env.step("<sql>SELECT c.title FROM courses c</sql>")
+    comps = info["reward_components"]
+    assert comps["ex"] == 0.0 and comps["cell_f1"] == 1.0  # the article's cell F1 only sees paired columns
+    assert comps["column_recall"] == 0.5 and comps["cell_f1_covered"] == 0.5 and r == 0.5
+
+
+def test_custom_preset_rejects_unknown_component(samples):
+    with pytest.raises(ValueError, match="unknown reward component 'nonsense'"):
+        _env(samples, reward_preset={"nonsense": 1.0})
+    with pytest.raises(ValueError, match="unknown reward preset"):
+        _env(samples, reward_preset="densest")
+    env = _env(samples, reward_preset={"ex": 2.0, "turn_penalty": 0.5})
+    s = _first(samples, "answerable")
+    env.reset(options={"sample_id": s.id})
+    _, r, _, _, _ = env.step("<clarify>Should the results be sorted?</clarify>")
+    assert r == -0.5
+    _, r, _, _, _ = env.step(f"<sql>{s.gold_sql}</sql>")
+    assert r == 2.0
+
+
 def test_dense_preset_uses_cell_f1(samples):
     s = _first(samples, "answerable")
     env = _env(samples, reward_preset="dense")

@@ -407,22 +407,21 @@ def test_render_table_bad_input():
 @pytest.mark.realdata
 def test_spider_dev_oracle_run_counts_empty_gold(spider_root):
     """An oracle run over Spider dev: every gold that returns rows is a hit; empty gold is a ceiling."""
+    from textsql_clarify.database import get_sandbox
+    from textsql_clarify.rewards.execution import is_empty_result
+
     items = json.loads((spider_root / "dev.json").read_text(encoding="utf-8"))
-    ts, conns = [], {}
+    ts = []
     for k, it in enumerate(items):
         db = it["db_id"]
-        con = conns.setdefault(db, sqlite3.connect(
-            f"file:{spider_root / 'database' / db / (db + '.sqlite')}?mode=ro", uri=True))
-        rows = con.execute(it["query"]).fetchmany(1)
-        status = "ok" if rows else "empty"
+        gold = get_sandbox(str(spider_root / "database" / db / f"{db}.sqlite")).execute(it["query"])
+        status = "empty" if is_empty_result(gold) else "ok"
         ts.append(traj(f"spider-{k}", turns=[sql()], gold_status=status,
-                       scores={"ex": 1 if rows else None}))
-    for con in conns.values():
-        con.close()
+                       scores={"ex": None if status == "empty" else 1}))
     res = aggregate(ts)
-    # measured on ../shared/data/spider_dev: 89 of 1,034 gold queries return no rows at all
-    # (the data README's 99 also counts 10 that return a single all-NULL row)
-    assert res["ceilings"]["gold_empty"] == 89
-    assert ov(res, "EX") == (1.0, 1034 - 89)
-    assert ov(res, "DEA") == (1.0, 945)
+    # measured on ../shared/data/spider_dev: 99 of 1,034 golds are empty (89 return no rows,
+    # 10 a single all-NULL row), matching the data README
+    assert res["ceilings"]["gold_empty"] == 99
+    assert ov(res, "EX") == (1.0, 1034 - 99)
+    assert ov(res, "DEA") == (1.0, 935)
     assert ov(res, "AR") == (0.0, 1034)

@@ -24,7 +24,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="'embedded' (default), 'spider:<root>', 'spider-unanswerable:<file>:<spider root>', or a .jsonl file")
     e.add_argument("--agent", default="oracle", choices=sorted(AGENTS), help="baseline agent (default: oracle)")
     e.add_argument("--limit", type=int, default=None, help="evaluate only the first N samples")
-    e.add_argument("--out", default="runs/eval", help="folder for trajectories.jsonl and metrics.json (default: runs/eval)")
+    e.add_argument("--out", default=None,
+                   help="folder for trajectories.jsonl and metrics.json (default: runs/<dataset kind>-<agent>)")
     e.add_argument("--seed", type=int, default=0, help="seed of the first episode (default 0)")
     e.add_argument("--simulator", default="rule", help="'rule' (default) or 'transformers'")
     e.add_argument("--preset", default="binary", choices=sorted(PRESETS), help="reward preset (default: binary)")
@@ -37,6 +38,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _dataset_kind(spec: str) -> str:
+    """A short folder-safe name for a dataset spec: ``embedded``, ``spider``, or the JSONL file's stem."""
+    spec = str(spec)
+    if ":" in spec and not spec.endswith(".jsonl"):
+        return spec.split(":", 1)[0]
+    return Path(spec).stem or "dataset"
+
+
 def _eval(args: argparse.Namespace) -> int:
     from .baselines.agents import make_agent
     from .baselines.rollout import evaluate
@@ -46,6 +55,8 @@ def _eval(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise SystemExit("error: --limit must be >= 1")
     samples = load_dataset(args.dataset, limit=args.limit)
+    if args.out is None:
+        args.out = str(Path("runs") / f"{_dataset_kind(args.dataset)}-{args.agent}")
     agent = make_agent(args.agent, seed=args.seed)
     _, metrics = evaluate(samples, agent, seed=args.seed, out_dir=args.out, progress=not args.no_progress,
                           simulator=args.simulator, reward_preset=args.preset,

@@ -69,7 +69,7 @@ class TextSQLClarifyEnv(gym.Env):
         ValueError: bad option values; DatasetError: the dataset cannot be loaded.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
 
     def __init__(self, dataset: str = "embedded", *, samples: Sequence[Sample] | None = None,
                  limit: int | None = None, simulator: Any = "rule", reward_preset: Any = "binary",

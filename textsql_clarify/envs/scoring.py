@@ -67,7 +67,7 @@ def _exec_info(r: ExecutionResult) -> dict[str, Any]:
             "truncated": r.truncated, "elapsed_s": round(r.elapsed_s, 6)}
 
 
-DETAIL_KEYS = ("cell_precision", "cell_recall", "cell_f1", "column_precision", "column_recall",
+DETAIL_KEYS = ("cell_precision", "cell_recall", "cell_f1", "cell_f1_covered", "column_precision", "column_recall",
                "table_recall", "table_precision", "spurious_tables", "components")
 
 
@@ -114,6 +114,8 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
         else:
             # nothing returned: recall and F1 are 0 (reference cells exist, none matched); precision undefined
             comps.update(cell_precision=None, cell_recall=0.0, cell_f1=0.0, column_precision=None, column_recall=0.0)
+        f1, cr = comps["cell_f1"], comps["column_recall"]
+        comps["cell_f1_covered"] = None if f1 is None or cr is None else f1 * cr
         try:
             comps["components"] = score_components(pred_sql, gold_sql, schema)
         except SQLParseError:

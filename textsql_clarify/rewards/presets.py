@@ -15,6 +15,8 @@ Components (per turn):
   (TIDE Rec(τ)), else 0.
 * ``cell_f1`` (and the other article scores): cell-level F1 of a SQL turn (article: cell precision and
   recall); ``None`` when undefined.
+* ``cell_f1_covered``: ``cell_f1 × column_recall``. Cell F1 alone counts only paired columns, so a query
+  that drops a hard gold column keeps F1 1.0; scaling by column recall removes that shortcut for RL.
 """
 from __future__ import annotations
 
@@ -26,25 +28,36 @@ PRESETS: dict[str, dict[str, float]] = {
     "binary": {"ex": 1.0, "feedback": 1.0},
     # binary plus small shaping: malformed actions and each clarification cost a little.
     "shaped": {"ex": 1.0, "feedback": 1.0, "format": 0.1, "turn_penalty": 0.05},
-    # cell F1 instead of EX on SQL turns (partial credit), same shaping as "shaped".
-    "dense": {"cell_f1": 1.0, "feedback": 1.0, "format": 0.1, "turn_penalty": 0.05},
+    # partial credit on SQL turns: cell F1 scaled by column recall (so dropping gold columns does not pay),
+    # same shaping as "shaped".
+    "dense": {"cell_f1_covered": 1.0, "feedback": 1.0, "format": 0.1, "turn_penalty": 0.05},
     # binary plus drift recognition on the post-drift SQL turn (TIDE DRR as a reward).
     "drift": {"ex": 1.0, "feedback": 1.0, "drift": 0.5},
 }
+
+
+#: every component a preset may weight (numeric ones; ``components`` is a nested dict, not weightable).
+COMPONENTS = ("ex", "feedback", "format", "turn_penalty", "classification", "drift", "cell_precision", "cell_recall",
+              "cell_f1", "cell_f1_covered", "column_precision", "column_recall", "table_recall", "table_precision",
+              "spurious_tables")
 
 
 def resolve_preset(preset: str | Mapping[str, float]) -> dict[str, float]:
     """A preset name or an explicit ``{component: weight}`` mapping -> the weights.
 
     Raises:
-        ValueError: unknown preset name, or a non-numeric weight.
+        ValueError: unknown preset name, an unknown component name, or a non-numeric weight.
     """
     if isinstance(preset, str):
         if preset not in PRESETS:
             raise ValueError(f"unknown reward preset {preset!r}; available: {sorted(PRESETS)}")
         return dict(PRESETS[preset])
     weights = {}
+    if not hasattr(preset, "items"):
+        raise ValueError(f"reward_preset must be a preset name or a {{component: weight}} mapping, got {preset!r}")
     for k, v in dict(preset).items():
+        if k not in COMPONENTS:
+            raise ValueError(f"unknown reward component {k!r} in reward_preset; weightable: {list(COMPONENTS)}")
         if not isinstance(v, (int, float)) or isinstance(v, bool):
             raise ValueError(f"reward weight for {k!r} must be a number, got {v!r}")
         weights[str(k)] = float(v)
