@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "eval":
             return _eval(args)
-    except (TextSQLClarifyError, ValueError, FileNotFoundError, KeyError) as e:
+    except (TextSQLClarifyError, ValueError, OSError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 1

@@ -198,7 +198,13 @@ def sample_from_dict(
     if group == "unanswerable" and gold is not None:
         problems.append(where("gold_sql", "must be null for an unanswerable sample"))
     hk = _str_field(rec, "hidden_knowledge", problems, where, False) or ""
-    if group in ("ambiguous", "unanswerable") and not hk.strip() and rec.get("provenance", {}).get("hidden_knowledge") != "absent":
+    prov = rec.get("provenance", {})
+    if prov is None:
+        prov = {}
+    if not isinstance(prov, dict):
+        problems.append(where("provenance", f"must be an object, got {type(prov).__name__}"))
+        prov = {}
+    if group in ("ambiguous", "unanswerable") and not hk.strip() and prov.get("hidden_knowledge") != "absent":
         problems.append(where("hidden_knowledge", f"is required for group {group!r}"))
     evidence = rec.get("evidence", [])
     if evidence is None:
@@ -209,7 +215,10 @@ def sample_from_dict(
         problems.append(where("evidence", "must be a list of strings"))
         evidence = []
     flaw = rec.get("premise_flaw")
-    if flaw is not None and flaw not in PREMISE_FLAWS:
+    if flaw is not None and not isinstance(flaw, str):
+        problems.append(where("premise_flaw", f"must be a string or null, got {type(flaw).__name__}"))
+        flaw = None
+    elif flaw is not None and flaw not in PREMISE_FLAWS:
         problems.append(where("premise_flaw", f"unknown PremiseSQL flaw type {flaw!r}"))
     style = _str_field(rec, "style", problems, where, False) or "neutral"
     diff = _str_field(rec, "difficulty", problems, where, False) or "unknown"
@@ -271,10 +280,6 @@ def sample_from_dict(
             if u is not None and p is not None and st in DRIFT_SUBTYPES:
                 drift = DriftEvent(u, p, st)
 
-    prov = rec.get("provenance", {})
-    if not isinstance(prov, dict):
-        problems.append(where("provenance", "must be an object"))
-        prov = {}
 
     db_path = None
     raw_p = rec.get("db_path")
@@ -319,6 +324,8 @@ def load_jsonl(path: str | os.PathLike, *, db_root: str | os.PathLike | None = N
             each with file, line and field), or two records share an id.
     """
     p = Path(path)
+    if p.is_dir():
+        raise DatasetError(f"dataset path {path} is a folder; give a .jsonl file")
     if not p.is_file():
         raise DatasetError(f"dataset file not found: {path}")
     problems: list[RecordProblem] = []
@@ -328,13 +335,19 @@ def load_jsonl(path: str | os.PathLike, *, db_root: str | os.PathLike | None = N
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise DatasetError(f"cannot read dataset file {path}: {e}") from e
-    for ln, raw in enumerate(text.splitlines(), start=1):
+    # split on "\n" only: str.splitlines would also split inside strings holding U+2028 or U+0085,
+    # which json.dumps(ensure_ascii=False) writes raw
+    for ln, raw in enumerate(text.split("\n"), start=1):
+        raw = raw.rstrip("\r")
         if not raw.strip():
             continue
         try:
             rec = json.loads(raw)
         except json.JSONDecodeError as e:
             problems.append(RecordProblem(str(path), ln, "<record>", f"invalid JSON: {e.msg} at column {e.colno}"))
+            continue
+        except (RecursionError, ValueError) as e:  # nesting too deep, integer too long to convert
+            problems.append(RecordProblem(str(path), ln, "<record>", f"invalid JSON: {str(e)[:120] or type(e).__name__}"))
             continue
         s, probs = sample_from_dict(rec, file=str(path), line=ln, base_dir=p.parent, db_root=db_root,
                                     check_db_exists=check_db_exists)

@@ -49,11 +49,18 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
         progress: show a tqdm progress bar.
         env_kwargs: passed to :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv`.
 
+    Raises:
+        FileExistsError: ``out_dir`` is an existing file (checked before any episode runs).
+
     Returns:
         ``(trajectories, metrics)`` where metrics is :func:`textsql_clarify.rewards.metrics.aggregate`'s dict.
     """
     from ..envs.env import TextSQLClarifyEnv
 
+    if out_dir is not None:  # fail before the run, not after it
+        if Path(out_dir).exists() and not Path(out_dir).is_dir():
+            raise FileExistsError(f"output folder {out_dir} exists and is not a folder")
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
     env = TextSQLClarifyEnv(samples=samples, **env_kwargs)
     trajs: list[Trajectory] = []
     for i in tqdm(range(len(samples)), desc=f"eval {getattr(agent, 'name', 'agent')}", unit="ep",
@@ -62,10 +69,10 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
     metrics = aggregate(trajs)
     if out_dir is not None:
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
         with open(out / "trajectories.jsonl", "w", encoding="utf-8") as fh:
             for t in trajs:
-                fh.write(json.dumps(t.to_dict(), ensure_ascii=False, default=str) + "\n")
+                # ASCII escapes: a lone surrogate from an agent's output cannot break the file
+                fh.write(json.dumps(t.to_dict(), ensure_ascii=True, default=str) + "\n")
         with open(out / "metrics.json", "w", encoding="utf-8") as fh:
             json.dump(metrics, fh, indent=2, default=str)
     return trajs, metrics

@@ -6,7 +6,8 @@ Two spellings are accepted (DESIGN.md "Contracts"):
 * tagged text: ``<sql>…</sql>``, ``<clarify>…</clarify>``, ``<feedback>…</feedback>``,
   ``<category>…</category>`` (``category`` is the tag of the ``classify`` action).
 
-Text outside the one action tag (an LLM's reasoning, a ``<think>`` block) is ignored. Anything else is
+Text outside the one action tag (an LLM's reasoning) is ignored, and so is everything inside a
+``<think>…</think>`` block, action tags included. Anything else is
 malformed and raises :class:`~textsql_clarify.errors.ActionError` with a reason the env shows back to
 the agent: empty input, no action, two actions, an action nested in another, an empty body, invalid
 JSON, an unknown type, or input longer than ``max_chars``. The parser never raises anything else.
@@ -26,6 +27,7 @@ _KIND_TO_TAG = {v: k for k, v in _TAG_TO_KIND.items()}
 MAX_ACTION_CHARS = 65_536
 
 _OPEN_OR_CLOSE = re.compile(r"<\s*(/?)\s*(sql|clarify|feedback|category)\s*>", re.IGNORECASE)
+_THINK = re.compile(r"<\s*think\s*>.*?<\s*/\s*think\s*>", re.IGNORECASE | re.DOTALL)
 _CODE_FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
 
 
@@ -59,8 +61,8 @@ def _clean_body(kind: str, body: str) -> str:
 def _parse_json(text: str) -> Action:
     try:
         obj = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
-        msg = getattr(e, "msg", "too deeply nested")
+    except (json.JSONDecodeError, RecursionError, ValueError) as e:  # ValueError: integer too long to convert
+        msg = getattr(e, "msg", None) or ("too deeply nested" if isinstance(e, RecursionError) else str(e)[:80])
         raise ActionError(f"invalid JSON action: {msg}") from None
     if not isinstance(obj, dict):
         raise ActionError("a JSON action must be an object with 'type' and 'content'")
@@ -98,7 +100,7 @@ def parse_action(raw: object, *, max_chars: int = MAX_ACTION_CHARS) -> Action:
         raise ActionError(f"an action must be a string, got {type(raw).__name__}")
     if len(raw) > max_chars:
         raise ActionError(f"action too long: {len(raw)} characters (limit {max_chars})")
-    text = raw.strip()
+    text = _THINK.sub(" ", raw).strip()
     if not text:
         raise ActionError("empty action")
     if text.startswith("{"):

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Sequence
 
 import gymnasium as gym
+import numpy as np
 
 from ..database import get_sandbox
 from ..errors import ActionError
@@ -102,6 +103,17 @@ class TextSQLClarifyEnv(gym.Env):
         self.protocol = protocol
         self.schema_tables = schema_tables
         self.detailed_scores = detailed_scores
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < float("inf"):
+            raise ValueError(f"timeout_s must be a finite number of seconds > 0, got {timeout_s!r}")
+        if isinstance(row_cap, bool) or not isinstance(row_cap, int) or row_cap < 1:
+            raise ValueError(f"row_cap must be an int >= 1, got {row_cap!r}")
+        bad = [i for i, x in enumerate(self.samples) if not isinstance(x, Sample)]
+        if bad:
+            raise ValueError(f"samples must be Sample objects; items {bad[:5]} are not")
+        if feedback_judge is not None and not callable(getattr(feedback_judge, "judge", None)):
+            raise ValueError("feedback_judge needs a judge(sample, feedback, schema_identifiers) method")
+        if schema_tables is not None and not callable(schema_tables):
+            raise ValueError("schema_tables must be a callable (sample, table_names) -> table names")
         self.timeout_s, self.row_cap = float(timeout_s), int(row_cap)
         self.weights = resolve_preset(reward_preset)
         self.simulator = make_simulator(simulator)
@@ -143,10 +155,17 @@ class TextSQLClarifyEnv(gym.Env):
         unknown = set(options) - {"sample_id", "index"}
         if unknown:
             raise ValueError(f"unknown reset option(s) {sorted(unknown)}; use 'sample_id' or 'index'")
+        if "sample_id" in options and "index" in options:
+            raise ValueError("give either 'sample_id' or 'index' in reset options, not both")
         if "sample_id" in options:
+            if not isinstance(options["sample_id"], str):
+                raise ValueError(f"sample_id must be a string, got {type(options['sample_id']).__name__}")
             idx = self.sample_index(options["sample_id"])
         elif "index" in options:
-            idx = int(options["index"])
+            idx = options["index"]
+            if isinstance(idx, bool) or not isinstance(idx, (int, np.integer)):
+                raise ValueError(f"index must be an int, got {idx!r}")
+            idx = int(idx)
             if not 0 <= idx < len(self.samples):
                 raise IndexError(f"index {idx} out of range 0..{len(self.samples) - 1}")
         else:
@@ -158,7 +177,8 @@ class TextSQLClarifyEnv(gym.Env):
         if static is None:
             static = self._static[s.id] = self._build_static(s)
         self._sandbox, self._offered, self._schema, self._schema_ids, self._static_obs, self._system = static
-        self._phase = "classification" if self.classification_phase else "interactive"
+        self._phase = "classification" if self.classification_phase else (
+            "interactive" if self.max_clarifications > 0 else "final")
         self._clar_used = 0
         self._invalid_streak = 0
         self._turn = 0
