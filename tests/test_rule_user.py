@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,7 +12,8 @@ from hypothesis import strategies as st
 from textsql_clarify.samples import Chain, ChainLayer, DriftEvent, Interpretation, Sample
 from textsql_clarify.simulators.base import ALLOWED_LABELS, UserRequest, UserSimulator
 from textsql_clarify.simulators.leakage import leakage_reasons
-from textsql_clarify.simulators.rule_based import RuleBasedUser, asks_for_sql, content_stems, style_kind
+from textsql_clarify.simulators.rule_based import (RuleBasedUser, asks_for_sql, content_stems, style_kind,
+                                                   technical_cue)
 from textsql_clarify.sqlschema import read_schema
 
 USER = RuleBasedUser()
@@ -323,3 +325,225 @@ def test_all_spider_dev_technical_replies_are_clean(spider_root):
         m = re.search(r"\bLIMIT\s+(\d+)\s*;?\s*$", q.sample.gold_sql, re.IGNORECASE)
         if q.clarification.startswith("How many") and m and int(m.group(1)) > 1:
             assert f"first {m.group(1)} results" in r.text, (q.sample.gold_sql, r.text)
+
+
+# ----------------------------------------------------------------------------- labelling principles
+# Hand-built samples after the ABISS §3.2 examples (university database of the ABISS paper). Each test
+# checks one principle of the module docstring: the clarification's form, not probe memorisation.
+
+UNI_IDS = frozenset({"students", "student_id", "first_name", "last_name", "personal_email", "institutional_email",
+                     "enrollment_date", "dept_id", "departments", "name", "professors", "courses", "course_id",
+                     "title", "student_courses", "grade", "year", "budget"})
+
+
+def _amb(sid, question, sub, gold, hk, *alts, chain=None):
+    return Sample(id=sid, db_id="university", db_path="/nonexistent/university.sqlite", question=question,
+                  group="ambiguous", subcategory=sub, gold_sql=gold, hidden_knowledge=hk,
+                  interpretations=tuple(Interpretation("SELECT 1", h, d) for d, h in alts), chain=chain)
+
+
+# ABISS §3.2.6: "Give me the list of professors in my department".
+MY_DEPT = _amb("muk", "Give me the list of professors in my department", "missing_user_knowledge",
+               "SELECT p.last_name FROM professors p JOIN departments d ON p.dept_id = d.dept_id "
+               "WHERE d.name = 'Engineering'",
+               "I work in the Engineering department.", ("physics", "I work in the Physics department."))
+# ABISS §3.2 lexical overlap: personal vs institutional email.
+EMAIL_UNI = _amb("ovl", "List the emails of the students of the 'database' course", "lexical_overlap",
+                 "SELECT s.institutional_email FROM students s JOIN student_courses sc ON sc.student_id = s.student_id "
+                 "JOIN courses c ON c.course_id = sc.course_id WHERE c.title = 'database'",
+                 "I mean the address the university gave them.", ("personal email", "I mean their private address."))
+# ABISS §3.2 entity ambiguity: course enrolment vs university enrolment.
+ENROL = _amb("ent", "List the enrollment date of the students of the 'database' course", "entity_ambiguity",
+             "SELECT sc.enrollment_date FROM student_courses sc JOIN courses c ON c.course_id = sc.course_id "
+             "WHERE c.title = 'database'",
+             "I want the date they signed up for that course.",
+             ("university", "I want the date they enrolled at the university."))
+# ABISS §3.2.1 scope: "What courses does each department offer?"
+SCOPE = _amb("scp", "What courses does each department offer?", "scope",
+             "SELECT d.name, c.title FROM departments d JOIN courses c ON c.dept_id = d.dept_id",
+             "I want every department listed with its own courses.",
+             ("collective", "Only the courses offered by every single department."))
+# ABISS §3.2.1 attachment: "List the professors and the students in engineering".
+ATTACH = _amb("att", "List the professors and the students in engineering", "attachment",
+              "SELECT last_name FROM professors WHERE dept_id = 3 UNION ALL SELECT last_name FROM students "
+              "WHERE dept_id = 3",
+              "Professors and students must both be in engineering.",
+              ("students only", "Only the students must be in engineering."))
+# ABISS §1 / §3.2.7: conflicting definitions of student performance.
+PERF = _amb("cfk", "Who are the best students by performance?", "conflicting_knowledge",
+            "SELECT last_name FROM students ORDER BY total_credits DESC LIMIT 3",
+            "Use the weighted average.", ("plain average", "Use the plain average."))
+
+
+def test_missing_user_knowledge_questions_about_the_user_are_relevant():
+    for clar in ("Which department are you in?", "Who are you?", "What's your name?", "Whose department do you mean?",
+                 "Could you tell me what department you belong to?", "Are you in Physics or Engineering?"):
+        r = ask(MY_DEPT, clar, UNI_IDS)
+        assert (r.label, r.text) == ("relevant", "I work in the Engineering department."), clar
+    assert ask(MY_DEPT, "Which department are you in?", UNI_IDS).meta["reason"] == "user_knowledge"
+    # small talk addressed to the user is no clarification (ABISS §5.2 Irrelevant) ...
+    for clar in ("How's your day going?", "What's your favourite department?", "Do you like teaching?"):
+        assert ask(MY_DEPT, clar, UNI_IDS).label == "irrelevant", clar
+    # ... and asking who the user is does not help where the gap is not the user's identity
+    r = ask(EMAIL_UNI, "Who are you?", UNI_IDS)
+    assert (r.label, r.meta["reason"]) == ("irrelevant", "personal")
+    assert ask(EMAIL_UNI, "Is email your favourite way to talk?", UNI_IDS).label == "irrelevant"
+
+
+def test_alternatives_and_which_x_do_you_mean_are_relevant():
+    hk = "I mean the address the university gave them."
+    for clar in ("Which email do you mean?", "Personal or university email?", "Do you want the university address?"):
+        r = ask(EMAIL_UNI, clar, UNI_IDS)
+        assert (r.label, r.text) == ("relevant", hk), clar
+    r = ask(ENROL, "Course enrollment or university enrollment?", UNI_IDS)
+    assert (r.label, r.text) == ("relevant", "I want the date they signed up for that course.")
+    # restating the fact to confirm it targets the gap too
+    assert ask(EMAIL_UNI, "Can you confirm: the address the university gave them?", UNI_IDS).label == "relevant"
+
+
+def test_alternatives_over_the_returned_entity_only_are_not_readings():
+    dogs = Sample(id="dogs", db_id="dog_kennels", db_path="/nonexistent/dk.sqlite",
+                  question="Tell me how old the youngest is.", group="ambiguous", subcategory="attachment",
+                  gold_sql="SELECT age FROM dogs WHERE dog_id IN (SELECT dog_id FROM treatments) ORDER BY age LIMIT 1",
+                  hidden_knowledge="Only among the dogs that have had at least one treatment.")
+    ids = frozenset({"dogs", "dog_id", "age", "name", "treatments"})
+    r = ask(dogs, "Do you want the age or the dog's name?", ids)      # names only "dog": an output question
+    assert (r.label, r.meta["topic"]) == ("technical", "columns")
+    assert ask(dogs, "Among all dogs, or only those that had a treatment?", ids).label == "relevant"
+
+
+def test_vague_word_meaning_and_thresholds_are_relevant():
+    for clar in ("What counts as recent?", "Is there a threshold for 'recent'?", "Recent meaning what exactly?",
+                 "How recent?", "Which definition of recent should I use?"):
+        r = ask(COURSES, clar, COURSE_IDS)
+        assert r.label == "relevant", clar
+        assert r.text == "Recent means courses from the last semester. Older ones do not count."
+    # an ordering phrase that names the vague word's column is still an ordering question
+    r = ask(COURSES, "Should I sort them by term, newest first?", COURSE_IDS)
+    assert (r.label, r.meta["topic"]) == ("technical", "order")
+
+
+def test_scope_each_separately_together_is_relevant():
+    hk = "I want every department listed with its own courses."
+    for clar in ("Are you asking about each department separately?", "Per department, or only the shared ones?",
+                 "Courses common to all departments, or each department's own?",
+                 "Should I group the courses by department?"):
+        r = ask(SCOPE, clar, UNI_IDS)
+        assert (r.label, r.text) == ("relevant", hk), clar
+    assert ask(SCOPE, "Separately?", UNI_IDS).meta["reason"] == "scope"
+    # "each" alone, in a duplicates question, is not the scope reading
+    r = ask(SCOPE, "Should each department appear only once?", UNI_IDS)
+    assert (r.label, r.meta["topic"]) == ("technical", "distinct")
+
+
+def test_attachment_what_a_modifier_applies_to_is_relevant():
+    hk = "Professors and students must both be in engineering."
+    for clar in ("Does 'in engineering' apply to the professors too?", "Just the students, or the professors as well?",
+                 "Should the professors also be limited to engineering?"):
+        r = ask(ATTACH, clar, UNI_IDS)
+        assert (r.label, r.text) == ("relevant", hk), clar
+    # "too" of an output phrase is no attachment; "limited to engineering" is a filter, not a result limit
+    r = ask(ATTACH, "Should I show their first names too?", UNI_IDS)
+    assert (r.label, r.meta["topic"]) == ("technical", "columns")
+    assert technical_cue("Should the professors also be limited to engineering?")[0] is None
+
+
+def test_conflicting_knowledge_which_definition_is_relevant():
+    for clar in ("Which definition of performance should I use?", "The notes disagree; which one applies?",
+                 "Weighted or plain average?"):
+        r = ask(PERF, clar, UNI_IDS)
+        assert (r.label, r.text) == ("relevant", "Use the weighted average."), clar
+    r = ask(PERF, "Only the top 3?", UNI_IDS)
+    assert (r.label, r.text) == ("technical", "I want only the first 3 results.")
+
+
+def test_technical_topics_are_recognised_broadly():
+    cases = {   # ABISS §5.2 Technical; reply grounded in the gold fragment (TIDE App. E)
+        "Oldest first?": ("order", "Please have them sorted from highest to lowest by age."),
+        "Do you want them sorted?": ("order", "Please have them sorted from highest to lowest by age."),
+        "Exactly five?": ("limit", "I'd like all of them, with no cut-off."),
+        "How many should I return?": ("limit", "I'd like all of them, with no cut-off."),
+        "Should a singer appear twice if she sang twice?": ("distinct", "Repeats are fine, no need to remove them."),
+        "Should each singer be listed once?": ("distinct", "Repeats are fine, no need to remove them."),
+        "Just the names?": ("columns", "I'd like to see the name, country and age."),
+        "Their countries too, or only the names?": ("columns", "I'd like to see the name, country and age."),
+        "Do you want the age next to each name?": ("columns", "I'd like to see the name, country and age."),
+    }
+    for clar, (topic, text) in cases.items():
+        r = ask(SINGERS, clar, SINGER_IDS)
+        assert (r.label, r.meta["topic"], r.text) == ("technical", topic, text), clar
+    for clar in ("Which table has the singers?", "What's the column for age?", "Can you show me the schema?",
+                 "In which table is the country stored?"):
+        assert asks_for_sql(clar), clar
+        assert ask(SINGERS, clar, SINGER_IDS).label == "irrelevant", clar
+    assert not asks_for_sql("Which columns should I show?") and not asks_for_sql("What fields do you want to see?")
+
+
+def test_technical_cue_blanks_phrases_that_are_not_ambiguity_evidence():
+    topic, rest = technical_cue("Should the departments be sorted by budget, largest first?")
+    assert topic == "order" and content_stems(rest) == {"department"}
+    topic, rest = technical_cue("Just the count, or the names too?")   # output nouns stay, particles go
+    assert topic == "columns" and content_stems(rest) == {"count", "name"} and "too" not in rest
+    assert technical_cue("Senior by academic rank, or by length of service?")[0] is None   # "rank" the noun
+    assert technical_cue("Should I rank them by grade?")[0] == "order"
+    assert technical_cue("What counts as recent?") == (None, "What counts as recent?")
+    with pytest.raises(TypeError, match="clarification must be a string"):
+        technical_cue(None)
+
+
+def test_cue_on_a_chain_sample_resolves_the_next_open_layer():
+    clar = "What do you mean by 'between 2000 and 2010'?"   # names neither layer: a general meaning question
+    r1 = ask(COACHES, clar, COACH_IDS)
+    assert (r1.label, r1.layer, r1.route, r1.text) == ("relevant", "L1", "amb", "A losing record overall.")
+    r2 = ask(COACHES, clar, COACH_IDS, l1_resolved=True)
+    assert (r2.label, r2.layer, r2.route, r2.text) == ("relevant", "L2", "amb", "The team's full-season record.")
+    # the L2 question before L1 is still routed Loc with a deferral (TIDE App. E)
+    early = ask(COACHES, "Is that the team's record or only the coach's own stint?", COACH_IDS)
+    assert (early.label, early.layer, early.route) == ("technical", "L2", "loc")
+
+
+_CUE_WORDS = ["you", "your", "who", "are", "which", "department", "in", "name", "each", "separately", "per", "or",
+              "too", "also", "both", "apply", "mean", "counts", "as", "definition", "first", "sorted", "once", "names",
+              "just", "the", "count", "table", "favourite", "?", "engineering", "professors", "students", "email"]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=st.sampled_from([MY_DEPT, EMAIL_UNI, ENROL, SCOPE, ATTACH, PERF]), data=st.data())
+def test_cue_vocabulary_keeps_label_limits_determinism_and_no_leaks(case, data):
+    words = data.draw(st.lists(st.sampled_from(_CUE_WORDS), min_size=1, max_size=10))
+    req = UserRequest(case, " ".join(words), schema_identifiers=UNI_IDS)
+    r = USER.respond([req])[0]
+    assert r.label in ALLOWED_LABELS[case.group] and clean(r, req)
+    assert USER.respond([req])[0] == r
+    # an answerable twin never gets "relevant", whatever the cue
+    twin = Sample(**{**case.__dict__, "group": "answerable", "subcategory": "answerable_without_evidence",
+                     "interpretations": ()})
+    assert USER.respond([UserRequest(twin, req.clarification, schema_identifiers=UNI_IDS)])[0].label != "relevant"
+
+
+# ----------------------------------------------------------------------------- the held-out probe file
+
+HELDOUT = Path(__file__).parent / "fixtures" / "probe_clarifications_heldout.jsonl"
+
+
+def test_heldout_probe_file_is_well_formed_and_never_leaks_sql():
+    """Schema of probe_clarifications.jsonl, embedded samples only; labels within ABISS limits."""
+    from textsql_clarify.datasets import load_embedded
+    from textsql_clarify.simulators.leakage import is_full_gold_leak
+
+    emb = {s.id: s for s in load_embedded()}
+    recs = [json.loads(line) for line in HELDOUT.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert len(recs) >= 60 and len({r["id"] for r in recs}) == len(recs)
+    assert {r["set"] for r in recs} == {"heldout", "fresh", "final"}
+    subs = set()
+    for r in recs:
+        s = emb[r["sample_id"]]
+        subs.add(s.subcategory)
+        assert r["label"] in ALLOWED_LABELS[s.group], r["id"]
+        assert isinstance(r["fact"], str) and (r["label"] != "relevant" or r["fact"].strip()), r["id"]
+        reply = USER.respond([UserRequest(s, r["clarification"])])[0]
+        assert not is_full_gold_leak(reply.text, s.gold_sql), r["id"]
+    assert {"scope", "attachment", "lexical_overlap", "entity_ambiguity", "lexical_vagueness",
+            "missing_user_knowledge", "conflicting_knowledge"} <= subs
+    assert {"answerable_without_evidence", "answerable_with_evidence"} <= subs
+    assert sum(emb[r["sample_id"]].group == "unanswerable" for r in recs) >= 5

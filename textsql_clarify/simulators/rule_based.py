@@ -5,24 +5,45 @@ It follows the two-stage protocol of ABISS §5.2 with rules in place of the mode
 1. **Relevancy.** Each clarification gets ``relevant`` | ``technical`` | ``irrelevant`` within the
    group's label limits (:data:`~.base.ALLOWED_LABELS`): an answerable sample never gets ``relevant``;
    an unanswerable one always gets an ``irrelevant`` refusal, since no clarification makes it solvable.
-   A request for the SQL itself or for table/column names is ``irrelevant`` (ABISS §5.2 "attempts to
-   extract the ground truth SQL"; TIDE App. E *Una*: database-internal identifiers).
+   A request for the SQL itself, the schema or table/column names is ``irrelevant`` (ABISS §5.2
+   "attempts to extract the ground truth SQL"; TIDE App. E *Una*: database-internal identifiers).
 2. **Answer.** Relevant answers state the hidden knowledge (or the chosen chain layer's answer);
    technical answers state one atomic gold-SQL fragment in words (TIDE App. E, :mod:`.fragments`);
    irrelevant answers are refusals. Every reply passes the leakage guard (:mod:`.leakage`); a reply that
    would leak is replaced by a vaguer one and counted in ``leak_rejections``.
 
-Relevance of an ambiguous sample is lexical overlap of content-word stems between the clarification
-and (a) the chain layers' questions and answers (TIDE §2.1), else (b) the hidden knowledge and the
-interpretations' hidden knowledge and descriptions. Words of (b) split into *strong* words (not in
-the question, and not shared by every interpretation: the disambiguating fact) and *anchor* words (in
-the question and the hidden knowledge, not a gold-SQL table name: the ambiguous term itself). A
-strong-word match is relevant; else a technical topic wins; else an anchor match is relevant.
+How an ambiguous sample's clarification is labelled (ABISS §5.2 "directly targets the core ambiguity
+or knowledge gap" versus "a valid but secondary database concern"):
+
+* **Technical cues** (:func:`technical_cue`): ordering, result count, duplicates and output columns,
+  recognised in many phrasings ("most popular first?", "exactly five?", "appear twice?", "the names
+  too?", "just the number?"). The words of an ordering / count / duplicates phrase ("sorted by budget,
+  largest first") are not evidence about the ambiguity; the nouns of an output-column phrase still are,
+  since two similar attributes can be the ambiguity itself (ABISS §3.2 lexical overlap).
+* **Hidden-knowledge words.** Words of the hidden knowledge and the interpretations split into *strong*
+  words (not in the question, not shared by every reading: the disambiguating fact) and *anchor* words
+  (in the question and the hidden knowledge: the ambiguous term). Gold-SQL table words are *entity*
+  words: they name what is returned, not how to read the question.
+* **Relevant** when, outside the technical phrases, the clarification (a) names a strong non-entity word
+  and is about the request (it names a question word, offers alternatives, or has a request form such
+  as "do you mean / want", "should"), or (b) offers alternatives that differ in strong words ("X or
+  Y?"; naming only the returned entity is no reading, except under entity ambiguity), or (c) restates
+  most of the hidden knowledge ("can you confirm: ...?"), or (d) matches its subcategory's cue (ABISS
+  §3.2): *missing user knowledge*: asks the user about themselves ("who are you", "your name",
+  "which department are you in", "whose"); *scope*: each/every/all against separately/together/in
+  common/per/grouped by; *attachment*: what a modifier applies to (also/too/both/apply to) on a
+  question word; any ambiguity: asks what a question word means (``what counts as X``, ``which X do
+  you mean``, thresholds) or which definition/evidence holds.
+* Otherwise a technical cue gives ``technical``; else an anchor or strong word in a request-shaped
+  question gives ``relevant``; else ``irrelevant``. Personal small talk addressed to the user ("is X
+  your favourite", "have you ever", "are you a senior yourself") is ``irrelevant`` before any overlap
+  counts.
 
 TIDE router (§4.2, App. E), set on samples with a chain or a drift event (TIDE samples), else ``None``:
 relevant -> ``amb``, technical -> ``loc``, irrelevant -> ``una``. A clarification that targets L2 while
 L1 is unresolved (``request.l1_resolved`` False) is routed ``loc`` (label ``technical``, layer ``L2``)
 and answered with a deferral, not the L2 answer; metrics count L2 identification on ``amb`` routes only.
+A chain clarification that is relevant by a cue but names neither layer resolves the next open layer.
 
 Replies adopt the sample's ``style`` a little and deterministically: ``terse``/``concise``/``brief``
 -> one bare sentence; ``casual``/``colloquial``/``informal`` -> an informal opener; ``formal``/``polite``
@@ -42,7 +63,7 @@ from .base import ALLOWED_LABELS, UserReply, UserRequest
 from .fragments import Fragment, gold_fragments, technical_topic, vague_text
 from .leakage import leakage_reasons
 
-__all__ = ["RuleBasedUser", "asks_for_sql", "content_stems", "style_kind"]
+__all__ = ["RuleBasedUser", "asks_for_sql", "content_stems", "style_kind", "technical_cue"]
 
 _STOP = frozenset("""
 a an the and or but if then else of to in on at by for with from into onto about as is are was were be been
@@ -53,6 +74,7 @@ too very just only also even still again can could will would shall should may m
 please thanks thank ok okay sure well like want wants wanted mean means meant meaning refer refers referring
 intend intended talk talking ask asking asked question questions know tell give show list find get got
 one ones thing things kind sort type way i'm it's do you did does something anything everything let us
+his her hers him himself herself themselves yourself myself ourselves itself whats what's exactly here there
 """.split())
 
 
@@ -63,6 +85,12 @@ def _split(text: str) -> list[str]:
 
 def _stem(word: str) -> str:
     w = word.lower()
+    if w.endswith("ically") and len(w) > 8:      # academically -> academic
+        return w[:-4]
+    if w.endswith("ally") and len(w) > 6:        # financially -> financial
+        return w[:-2]
+    if w.endswith("ly") and len(w) >= 7 and w[-3] not in "aeiouy":   # recently -> recent
+        return w[:-2]
     for suf, rep in (("ies", "y"), ("sses", "ss"), ("ches", "ch"), ("shes", "sh"), ("xes", "x"),
                      ("ing", ""), ("ed", "")):
         if w.endswith(suf) and len(w) - len(suf) >= 3:
@@ -107,6 +135,14 @@ _SQL_REQUEST = tuple(re.compile(p, re.IGNORECASE) for p in (
     r"\bname\s+of\s+the\s+(?:table|column|field)\b",
     r"\b(?:primary|foreign)\s+keys?\b",
     r"\bschema\b",
+    # where data is stored: "which table lists the people?", "in which column is the city?"; tables are
+    # never output items, and a column asked about without an output verb is a storage question
+    r"\b(?:what|which)\s+tables?\b",
+    r"\b(?:in|from)\s+(?:what|which)\s+(?:table|column|field)s?\b",
+    r"\b(?:what|which)(?:'s|\s+is|\s+are)?\s+(?:the\s+)?(?:column|field)s?\b(?![^?.!]{0,40}\b(?:show|shown|display|"
+    r"displayed|include|included|return|returned|output|see|want|need|list|listed|print|appear)\b)",
+    r"\b(?:table|column|field)s?\s+(?:links?|lists?|records?|tracks?)\b",
+    r"\bhow\s+(?:is|are)\b[^?.!]{0,30}\bstored\b",
 ))
 
 
@@ -115,9 +151,218 @@ def asks_for_sql(clarification: str) -> bool:
 
     ABISS §5.2 labels attempts to extract the ground-truth SQL ``irrelevant``; TIDE App. E routes
     questions about database-internal identifiers to *Una*. Examples: "what query should I write",
-    "give me the SQL", "which column holds the e-mail?".
+    "give me the SQL", "which column holds the e-mail?", "which table lists the people?", "what's the
+    column for seats?". Asking which columns to *show* is an output question, not this.
     """
     return any(p.search(clarification) for p in _SQL_REQUEST)
+
+
+# ----------------------------------------------------------------------------- technical cues
+
+_NUMW = r"(?:\d{1,3}|one|two|three|four|five|six|seven|eight|nine|ten|twenty|few)"
+_UNIT = r"(?:credits?|euros?|eur|dollars?|percent|%|years?|points?|hp|seats?|kg|grades?)"
+_ATTR = (r"(?:(?:first|last|full|given|family)\s+names?|names?|titles?|ids?|identifiers?|dates?|numbers?|count|totals?|"
+         r"amounts?|averages?|values?|details|info|information|e-?mails?|address(?:es)?|ages?|scores?)")
+_OUT_VERB = (r"(?:show|shown|showing|display|displayed|include|included|including|return|returned|output|print|add|"
+             r"added|see|give|want|need)")
+
+#: (topic, pattern, cut): ``cut`` phrases say nothing about the ambiguity and are blanked before the
+#: ambiguity tests; output-column phrases keep their nouns (two similar attributes can be the ambiguity).
+_TECH_CUES: tuple[tuple[str, re.Pattern, bool], ...] = tuple((t, re.compile(p, re.IGNORECASE), cut)
+                                                              for t, p, cut in (
+    ("order", r"\b(?:sort|sorts|sorted|sorting|arrange|arranged|ranked|ranking|"
+              r"rank(?=\s+(?:them|it|these|those|by)\b))\b"
+              r"(?:\s+(?:them|it|these|those|the\s+[\w'-]+(?:\s+[\w'-]+)?))?"
+              r"(?:\s+(?:by|on|according\s+to)\b[^,;:?.!]*)?", True),
+    ("order", r"\border(?:ed)?\s+(?:by\b[^,;:?.!]*|them\b|it\b|the\s+(?:results?|rows|list|output|records)\b)", True),
+    ("order", r"\b(?:in|what|which|any|particular|specific|certain|some|descending|ascending|alphabetical|reverse|"
+              r"chronological|numerical|an?)\s+order(?:ing)?\b", True),
+    ("order", r"\bordering\b|\b(?:ascending|descending|alphabetical(?:ly)?)\b|\ba\s*(?:-|to)\s*z\b", True),
+    ("order", r"\b(?:highest|lowest|largest|smallest|biggest|newest|oldest|latest|earliest|most|least|best|worst)\b"
+              r"(?:\s+[\w'-]+){0,2}?\s+(?:first|last)\b(?!\s+names?\b)", True),
+    ("order", r"\b(?:come|comes|go|goes|appear|appears|listed|shown|put)\s+(?:first|last)\b", True),
+    ("order", r"\bat\s+the\s+(?:top|bottom)\b|\bon\s+top\b", True),
+    ("limit", r"\blimit(?:s|ed|ing)?\b(?!\s+(?:to|by)\s+(?:the\s+|a\s+)?(?!" + _NUMW + r"\b|top\b|first\b)\w)", True),
+    ("limit", r"\b(?:top|first|bottom|last)\s+" + _NUMW + r"\b(?!\s+names?\b)", True),
+    ("limit", r"\b(?:exactly|only|just|at\s+most|up\s+to|no\s+more\s+than)\s+" + _NUMW
+              + r"\b(?!\s*" + _UNIT + r"\b)", True),
+    ("limit", r"\bhow\s+many\s+(?:results|rows|records|entries|items|answers|of\s+them|should|do\s+you\s+want|"
+              r"would\s+you\s+like)\b", True),
+    ("limit", r"\bhow\s+many\b[^?.!]{0,30}\b(?:return|returned|show|shown|list|listed|display|displayed|include|"
+              r"included|give|want|need)\b", True),
+    ("limit", r"^\W*how\s+many\s+[\w'-]+\W*$", True),
+    ("limit", r"\b(?:only|just)\s+(?:the\s+)?(?:one|single|top|first|best|worst|highest|lowest)\b"
+              r"(?!\s+names?\b)", True),
+    ("limit", r"\bsingle\s+(?:result|row|answer|record|one|value|best|worst|top)\b", True),
+    ("limit", r"\ball\s+(?:of\s+)?(?:them|the\s+results|results|rows|matches)\b", True),
+    ("limit", r"\bties?\b[^?.!]{0,25}\b(?:include|included|cut|cut-?off|place|position|spot)\b", True),
+    ("order", r"\bties?\b", True),
+    ("distinct", r"\bduplicat\w*|\bdistinct\b|\bunique\b|\brepeat\w*|\bde-?dup\w*", True),
+    ("distinct", r"\b(?:appear|appears|appearing|listed|list|shown|show\s+up|shows\s+up|included|counted|returned|"
+                 r"mentioned|occur|occurs|be)\s+(?:only\s+|just\s+|exactly\s+)?(?:once|twice|more\s+than\s+once|"
+                 r"multiple\s+times|several\s+times)\b", True),
+    ("distinct", r"\b(?:only\s+once|more\s+than\s+once|once\s+each|twice)\b", True),
+    ("columns", r"\b(?:columns?|fields?|attributes?)\b|\boutput\b|\bin\s+the\s+results?\b", False),
+    ("columns", r"\b(?:what|which)\s+(?:information|info|details|data|properties)\b", False),
+    ("columns", r"\b" + _OUT_VERB + r"\s+(?:which|what)\b", False),
+    ("columns", r"\b(?:just|only)\s+(?:the\s+|a\s+)?(?:number|count|total|names?|list|ids?|titles?|amounts?)\b", False),
+    ("columns", r"\bsingle\s+(?:count|number|figure|total|value)\b", False),
+    ("columns", r"\b(?:count|number|total)\s*,?\s+or\s+(?:just\s+|only\s+)?(?:the\s+|a\s+)?"
+                r"(?:list|names?|rows|details)\b", False),
+    ("columns", r"\b(?:list|names?|rows|details)\s*,?\s+or\s+(?:just\s+|only\s+)?(?:the\s+|a\s+)?"
+                r"(?:count|number|total)\b", False),
+    ("columns", r"\b" + _ATTR + r"\s+(?:too|as\s+well(?![\s-]*(?!as\b)[a-z])|also)\b", False),
+    ("columns", r"\b(?:shown|displayed|included|listed|added)\s+(?:too|as\s+well|also)\b", False),
+    ("columns", r"\b(?:next\s+to|alongside|along\s+with)\b", False),
+    ("columns", r"\b" + _OUT_VERB + r"\b(?:\s+[\w'-]+){0,6}?\s+" + _ATTR + r"\b", False),
+))
+#: output-phrase words that are never ambiguity evidence (the nouns of an output phrase are).
+_OUTPUT_STEMS = frozenset({"display", "includ", "include", "return", "output", "print", "add", "shown", "next",
+                           "alongside", "column", "field", "attribute", "result"})
+_OUTPUT_PARTICLES = re.compile(r"\b(?:too|as\s+well|also|just|only|next\s+to|alongside|along\s+with)\b",
+                                re.IGNORECASE)
+#: phrases that :func:`~.fragments.technical_topic` would take for a topic: a filter ("limited to Physics")
+#: and the noun "rank" ("by academic rank").
+_FALSE_TOPIC = re.compile(r"\b(?:limit(?:s|ed|ing)?|restrict(?:s|ed|ing)?)\s+(?:to|by)\b|"
+                          r"\brank\b(?!\s+(?:them|it|these|those|by)\b)", re.IGNORECASE)
+
+
+def technical_cue(clarification: str) -> tuple[str | None, str]:
+    """The technical topic a clarification asks about, and its text with the topic phrases blanked.
+
+    ABISS §5.2 "Technical": a valid but secondary database concern, e.g. result ordering. Topics are
+    those of :data:`~.fragments.TECHNICAL_TOPICS`: ``order`` ("most popular first?", "sorted by date?"),
+    ``limit`` ("exactly five?", "just the single worst one?", "how many should I return?"),
+    ``distinct`` ("should a student appear twice?", "listed once?") and ``columns`` ("the names too, or
+    just the amounts?", "just the number?", "the title next to each grade?"). The earliest cue wins;
+    when none of these cues matches, :func:`~.fragments.technical_topic` decides ("limited to Physics"
+    is a filter, not a result limit; "their rank" is a noun, not ordering).
+
+    Args:
+        clarification: the agent's clarification question.
+    Returns:
+        ``(topic, rest)``: ``topic`` is ``None`` when nothing matches; ``rest`` is the clarification
+        with every ordering / count / duplicates phrase blanked (same length); of an output-column phrase
+        only its particles ("too", "as well", "next to") are blanked, its nouns stay.
+    Raises:
+        TypeError: ``clarification`` is not a string.
+    """
+    if not isinstance(clarification, str):
+        raise TypeError(f"technical_cue: clarification must be a string, got {type(clarification).__name__}")
+    best: tuple[int, str] | None = None
+    keep = [True] * len(clarification)
+    for topic, pat, cut in _TECH_CUES:
+        for m in pat.finditer(clarification):
+            if m.end() == m.start():
+                continue
+            if best is None or m.start() < best[0]:
+                best = (m.start(), topic)
+            spans = [m.span()] if cut else [(m.start() + p.start(), m.start() + p.end())
+                                            for p in _OUTPUT_PARTICLES.finditer(m.group())]
+            for a, b in spans:
+                keep[a:b] = [False] * (b - a)
+    rest = "".join(ch if k else " " for ch, k in zip(clarification, keep))
+    if best is None:
+        return technical_topic(_FALSE_TOPIC.sub(" ", clarification)), rest
+    return best[1], rest
+
+
+# ----------------------------------------------------------------------------- ambiguity cues (ABISS §3.2)
+
+def _rx(*parts: str) -> re.Pattern:
+    return re.compile("|".join(parts), re.IGNORECASE)
+
+
+_OR = _rx(r"\bor\b")
+#: the clarification is about the request (not small talk): a request or clarification form.
+_REQUEST = _rx(r"\b(?:mean|means|meant|meaning|want|wanted|need|needs|prefer|after|asking|looking\s+for|interested|"
+               r"refer\w*|should|shall|must|apply|applies|count(?:s|ed)?\s+as|would\s+you\s+like)\b",
+               r"\bis\s+(?:it|that|this)\b", r"\bare\s+(?:they|these|those|we)\b", r"\bdo\s+(?:you|they|we)\b",
+               r"\b(?:does|did)\b", r"\b(?:can|could|would|will)\s+you\b", r"\b(?:confirm|clarify|correct|right)\b")
+#: asks what a word means or which reading/threshold applies (any ambiguous subcategory; ABISS §5.2 example).
+_MEANING = _rx(r"\bmean(?:s|t|ing)?\b", r"\brefer(?:s|red|ring)?\s+to\b", r"\bcounts?\s+as\b",
+               r"\bqualif(?:y|ies)\s+as\b", r"\bdefin(?:e|ed|es|ition|itions)\b", r"\bwhat\s+makes\b",
+               r"\bin\s+what\s+sense\b", r"\bwhat\s+kind\s+of\b", r"\bthreshold\b", r"\bcut-?off\b",
+               r"\binterpret\w*\b", r"\bin\s+mind\b",
+               r"\bhow\s+(?:do|would|should)\s+(?:you|i|we)\s+(?:measure|define|decide|judge|read)\b")
+#: which definition / evidence holds (conflicting knowledge, ABISS §3.2.7; vagueness).
+_DEFINITION = _rx(r"\b(?:which|what|whose)\s+(?:[\w'-]+\s+)?(?:definition|rule|criterion|criteria|formula|"
+                  r"interpretation|version|measure|notion|reading|sense|source)s?\b",
+                  r"\bevidence\b", r"\b(?:two|both|several|different|conflicting|competing|contradictory)\s+"
+                  r"(?:definitions?|rules?|notes?|sources?)\b",
+                  r"\b(?:notes?|sources?|definitions?|documents?|docs)\b[^?.!]{0,30}\b(?:disagree|conflict|contradict|"
+                  r"differ)\w*")
+#: collective vs distributive reading (scope, ABISS §3.2.1).
+_SCOPE = _rx(r"\b(?:separately|individually|independently|together|collectively|combined|jointly|altogether|"
+             r"in\s+common|common\s+to|share|shares|shared|sharing|per|intersection|overlap)\b", r"\bone\s+by\s+one\b",
+             r"\bgroup(?:ed)?\s+by\b", r"\bbroken\s+down\b|\bbreak\s*down\b", r"\bfor\s+each\b",
+             r"\bas\s+a\s+(?:whole|group)\b")
+_QUANT = _rx(r"\b(?:each|every|all|any)\b", r"\bat\s+least\s+one\b")
+#: what a modifier attaches to (attachment, ABISS §3.2.1).
+_ATTACH = _rx(r"\b(?:also|too|both|either|apply|applies|applied|applying|restrict\w*|bind\w*|modif\w*|attach\w*|"
+              r"cover\w*|condition\w*)\b", r"\bas\s+well\b", r"\blimit(?:ed)?\s+to\b", r"\bgo(?:es)?\s+with\b",
+              r"\brefer\w*\s+to\b", r"\b(?:only|just)\s+(?:to\s+|on\s+)?the\b")
+#: a question to the user about themselves (missing user knowledge, ABISS §3.2.6).
+_ABOUT_USER = _rx(r"\bwho\s+(?:are|r)\s+(?:you|u)\b", r"\bwho\s+you\s+are\b", r"\bwhose\b",
+                  r"\b(?:your|ur)\s+(?:own\s+)?(?:full\s+)?(?:name|department|dept|faculty|school|id|identity|"
+                  r"student\s+(?:id|number)|number|role|affiliation|program|programme|major|course|office|team|unit|"
+                  r"position|job|email|details|account|username)\b",
+                  r"\b(?:which|what)\b[^?.!,]{0,30}\b(?:are|were|am)\s+(?:you|u)\b",
+                  r"\b(?:which|what|where)\b[^?.!,]{0,30}\bdo\s+you\s+(?:work|study|belong|teach|attend|enrol\w*|"
+                  r"come\s+from)\b",
+                  r"\b(?:which|what)\b[^?.!,]{0,30}\byou\s+(?:belong|work|study|teach|attend)\b",
+                  r"\byour\s+own\b", r"\bsomeone\s+else\b", r"\bfor\s+you\b",
+                  r"\babout\s+yourself\b", r"\b(?:identify|introduce)\s+yourself\b",
+                  r"\bare\s+you\s+(?:a|an|the)\s+\w+", r"\bare\s+you\s+(?:in|from|with|part\s+of)\b")
+#: personal small talk addressed to the user: no informative contribution (ABISS §5.2 "Irrelevant").
+_PERSONAL = _rx(r"\bwho\s+are\s+you\b", r"\byourself\b", r"\bpersonally\b", r"\bfavou?rite\b",
+                r"\bare\s+you\s+(?!asking|after|looking|interested|referring|thinking\s+of|sure)\w+",
+                r"\bhave\s+you\b",
+                r"\bdo\s+you\s+(?:study|live|have|own|know|work|like|love|enjoy|think|feel|go|play|teach)\b",
+                r"\b(?:your|ur)\s+(?:day|semester|weekend|opinion|hobby|hobbies|life|family)\b",
+                r"\bhow\s+(?:are|r)\s+(?:you|u)\b", r"\bhow'?s\s+(?:your|it|life|things)\b")
+_SMALL_TALK = _rx(r"\bfavou?rite\b", r"\bhow'?s\b", r"\bhow\s+(?:are|r)\s+(?:you|u)\b", r"\bgoing\b",
+                  r"\bfeel\w*\b", r"\bweather\b", r"\b(?:do|did)\s+you\s+(?:like|love|enjoy|think)\b")
+_HOW = re.compile(r"\bhow\s+([A-Za-z][\w-]*)", re.IGNORECASE)
+
+
+def _about_user(clar: str) -> bool:
+    """A question about the user's own identity or affiliation (not small talk)."""
+    return bool(_ABOUT_USER.search(clar)) and not _SMALL_TALK.search(clar)
+
+
+def _alternatives_contrast(rest: str, words: set[str], entity: set[str]) -> bool:
+    """"X or Y?" whose sides differ in hidden-knowledge ``words``: the alternatives are the readings.
+
+    Every side must say something (a side emptied by a technical phrase is no reading), and the words
+    named must include a non-entity one: "the age or the dog's name?" only names the returned entity.
+    Pass an empty ``entity`` for entity ambiguity, where the entities are the readings (ABISS §3.2).
+    """
+    if not _OR.search(rest):
+        return False
+    sides = [content_stems(side) - _OUTPUT_STEMS for side in _OR.split(rest)]
+    hits = [frozenset(side & words) for side in sides]
+    return all(sides) and len(set(hits)) > 1 and bool(frozenset().union(*hits) - entity)
+
+
+def _ambiguity_cue(sub: str, clar: str, rest: str, c: set[str], targets: set[str]) -> str | None:
+    """The subcategory cue a clarification matches (module docstring), as a reason name, else ``None``.
+
+    ``clar``: the clarification; ``rest``: it with technical phrases blanked; ``c``: the content stems
+    of ``rest``; ``targets``: the non-entity content stems of the question, the hidden knowledge and the
+    interpretations (what an ambiguity question can be about).
+    """
+    on_target = bool(c & targets)
+    how = {_stem(w) for w in _HOW.findall(rest)}
+    if sub == "scope" and (_SCOPE.search(rest) or (_QUANT.search(clar) and _OR.search(rest))):
+        return "scope"
+    if sub == "attachment" and on_target and _ATTACH.search(rest):
+        return "attachment"
+    if _DEFINITION.search(rest):
+        return "definition"
+    if (_MEANING.search(rest) and on_target) or (how & targets):
+        return "meaning"
+    return None
 
 
 # ----------------------------------------------------------------------------- reply templates
@@ -237,29 +482,57 @@ class RuleBasedUser:
         if asks_for_sql(clar):
             return self._refuse(req, gold, kind, tide, "asks_for_sql")
 
-        topic = technical_topic(clar)
+        topic, rest = technical_cue(clar)
         if s.group == "ambiguous":
-            c = content_stems(clar)
-            entity = _gold_table_stems(gold)
-            if s.chain is not None:
-                layer = _chain_layer(c, s.chain, entity, req.l1_resolved)
-                if layer == "L2" and not req.l1_resolved:
-                    return self._final(req, gold, kind, "technical", "L2", tide, "l2_before_l1",
-                                       [_end(_DEFER[kind])], {}, route="loc")
-                if layer is not None:
-                    ans = (s.chain.l1 if layer == "L1" else s.chain.l2).answer
-                    return self._final(req, gold, kind, "relevant", layer, tide, f"chain_{layer.lower()}",
-                                       _relevant_candidates(ans, kind), {})
-            strong, anchors = _hk_words(s, entity)
-            if c & strong:
-                return self._final(req, gold, kind, "relevant", None, tide, "hidden_knowledge",
-                                   _relevant_candidates(s.hidden_knowledge, kind), {})
-            if topic is None and c & anchors:
-                return self._final(req, gold, kind, "relevant", None, tide, "ambiguous_term",
-                                   _relevant_candidates(s.hidden_knowledge, kind), {})
+            reply = self._ambiguous(req, gold, kind, tide, topic, rest)
+            if reply is not None:
+                return reply
         if topic is not None:
             return self._technical(req, gold, kind, tide, topic)
         return self._refuse(req, gold, kind, tide, "off_target")
+
+    def _ambiguous(self, req: UserRequest, gold: str, kind: str, tide: bool, topic: str | None,
+                   rest: str) -> UserReply | None:
+        """The relevant (or personal-refusal, or L2 deferral) reply of an ambiguous sample, else ``None``
+        (then the technical topic or the off-target refusal decides). Order as in the module docstring."""
+        s, clar = req.sample, req.clarification
+        entity = _gold_table_stems(gold)
+        c = content_stems(rest) - _OUTPUT_STEMS
+
+        def relevant(reason: str) -> UserReply:
+            return self._final(req, gold, kind, "relevant", None, tide, reason,
+                               _relevant_candidates(s.hidden_knowledge, kind), {})
+
+        if s.subcategory == "missing_user_knowledge" and _about_user(clar):
+            return relevant("user_knowledge")
+        if topic is None and _PERSONAL.search(clar):
+            return self._refuse(req, gold, kind, tide, "personal")
+        strong, anchors = _hk_words(s, entity)
+        q = content_stems(s.question)
+        cue = _ambiguity_cue(s.subcategory, clar, rest, c, (q | _knowledge_stems(s)) - entity)
+        if s.chain is not None:
+            layer = _chain_layer(c, s.chain, entity, req.l1_resolved)
+            if layer is None and cue is not None:   # a cue naming neither layer: the next open layer
+                layer = "L2" if req.l1_resolved else "L1"
+            if layer == "L2" and not req.l1_resolved:
+                return self._final(req, gold, kind, "technical", "L2", tide, "l2_before_l1",
+                                   [_end(_DEFER[kind])], {}, route="loc")
+            if layer is not None:
+                ans = (s.chain.l1 if layer == "L1" else s.chain.l2).answer
+                return self._final(req, gold, kind, "relevant", layer, tide, f"chain_{layer.lower()}",
+                                   _relevant_candidates(ans, kind), {})
+        hit = c & strong
+        connected = bool(c & q) or bool(_OR.search(rest)) or bool(_REQUEST.search(rest))
+        hk = content_stems(s.hidden_knowledge)
+        restates = len(c & hk) >= max(2, 0.6 * len(hk))   # "can you confirm: <the fact>?"
+        readings = _alternatives_contrast(rest, strong, set() if s.subcategory == "entity_ambiguity" else entity)
+        if (hit - entity and connected) or restates or readings:
+            return relevant("hidden_knowledge" if hit else "ambiguous_term")
+        if cue is not None:
+            return relevant("ambiguous_term" if c & anchors else cue)
+        if topic is None and (hit or c & anchors) and connected:
+            return relevant("hidden_knowledge" if hit else "ambiguous_term")
+        return None
 
     def _refuse(self, req, gold, kind, tide, reason) -> UserReply:
         return self._final(req, gold, kind, "irrelevant", None, tide, reason, [_end(_REFUSAL[kind])], {})
@@ -332,6 +605,12 @@ def _gold_table_stems(gold: str | None) -> set[str]:
     except SQLParseError:
         return set()
     return {_stem(w) for t in tree.find_all(exp.Table) for w in _split(t.name)}
+
+
+def _knowledge_stems(s: Sample) -> set[str]:
+    """Content stems of the hidden knowledge and of every interpretation's knowledge and description."""
+    return content_stems(" ".join([s.hidden_knowledge] + [f"{i.hidden_knowledge} {i.description}"
+                                                            for i in s.interpretations]))
 
 
 def _hk_words(s: Sample, entity: set[str]) -> tuple[set[str], set[str]]:
