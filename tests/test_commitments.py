@@ -144,6 +144,35 @@ def test_w_and_o_split_and_lit_replace():
     assert not literal_replacement(w_pre, w_pre)
 
 
+def test_numerically_equal_literals_are_not_drift():
+    a = "SELECT * FROM t WHERE dept_id = 1"
+    b = "SELECT * FROM t WHERE dept_id = 1.0"
+    assert commitment_set(a) == commitment_set(b)
+    assert drift_subtype(a, b) == "not_drift" and not is_drift(a, b) and not is_drift(b, a)
+    assert drift_subtype("SELECT * FROM t WHERE x IN (1.0, 2.50) AND y BETWEEN 1e1 AND 20",
+                         "SELECT * FROM t WHERE x IN (2.5, 1) AND y BETWEEN 10 AND 20.0") == "not_drift"
+    # a different number is still a value-level drift; a literal inside arithmetic keeps its spelling
+    assert drift_subtype(a, "SELECT * FROM t WHERE dept_id = 1.5") == "value"
+    assert drift_subtype("SELECT a / 2 FROM t", "SELECT a / 2.0 FROM t") == "projection"
+
+
+def test_ordinal_into_a_star_gives_a_commitment_set():
+    # sqlglot's qualify raised AssertionError here, out of commitment_set, drift_subtype and the env step
+    schema = {"students": {"id": "INT", "name": "TEXT"}}
+    s = commitment_set("SELECT * FROM students ORDER BY 1", schema)
+    assert {(c.kind, c.value_form) for c in s} == {("select", "*"), ("order_by", "students.id ASC")}
+    assert {c.value_form for c in commitment_set("SELECT * FROM students ORDER BY 1") if c.kind == "order_by"} == {
+        "1 ASC"}
+    cte = "WITH c AS (SELECT * FROM students) SELECT * FROM c ORDER BY 1"
+    assert ("order_by", "1 ASC") in {(c.kind, c.value_form) for c in commitment_set(cte, schema)}
+    assert drift_subtype("SELECT * FROM students ORDER BY 1", "SELECT * FROM students ORDER BY 1 DESC") == "projection"
+    assert drift_subtype("SELECT s.* FROM students AS s GROUP BY 1", "SELECT s.* FROM students AS s GROUP BY 1",
+                         schema) == "not_drift"
+    # a query too long to analyse is a typed error, refused before parsing
+    with pytest.raises(SQLParseError, match="too long to analyse"):
+        drift_subtype("SELECT 1 FROM t WHERE " + "a = 1 OR " * 3000 + "1 = 1", "SELECT 1")
+
+
 def test_commitment_sets_accepted_as_inputs_and_typed_errors():
     pre, post = commitment_set(T4_PRE), commitment_set(T4_POST)
     assert drift_subtype(pre, post) == "constraint" and is_drift(pre, T4_POST)

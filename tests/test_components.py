@@ -156,6 +156,56 @@ def test_canonical_sql_equivalent_spellings_and_polarity():
     assert canonical_sql(w, literals=False) == "region = ?"
 
 
+def test_ordinal_into_a_star_is_resolved_with_the_schema_and_kept_without():
+    # sqlglot's qualify raised AssertionError on each of these (adversarial: 917 crashes over mutated golds)
+    with_schema = {
+        "SELECT * FROM orders ORDER BY 1": {"orders.order_id ASC"},
+        "SELECT o.* FROM orders AS o GROUP BY 1": set(),
+        "SELECT item, * FROM orders ORDER BY 3 DESC": {"orders.customer_id DESC"},  # item, order_id, customer_id
+        "SELECT c.*, o.* FROM orders AS o JOIN customers AS c ON o.customer_id = c.customer_id ORDER BY 4":
+            {"orders.order_id ASC"},  # customers has 3 columns, so the 4th output column is orders' first
+        "WITH q AS (SELECT * FROM orders) SELECT * FROM q ORDER BY 1": {"1 ASC"},  # a CTE's star: kept
+        "SELECT * FROM orders JOIN order_lines USING (order_id) ORDER BY 7": {"7 ASC"},  # USING merges columns
+    }
+    for sql, order in with_schema.items():
+        prep = prepare_sql(sql, ERP)
+        assert prep.qualified and prep.fallback is None, sql
+        assert component_sets(sql, ERP)["order_by"] == order, sql
+    assert component_sets("SELECT o.* FROM orders AS o GROUP BY 1", ERP)["group_by"] == {"orders.order_id"}
+    # without a schema the star cannot be expanded: the ordinal stays an ordinal, on both sides alike
+    assert component_sets("SELECT * FROM orders ORDER BY 1")["order_by"] == {"1 ASC"}
+    assert component_sets("SELECT *, item FROM orders ORDER BY 2")["order_by"] == {"2 ASC"}  # not 'item'
+    # the resolved ordinal scores like the column it names
+    s = score_components("SELECT * FROM orders ORDER BY 1 DESC", "SELECT * FROM orders ORDER BY order_id DESC", ERP)
+    assert s["order_by"] == {"precision": 1.0, "recall": 1.0}
+
+
+def test_failed_qualify_with_the_schema_degrades_to_qualify_without_it():
+    sql = "SELECT o.item FROM orders AS o JOIN customers AS c USING (nope) WHERE o.amount > 3"
+    prep = prepare_sql(sql, ERP)
+    assert not prep.qualified
+    assert prep.fallback == (
+        "qualified without the schema: cannot qualify: OptimizeError: Cannot automatically join: nope")
+    sets = component_sets(sql, ERP)
+    assert sets["filters"] == {"orders.amount > 3"} and sets["tables"] == {"orders", "customers"}
+
+
+def test_numerically_equal_literals_have_one_spelling_in_comparisons():
+    def canon(cond: str) -> str:
+        return canonical_sql(parse_sql(f"SELECT 1 FROM t WHERE {cond}").args["where"].this)
+
+    assert canon("dept_id = 1.0") == canon("dept_id = 1") == canon("1. = dept_id") == canon("dept_id = 01") == (
+        "dept_id = 1")
+    assert canon("x > 2.50") == canon("x > 25e-1") == "x > 2.5"
+    assert canon("x >= -3.0") == "x >= -3"
+    assert canon("x IN (2.0, 1, 1.0)") == "x IN (1, 2)"
+    assert canon("x BETWEEN 1.0 AND 1e1") == "x BETWEEN 1 AND 10"
+    # text stays text, and arithmetic keeps its literal: x / 2 is integer division in SQLite, x / 2.0 is not
+    assert canon("x = '1.0'") == "x = '1.0'" and canon("x LIKE 1.0") == "x LIKE 1.0"
+    assert canon("x / 2.0 > 1") == "x / 2.0 > 1" != canon("x / 2 > 1")
+    assert canon("x = 1.5") != canon("x = 1")
+
+
 def test_bad_input_gives_typed_errors():
     with pytest.raises(SQLParseError):
         component_sets("SELEC name FROM customers")

@@ -74,6 +74,12 @@ def test_tables_read_errors():
         tables_read("SELECT FROM WHERE")
     with pytest.raises(SQLParseError):
         tables_read("")
+    # sqlglot's own failures are typed too, and a query too big to analyse is refused before parsing
+    assert tables_read("SELECT * FROM singer ORDER BY 1") == {"singer"}
+    with pytest.raises(SQLParseError, match="too long to analyse"):
+        tables_read("SELECT 1 FROM singer WHERE " + "s.a = 1 OR " * 2000 + "1 = 1")
+    with pytest.raises(SQLParseError, match="nested too deeply to analyse"):
+        tables_read("SELECT 1 FROM singer WHERE " + " OR ".join(f"a = {i}" for i in range(200)))
 
 
 def _spider_tables(sql: dict, names: list[str]) -> set[str]:

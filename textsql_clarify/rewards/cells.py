@@ -11,7 +11,10 @@ Pipeline (each step cites the article, ``002_839439527a6c50bd.txt``):
    ``table.column`` on both sides is proof and pairs with no threshold (precision = recall = 1.0).
    Then, among what is left, by the overlap of distinct values, best ``min(P, R)`` first. Two guards
    apply to this inferred step only: the threshold is on ``min(P, R)``, not F1, and a reference column
-   needs at least two distinct values.
+   needs at least two distinct values. Our extension to the second guard: a reference column below it
+   (a constant, or any column of a one-row result) may still pair with a candidate column holding exactly
+   the same distinct values (:attr:`CellPolicy.exact_set_pairing`), so that identical results always
+   score 1.0.
 2. Score the columns (article: "Scoring the columns"): the pairs' precisions summed over every
    candidate column, their recalls summed over every reference column.
 3. Pair the rows (article: "Pairing the rows"): a row key of at most two paired columns chosen for its
@@ -40,7 +43,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
 from ..errors import SQLParseError, TextSQLClarifyError
-from ..sqlschema import Schema, parse_sql, qualify_sql
+from ..sqlschema import Schema, analysis_errors, parse_for_analysis, qualify_sql
 
 __all__ = [
     "CellPolicy",
@@ -151,25 +154,27 @@ def column_origins(sql: str, schema: Schema | dict | None) -> tuple[str | None, 
         One entry per output column, in output order.
 
     Raises:
-        SQLParseError: the SQL cannot be parsed or qualified, is not a query, or has a ``*`` that cannot be
-            expanded (no schema, or an unknown table), so the number of output columns is unknown.
+        SQLParseError: the SQL cannot be parsed or qualified, is too big to analyse
+            (:func:`~textsql_clarify.sqlschema.parse_for_analysis`), is not a query, has a ``*`` that cannot be
+            expanded (no schema, or an unknown table) so the number of output columns is unknown, or sqlglot
+            fails on it (any exception, with the reason).
     """
-    tree = qualify_sql(parse_sql(sql), schema)
+    tree = qualify_sql(parse_for_analysis(sql), schema)
     if not isinstance(tree, exp.Query):
         raise SQLParseError(sql, f"not a query: {type(tree).__name__}")
-    outer = tree
-    while isinstance(outer, (exp.SetOperation, exp.Subquery)):  # the left branch fixes the output columns
-        outer = outer.this
-    if any(isinstance(p, exp.Star) or (isinstance(p, exp.Column) and isinstance(p.this, exp.Star))
-           for p in outer.expressions):
+    with analysis_errors(sql, "column origins"):
+        outer = tree
+        while isinstance(outer, (exp.SetOperation, exp.Subquery)):  # the left branch fixes the output columns
+            outer = outer.this
+        stars = any(isinstance(p, exp.Star) or (isinstance(p, exp.Column) and isinstance(p.this, exp.Star))
+                    for p in outer.expressions)
+        scope = None if stars else build_scope(tree)
+        origins = None if scope is None else tuple(_scope_origins(scope))
+    if stars:
         raise SQLParseError(sql, "cannot expand '*' into output columns (schema missing or incomplete)")
-    try:
-        scope = build_scope(tree)
-    except (ValueError, KeyError, RecursionError) as e:  # sqlglot raises plain errors on odd scopes
-        raise SQLParseError(sql, f"cannot build scopes: {str(e)[:200]}") from e
-    if scope is None:
+    if origins is None:
         raise SQLParseError(sql, "no query scope")
-    return tuple(_scope_origins(scope))
+    return origins
 
 
 # --------------------------------------------------------------------------- policy and scores
@@ -186,10 +191,15 @@ class CellPolicy:
             worked pair ``Total`` (min 0.5) and rejects its counter-example (min 0.033). In ``[0, 1]``.
         min_reference_distinct: distinct values a reference column needs before it may pair by value
             overlap ("a constant column discriminates nothing"); the article uses 2. Origin pairs ignore it.
-        single_row_exact_pairing: extension, not in the article. A one-row reference can never have two
-            distinct values in a column, so the guard above would leave every computed column of a scalar
-            answer (``COUNT(*)``, ``AVG(x)``) unpaired. When ``True``, such a column of a one-row reference
-            may pair by overlap only at ``min(P, R) = 1.0`` (the candidate column holds exactly that value).
+        exact_set_pairing: extension, not in the article. A reference column with fewer than
+            ``min_reference_distinct`` distinct values (a constant computed column such as
+            ``upper(d.name)`` under ``WHERE d.name = 'x'`` over 8 rows, or any column of a one-row answer:
+            ``COUNT(*)``, ``AVG(x)``) would otherwise never pair without an origin, so even the reference
+            scored against itself would lose it. When ``True``, such a column may pair with a candidate
+            column whose set of distinct values is exactly equal to its own (``how="exact"``, precision =
+            recall = 1.0; two empty results pair their columns in order, having no values to tell them
+            apart). A candidate column that merely contains the constant among other values does not pair.
+            With it, identical results score 1.0 on column and cell precision and recall wherever defined.
         key_selectivity_floor: a row key needs ``distinct key values / reference rows`` of at least this
             (article: below 0.5 "the key stops meaning anything"); otherwise rows are compared as a multiset
             of whole rows. In ``[0, 1]``.
@@ -207,7 +217,7 @@ class CellPolicy:
 
     min_overlap: float = 0.25
     min_reference_distinct: int = 2
-    single_row_exact_pairing: bool = True
+    exact_set_pairing: bool = True
     key_selectivity_floor: float = 0.5
     max_key_columns: int = 2
     float_decimals: int | None = 6
@@ -226,13 +236,18 @@ class CellPolicy:
                                                 or not isinstance(self.float_decimals, int)
                                                 or self.float_decimals < 0):
             raise ResultShapeError(f"CellPolicy.float_decimals must be None or an int >= 0, got {self.float_decimals!r}")
+        if not isinstance(self.exact_set_pairing, bool):
+            raise ResultShapeError(
+                f"CellPolicy.exact_set_pairing must be a bool, got {self.exact_set_pairing!r}")
 
 
 class ColumnPair(NamedTuple):
     """One paired column: indices into the candidate's and the reference's columns.
 
-    ``how`` is ``"origin"`` (same ``table.column``, precision = recall = 1.0) or ``"overlap"`` (distinct-value
-    overlap; ``precision = |C & R| / |C|``, ``recall = |C & R| / |R|`` over distinct values).
+    ``how`` is ``"origin"`` (same ``table.column``, precision = recall = 1.0), ``"overlap"`` (distinct-value
+    overlap; ``precision = |C & R| / |C|``, ``recall = |C & R| / |R|`` over distinct values) or ``"exact"``
+    (a reference column below the distinct-values guard, paired with a candidate column holding exactly its
+    distinct values; precision = recall = 1.0; :attr:`CellPolicy.exact_set_pairing`).
     """
 
     candidate_index: int
@@ -329,7 +344,9 @@ def _columns_of(table: ResultTable, decimals: int | None) -> list[list]:
 
 def _pair_columns(cand: ResultTable, ref: ResultTable, ccols: list[list], rcols: list[list],
                   policy: CellPolicy) -> list[ColumnPair]:
-    """Origin pairs first (no threshold), then overlap pairs best ``min(P, R)`` first (article: "Pairing the columns")."""
+    """Origin pairs first (no threshold), then overlap and exact-set pairs best ``min(P, R)`` first (article:
+    "Pairing the columns"; exact-set pairs: :attr:`CellPolicy.exact_set_pairing`); ties go to the lower
+    reference, then candidate, index."""
     pairs: list[ColumnPair] = []
     used_c: set[int] = set()
     used_r: set[int] = set()
@@ -344,17 +361,15 @@ def _pair_columns(cand: ResultTable, ref: ResultTable, ccols: list[list], rcols:
                     used_r.add(j)
                     break
     c_sets = {i: set(ccols[i]) for i in range(len(ccols)) if i not in used_c}
-    one_row_ref = len(ref.rows) == 1 and policy.single_row_exact_pairing
     options = []
     for j in range(len(rcols)):
         if j in used_r:
             continue
         r_set = set(rcols[j])
-        exact_only = False
         if len(r_set) < policy.min_reference_distinct:
-            if not (one_row_ref and r_set):
-                continue
-            exact_only = True
+            if policy.exact_set_pairing:  # below the guard: only an identical set of distinct values pairs
+                options += [(-1.0, -2.0, j, i, "exact", 1.0, 1.0) for i, c_set in c_sets.items() if c_set == r_set]
+            continue
         for i, c_set in c_sets.items():
             if not c_set:
                 continue
@@ -364,14 +379,14 @@ def _pair_columns(cand: ResultTable, ref: ResultTable, ccols: list[list], rcols:
                 continue
             p, r = inter / len(c_set), inter / len(r_set)
             low = min(p, r)
-            if low < policy.min_overlap or (exact_only and low < 1.0):
+            if low < policy.min_overlap:
                 continue
-            options.append((-low, -(p + r), j, i, p, r))
+            options.append((-low, -(p + r), j, i, "overlap", p, r))
     options.sort()
-    for _, _, j, i, p, r in options:
+    for _, _, j, i, how, p, r in options:
         if i in used_c or j in used_r:
             continue
-        pairs.append(ColumnPair(i, j, "overlap", p, r))
+        pairs.append(ColumnPair(i, j, how, p, r))
         used_c.add(i)
         used_r.add(j)
     pairs.sort(key=lambda q: q.reference_index)

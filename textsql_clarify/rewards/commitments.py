@@ -23,8 +23,9 @@ conjuncts, so reordering conjuncts does not renumber them.
 Each unit has a **value form** (literals kept) and a **structural form** (literals -> ``?``), both from
 :func:`~textsql_clarify.rewards.components.canonical_sql` over a prepared tree
 (:func:`~textsql_clarify.rewards.components.prepare_sql`): equivalent spellings give one commitment
-(``a = 1`` / ``1 = a``; ``x > 5`` / ``5 < x``; keyword and identifier case; redundant parentheses; table
-and column aliases), and a reversed polarity gives another.
+(``a = 1`` / ``1 = a``; ``x > 5`` / ``5 < x``; ``dept_id = 1`` / ``dept_id = 1.0``, numerically equal
+literals compared by value; keyword and identifier case; redundant parentheses; table and column aliases),
+and a reversed polarity gives another.
 
 Three canonicalisation choices that go beyond Table 5, each so that a mere respelling is never drift:
 
@@ -47,7 +48,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from ..errors import SQLParseError
+from ..sqlschema import analysis_errors
 from .components import canonical_sql, conjuncts, immediate_subqueries, prepare_sql
 
 __all__ = [
@@ -228,14 +229,14 @@ def commitment_set(sql: str, schema: Mapping | None = None) -> frozenset[Commitm
         ``t.c`` and ``AVG(t.v)`` at scope ``$``.
 
     Raises:
-        SQLParseError: the query cannot be parsed, is not a query, or is nested too deeply.
+        SQLParseError: the query cannot be parsed, is not a query, is too big or nested too deeply to analyse,
+            or sqlglot fails on it (any exception, with the reason; see
+            :func:`~textsql_clarify.rewards.components.prepare_sql`).
         TypeError: bad ``schema``.
     """
     tree = prepare_sql(sql, schema).tree
-    try:
+    with analysis_errors(sql, "commitment set"):
         return _extract(tree)
-    except RecursionError as e:
-        raise SQLParseError(sql, "query nested too deeply") from e
 
 
 def _as_set(x: object, name: str, schema: Mapping | None) -> frozenset[Commitment]:

@@ -15,15 +15,23 @@ sets follow the article (and the spirit of Spider's component matching):
 
 Preparation (article: the "preparation" paragraph) is identical on both sides: every column is resolved to
 ``table.column`` with sqlglot's qualify plus the schema, table aliases are replaced by table names, select
-aliases and ordinals in GROUP BY / ORDER BY / HAVING are expanded, and each fragment is rendered in one
-canonical spelling (see :func:`canonical_sql`). The only one-sided step is the documented agent-side
-cleaning of :class:`ComponentPolicy`. The preparation is shared with :mod:`.commitments`.
+aliases and ordinals in GROUP BY / ORDER BY / HAVING are expanded (an ordinal into a ``*`` is resolved
+through the schema, or kept as the ordinal), and each fragment is rendered in one canonical spelling (see
+:func:`canonical_sql`). The only one-sided step is the documented agent-side cleaning of
+:class:`ComponentPolicy`. The preparation is shared with :mod:`.commitments`.
+
+Bounded and typed (``textsql_clarify.sqlschema``): a query over the analysis caps (``MAX_ANALYSIS_CHARS``,
+``MAX_ANALYSIS_NODES``, ``MAX_ANALYSIS_DEPTH``) is refused with
+:class:`~textsql_clarify.errors.SQLParseError` before any costly step; whatever sqlglot raises on a query is
+that same typed error; a failed qualify degrades (without the schema, then without qualify) instead of
+raising.
 
 Undefined is not zero (article: "Measuring honestly"): a precision or recall whose denominator is 0 is
 ``None``.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -31,13 +39,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 from sqlglot import exp
-from sqlglot.errors import ErrorLevel, SqlglotError, UnsupportedError
+from sqlglot.errors import ErrorLevel, UnsupportedError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
-from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.scope import traverse_scope
 
 from ..errors import SQLParseError
-from ..sqlschema import DIALECT, Schema, parse_sql
+from ..sqlschema import (
+    DIALECT, Schema, analysis_errors, is_star, ordinal_references, parse_for_analysis, qualify_sql,
+)
 
 __all__ = [
     "COMPONENT_SETS", "ComponentPolicy", "PreparedQuery", "prepare_sql", "canonical_sql", "conjuncts",
@@ -88,12 +97,16 @@ class PreparedQuery:
     Attributes:
         tree: the sqlglot AST, columns resolved to canonical source names (a private copy; callers may
             mutate it).
-        qualified: ``True`` when sqlglot's qualify succeeded; ``False`` when it could not resolve the query
-            and only table aliases were replaced (unqualified columns then stay unqualified).
+        qualified: ``True`` when sqlglot's qualify succeeded with the schema; ``False`` on a degraded path
+            (see ``fallback``).
+        fallback: ``None``, or why the preparation degraded: qualify failed with the schema and succeeded
+            without it (``"qualified without the schema: <reason>"``), or failed both ways and only table
+            aliases were replaced, unqualified columns staying unqualified (``"not qualified: <reason>"``).
     """
 
     tree: exp.Expression
     qualified: bool
+    fallback: str | None = None
 
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.Glob,
@@ -149,7 +162,7 @@ def _infer_schema(tree: exp.Expression) -> Schema:
     out: Schema = {t.name.lower(): {} for t in tree.find_all(exp.Table) if t.name and t.name.lower() not in ctes}
     try:
         scopes = traverse_scope(tree)
-    except (SqlglotError, KeyError, ValueError, AttributeError, RecursionError):
+    except Exception:  # noqa: BLE001 - inference is optional: sqlglot raises many kinds on odd scopes
         return out
     for scope in scopes:
         tables = {k.lower(): v for k, v in scope.sources.items() if isinstance(v, exp.Table)}
@@ -236,7 +249,8 @@ def _expand_references(tree: exp.Expression) -> None:
                 target = e.this if isinstance(e, exp.Ordered) else e
                 if isinstance(target, exp.Literal) and not target.is_string and target.this.isdigit():
                     k = int(target.this)
-                    if 1 <= k <= len(items) and not isinstance(_unalias(items[k - 1]), exp.Star):
+                    # at or after a '*' item the k-th output column is not the k-th item: keep the ordinal
+                    if 1 <= k <= len(items) and not any(is_star(i) for i in items[:k]):
                         target.replace(_unalias(items[k - 1]).copy())
         if not aliases:
             continue
@@ -249,47 +263,126 @@ def _expand_references(tree: exp.Expression) -> None:
                     col.replace(aliases[col.name.lower()].copy())
 
 
+def _star_columns(q: exp.Query, item: exp.Expression, schema: Schema, ctes: set[str]) -> list[exp.Column] | None:
+    """The output columns a ``*`` / ``t.*`` item of SELECT ``q`` stands for, from the given schema, in
+    SQLite's order (FROM then JOINs, each table's declaration order); ``None`` when not known for sure
+    (a derived table or CTE, a table not in the schema, a USING / NATURAL join that merges columns)."""
+    if not isinstance(q, exp.Select):
+        return None
+    joins = q.args.get("joins") or []
+    if any(j.args.get("using") or (j.args.get("method") or "").upper() == "NATURAL" for j in joins):
+        return None
+    sources = ([q.args["from_"].this] if q.args.get("from_") is not None else []) + [j.this for j in joins]
+    node = item.this if isinstance(item, exp.Alias) else item
+    if isinstance(node, exp.Column):  # t.*
+        picks = [src for src in sources if (src.alias_or_name or "").lower() == node.table.lower()]
+        if len(picks) != 1:
+            return None
+    else:
+        picks = sources
+    out: list[exp.Column] = []
+    for src in picks:
+        if not isinstance(src, exp.Table) or not src.name:
+            return None
+        name = src.name.lower()
+        if name in ctes or name not in schema or not schema[name]:
+            return None
+        out += [exp.column(c, table=src.alias_or_name) for c in schema[name]]
+    return out
+
+
+def _resolve_star_ordinals(tree: exp.Expression, schema: Schema | None) -> None:
+    """Replace (in place) an ordinal that points into a ``*`` by the column it names, where the given
+    schema tells (``SELECT * FROM t ORDER BY 1`` -> ``ORDER BY t.<first column of t>``), as SQLite resolves
+    it. An ordinal after a star that cannot be expanded stays an ordinal (:func:`~textsql_clarify.sqlschema.qualify_sql`
+    keeps it through qualify)."""
+    if not schema:
+        return
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    for q, lit in list(ordinal_references(tree)):
+        items = q.selects
+        k = int(lit.this)
+        if k < 1 or not any(is_star(i) for i in items[:k]):  # a star may make k exceed the items
+            continue
+        pos = 0
+        for item in items:
+            if is_star(item):
+                cols = _star_columns(q, item, schema, ctes)
+                if cols is None:
+                    break
+                if pos + len(cols) >= k:
+                    lit.replace(cols[k - pos - 1])
+                    break
+                pos += len(cols)
+            else:
+                pos += 1
+                if pos == k:
+                    target = _unalias(item)
+                    # a numeric item is left alone: put in ORDER BY, it would read as an ordinal
+                    if not (isinstance(target, exp.Literal) and not target.is_string):
+                        lit.replace(target.copy())
+                    break
+
+
+def _qualify_with_fallback(tree: exp.Expression, merged: Schema) -> tuple[exp.Expression, str | None]:
+    """Qualify with the schema; else without it; else only normalise identifiers (the degraded paths)."""
+    try:
+        return qualify_sql(tree, merged or None, expand_stars=False), None
+    except SQLParseError as e:
+        if isinstance(e.__cause__, RecursionError):
+            raise
+        first = e.reason
+    if merged:
+        try:
+            return qualify_sql(tree, None, expand_stars=False), f"qualified without the schema: {first}"
+        except SQLParseError as e:
+            if isinstance(e.__cause__, RecursionError):
+                raise
+    return normalize_identifiers(tree.copy(), dialect=DIALECT), f"not qualified: {first}"
+
+
 def prepare_sql(sql: str, schema: Mapping | None = None) -> PreparedQuery:
     """Parse and prepare one query the same way for every side (article: "Component", preparation).
 
-    Steps: parse (SQLite dialect); double-quoted string literals as SQLite reads them; sqlglot ``qualify``
-    (stars are kept, so ``SELECT *`` stays one marker) with ``schema`` merged over the columns the query
-    itself attributes to tables; table aliases replaced by table names (``t1.name`` -> ``student.name``);
-    select aliases and ordinals expanded in GROUP BY / ORDER BY / HAVING.
+    Steps: parse (SQLite dialect, within the analysis caps of
+    :func:`~textsql_clarify.sqlschema.parse_for_analysis`); double-quoted string literals as SQLite reads
+    them; an ordinal that points into a ``*`` replaced by the column it names where ``schema`` tells;
+    sqlglot ``qualify`` (stars are kept, so ``SELECT *`` stays one marker) with ``schema`` merged over the
+    columns the query itself attributes to tables; table aliases replaced by table names
+    (``t1.name`` -> ``student.name``); select aliases and ordinals expanded in GROUP BY / ORDER BY / HAVING.
+
+    Degraded paths: when qualify fails with the schema, the query is qualified without it; when that fails
+    too, only identifiers are normalised (:attr:`PreparedQuery.fallback` says which). Both sides of a
+    comparison take the same path for the same text, so the sets are still computed.
 
     Args:
         sql: one SQLite statement; it must be a query (SELECT or a set operation).
         schema: ``{table: {column: type}}`` (e.g. :func:`textsql_clarify.sqlschema.read_schema`) or ``None``.
 
     Returns:
-        :class:`PreparedQuery`; ``qualified`` is ``False`` where qualify failed and a lighter resolution was
-        used (counted by the real-data tests).
+        :class:`PreparedQuery`; ``qualified`` is ``False`` where qualify failed with the schema (counted by
+        the real-data tests).
 
     Raises:
-        SQLParseError: empty input, several statements, a parse error, not a query, or nested too deeply.
+        SQLParseError: empty input, several statements, a parse error, not a query, too big to analyse
+            (:data:`~textsql_clarify.sqlschema.MAX_ANALYSIS_CHARS` and the node and depth caps), nested too
+            deeply, or any failure inside sqlglot that no degraded path avoids.
         TypeError: ``schema`` is not a ``{table: {column: type}}`` mapping.
     """
     given = _check_schema(schema)
-    tree = parse_sql(sql)
+    tree = parse_for_analysis(sql)
     if not isinstance(tree, exp.Query):
         raise SQLParseError(sql, f"not a query: {type(tree).__name__} statement")
-    try:
+    with analysis_errors(sql, "preparation"):
         _double_quoted_literals(tree, sql, given)
         merged = {t: cols for t, cols in _infer_schema(tree).items() if cols}
         if given:
             merged.update(given)
-        qualified = True
-        try:
-            tree = qualify(tree.copy(), schema=merged or None, dialect=DIALECT, expand_stars=False,
-                           validate_qualify_columns=False, quote_identifiers=False, identify=False)
-        except (SqlglotError, KeyError, ValueError, AttributeError, TypeError):
-            qualified = False
-            tree = normalize_identifiers(tree.copy(), dialect=DIALECT)
+        _resolve_star_ordinals(tree, given)
+        tree, fallback = _qualify_with_fallback(tree, merged)
         _canonical_qualifiers(tree)
         _expand_references(tree)
-    except RecursionError as e:
-        raise SQLParseError(sql, "query nested too deeply") from e
-    return PreparedQuery(tree, qualified)
+    return PreparedQuery(tree, fallback is None, fallback)
 
 
 # ------------------------------------------------------------------------------------------- canonical text
@@ -348,9 +441,18 @@ def _is_constant(n: exp.Expression) -> bool:
     return isinstance(n, (exp.Literal, exp.Null, exp.Boolean, exp.Placeholder))
 
 
+_ATOMS = (exp.Literal, exp.Column, exp.Placeholder, exp.Null, exp.Boolean, exp.Var, exp.Identifier)
+
+
+def _render_copy(n: exp.Expression) -> str:
+    """:func:`_render` of ``n`` without changing it (rendering adds parentheses in place; an atom has none
+    to add, so it is not copied)."""
+    return _render(n if isinstance(n, _ATOMS) else n.copy())
+
+
 def _key(n: exp.Expression) -> tuple[int, str]:
     """Sort key of a canonical operand: non-constants first, then the fully parenthesised text."""
-    return (1 if _is_constant(n) else 0, _render(n.copy()))
+    return (1 if _is_constant(n) else 0, _render_copy(n))
 
 
 def _rebuild(cls: type, items: list[exp.Expression]) -> exp.Expression:
@@ -360,8 +462,49 @@ def _rebuild(cls: type, items: list[exp.Expression]) -> exp.Expression:
     return out
 
 
+_INTEGER = re.compile(r"[0-9]+")
+#: comparisons whose numeric literal operands SQLite compares by value (not LIKE / GLOB: those read text)
+_VALUE_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
+
+
+def _number_text(text: str) -> str | None:
+    """One spelling per numeric value: ``1.0`` / ``1.`` / ``1e0`` / ``01`` -> ``1``; ``1.50`` -> ``1.5``;
+    ``None`` where the text is not a finite number. Integer literals keep their exact digits; a non-integer
+    is spelled as Python's shortest ``repr`` of the double SQLite reads (integral ones below 2**53 as ints)."""
+    if _INTEGER.fullmatch(text):
+        return text.lstrip("0") or "0"
+    try:
+        f = float(text)
+    except ValueError:
+        return None
+    if not math.isfinite(f):
+        return None
+    if f.is_integer() and abs(f) < 2 ** 53:
+        return str(int(f))
+    return repr(f)
+
+
+def _canonical_number(node: exp.Expression) -> None:
+    """Respell (in place) a numeric literal operand, looking through a unary minus."""
+    while isinstance(node, (exp.Neg, exp.Paren)):
+        node = node.this
+    if isinstance(node, exp.Literal) and not node.is_string and isinstance(node.this, str):
+        text = _number_text(node.this)
+        if text is not None and text != node.this:
+            node.set("this", text)
+
+
 def _canon(n: exp.Expression) -> exp.Expression:
     """Bottom-up canonical rewrite of one node whose children are already canonical."""
+    if isinstance(n, _VALUE_COMPARISONS):
+        _canonical_number(n.this)
+        _canonical_number(n.expression)
+    elif isinstance(n, exp.In):
+        for e in n.expressions:
+            _canonical_number(e)
+    elif isinstance(n, exp.Between):
+        _canonical_number(n.args.get("low"))
+        _canonical_number(n.args.get("high"))
     if isinstance(n, exp.Paren):
         return n.this
     if isinstance(n, exp.Identifier):
@@ -384,7 +527,11 @@ def _canon(n: exp.Expression) -> exp.Expression:
             return _canon(neg(this=inner.this, expression=inner.expression))
         return n
     if isinstance(n, exp.In) and n.expressions and not n.args.get("query") and not n.args.get("unnest"):
-        items = sorted({_render(e.copy()): e for e in n.expressions}.values(), key=_key)
+        keyed = {}
+        for e in n.expressions:
+            key = _key(e)
+            keyed[key[1]] = (key, e)
+        items = [e for _, e in sorted(keyed.values(), key=lambda kv: kv[0])]
         if len(items) == 1:
             return _canon(exp.EQ(this=n.this, expression=items[0]))
         n.set("expressions", items)
@@ -418,7 +565,7 @@ def _canonical_connector(n: exp.Expression) -> exp.Expression:
     for part in _operands(n):
         part = _canonical_tree(part)
         for p in _operands(part) if type(part) is type(n) else [part]:
-            text = _render(p.copy())
+            text = _render_copy(p)
             keyed.setdefault(text, ((1 if _is_constant(p) else 0, text), p))
     items = [node for _, node in sorted(keyed.values(), key=lambda kv: kv[0])]
     return _rebuild(type(n), items)
@@ -499,8 +646,13 @@ def canonical_sql(node: exp.Expression, *, literals: bool = True,
     ``a <> 1`` and ``NOT NOT p`` -> ``p`` (both exact in SQL's three-valued logic); AND/OR operands and IN
     lists sorted and de-duplicated; ``x IN (v)`` -> ``x = v``; ``x NOT LIKE p`` == ``NOT x LIKE p``;
     ordering as ``expr ASC|DESC`` (NULLS only when not SQLite's default). A reversed polarity stays
-    different. Immediate subqueries are masked: ``(@label)`` from ``subquery_label``, else
-    ``(SELECT …)``; their own content belongs to their own scope. TIDE App. A (CanonValue / CanonStruct).
+    different. A numeric literal compared by value (an operand of ``=``, ``<>``, ``<``, ``<=``, ``>``, ``>=``,
+    an IN list item, a BETWEEN bound) is spelled one way per number: ``dept_id = 1.0`` -> ``dept_id = 1``,
+    ``x > 2.50`` -> ``x > 2.5`` (SQLite compares INTEGER and REAL by value; a column of TEXT affinity would
+    compare the text ``'1.0'``, a case this form does not tell apart). Literals inside arithmetic keep their
+    spelling, since ``x / 2`` and ``x / 2.0`` differ in SQLite. Immediate subqueries are masked:
+    ``(@label)`` from ``subquery_label``, else ``(SELECT …)``; their own content belongs to their own scope.
+    TIDE App. A (CanonValue / CanonStruct).
 
     Args:
         node: a node of a prepared tree (:func:`prepare_sql`); it is not modified.
@@ -509,7 +661,17 @@ def canonical_sql(node: exp.Expression, *, literals: bool = True,
 
     Returns:
         The canonical text (str).
+
+    Raises:
+        SQLParseError: sqlglot fails on the fragment (any exception, with the reason;
+            :func:`~textsql_clarify.sqlschema.analysis_errors`).
     """
+    with analysis_errors(node, "canonical form"):
+        return _canonical_sql(node, literals, subquery_label)
+
+
+def _canonical_sql(node: exp.Expression, literals: bool,
+                   subquery_label: Callable[[exp.Expression], str] | None) -> str:
     cp = node.copy()
     subs = immediate_subqueries(node)
     if subs:
@@ -524,11 +686,26 @@ def canonical_sql(node: exp.Expression, *, literals: bool = True,
     else:
         cp = _canonical_tree(cp)
     if not literals:
-        if isinstance(cp, exp.Literal):
-            cp = exp.Placeholder()
-        for lit in list(cp.find_all(exp.Literal)):
-            lit.replace(exp.Placeholder())
+        cp = _placeholders(cp)
     return _render(cp)
+
+
+def _placeholders(cp: exp.Expression) -> exp.Expression:
+    """Every literal of ``cp`` replaced by ``?`` (in place where possible). One ``set`` per parent argument:
+    replacing list items one by one re-parents the whole list each time (quadratic on a long IN list)."""
+    if isinstance(cp, exp.Literal):
+        return exp.Placeholder()
+    groups: dict[tuple[int, str], tuple[exp.Expression, str, set[int]]] = {}
+    for lit in list(cp.find_all(exp.Literal)):
+        parent, key = lit.parent, lit.arg_key
+        groups.setdefault((id(parent), key), (parent, key, set()))[2].add(id(lit))
+    for parent, key, ids in groups.values():
+        value = parent.args.get(key)
+        if isinstance(value, list):
+            parent.set(key, [exp.Placeholder() if id(v) in ids else v for v in value])
+        else:
+            parent.set(key, exp.Placeholder())
+    return cp
 
 
 # ------------------------------------------------------------------------------------------- component sets
@@ -613,18 +790,17 @@ def component_sets(sql: str, schema: Mapping | None = None, policy: ComponentPol
         ``{"tables": {"orders", "customers"}, "joins": {"customers.customer_id = orders.customer_id"}, ...}``.
 
     Raises:
-        SQLParseError: the query cannot be parsed or is not a query.
+        SQLParseError: the query cannot be parsed, is not a query, is too big to analyse, or sqlglot fails on
+            it (:func:`prepare_sql`).
         TypeError: bad ``schema`` or ``policy``.
     """
     if not isinstance(policy, ComponentPolicy):
         raise TypeError(f"policy must be a ComponentPolicy, got {type(policy).__name__}")
     tree = prepare_sql(sql, schema).tree
-    if agent and policy.ignore_agent_limit:
-        _strip_agent_limit(tree, policy)
-    try:
+    with analysis_errors(sql, "component sets"):
+        if agent and policy.ignore_agent_limit:
+            _strip_agent_limit(tree, policy)
         return _sets_of(tree)
-    except RecursionError as e:
-        raise SQLParseError(sql, "query nested too deeply") from e
 
 
 def precision_recall(predicted: frozenset | set, gold: frozenset | set) -> tuple[float | None, float | None]:
@@ -652,19 +828,19 @@ def score_components(pred_sql: str, gold_sql: str, schema: Mapping | None = None
         ``r`` is ``None`` when its denominator is 0 (e.g. neither query groups: both ``None``).
 
     Raises:
-        SQLParseError: either query cannot be parsed (``.sql`` says which).
+        SQLParseError: either query cannot be parsed or analysed (:func:`prepare_sql`; ``.sql`` says which).
         TypeError: bad ``schema`` or ``policy``.
     """
     if not isinstance(policy, ComponentPolicy):
         raise TypeError(f"policy must be a ComponentPolicy, got {type(policy).__name__}")
     gold_tree = prepare_sql(gold_sql, schema).tree
     pred_tree = prepare_sql(pred_sql, schema).tree
-    if policy.ignore_agent_limit and _root_limit(gold_tree) is None:
-        _strip_agent_limit(pred_tree, policy)
-    try:
-        gold, pred = _sets_of(gold_tree), _sets_of(pred_tree)
-    except RecursionError as e:
-        raise SQLParseError(pred_sql, "query nested too deeply") from e
+    with analysis_errors(gold_sql, "component sets"):
+        gold = _sets_of(gold_tree)
+    with analysis_errors(pred_sql, "component sets"):
+        if policy.ignore_agent_limit and _root_limit(gold_tree) is None:
+            _strip_agent_limit(pred_tree, policy)
+        pred = _sets_of(pred_tree)
     out: dict[str, dict[str, float | None]] = {}
     for name in COMPONENT_SETS:
         p, r = precision_recall(pred[name], gold[name])

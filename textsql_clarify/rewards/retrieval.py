@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from sqlglot import exp
-from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.scope import traverse_scope
 
 from ..errors import SQLParseError
-from ..sqlschema import Schema, parse_sql
+from ..sqlschema import Schema, analysis_errors, parse_for_analysis
 
 __all__ = ["RetrievalScores", "score_retrieval", "tables_read"]
 
@@ -38,23 +37,23 @@ def tables_read(sql: str, schema: Schema | dict | None = None) -> frozenset[str]
         frozenset of lower-cased table names (empty for a query with no FROM, e.g. ``SELECT 1``).
 
     Raises:
-        SQLParseError: the SQL cannot be parsed or its scopes cannot be built, or (with ``schema``) it
-            reads a table the schema does not have; the message names the table.
+        SQLParseError: the SQL cannot be parsed, is too big to analyse
+            (:func:`~textsql_clarify.sqlschema.parse_for_analysis`), sqlglot fails to build its scopes (any
+            exception, with the reason), or (with ``schema``) it reads a table the schema does not have; the
+            message names the table.
     """
-    tree = parse_sql(sql)
-    try:
+    tree = parse_for_analysis(sql)
+    with analysis_errors(sql, "cannot build scopes"):
         scopes = traverse_scope(tree)
-    except (SqlglotError, ValueError, KeyError, RecursionError) as e:
-        raise SQLParseError(sql, f"cannot build scopes: {str(e)[:200]}") from e
-    names: set[str] = set()
-    if scopes:
-        for scope in scopes:
-            for source in scope.sources.values():
-                if isinstance(source, exp.Table) and source.name:
-                    names.add(source.name.lower())
-    else:  # not a query (e.g. INSERT/UPDATE): every table mentioned that is not a CTE name
-        ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
-        names = {t.name.lower() for t in tree.find_all(exp.Table) if t.name and t.name.lower() not in ctes}
+        names: set[str] = set()
+        if scopes:
+            for scope in scopes:
+                for source in scope.sources.values():
+                    if isinstance(source, exp.Table) and source.name:
+                        names.add(source.name.lower())
+        else:  # not a query (e.g. INSERT/UPDATE): every table mentioned that is not a CTE name
+            ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+            names = {t.name.lower() for t in tree.find_all(exp.Table) if t.name and t.name.lower() not in ctes}
     if schema is not None:
         known = {str(t).lower() for t in schema}
         unknown = sorted(names - known)
