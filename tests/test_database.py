@@ -9,8 +9,12 @@ from pathlib import Path
 
 import pytest
 
+import textsql_clarify.database as database
 from textsql_clarify.database import (
     ERROR_KINDS,
+    MAX_SQL_BYTES,
+    MAX_VALUE_BYTES,
+    SQLITE_LIMITS,
     DatabaseOpenError,
     ExecutionResult,
     SandboxClosedError,
@@ -279,3 +283,216 @@ def test_threads_share_one_sandbox(db):
         t.join()
     sb.close()
     assert errors == []
+
+
+# -- size limits: no single VM instruction may run long or allocate a lot -------------------------
+needs_setlimit = pytest.mark.skipif(not hasattr(sqlite3.Connection, "setlimit"),
+                                    reason="Connection.setlimit needs Python >= 3.11")
+
+
+def raw_sqlite(sql: str):
+    """The same SQL on a plain in-memory sqlite3 connection (SQLite's own built-ins)."""
+    con = sqlite3.connect(":memory:")
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+@needs_setlimit
+@pytest.mark.parametrize("sql", ["SELECT zeroblob(5000)", "SELECT length(hex(zeroblob(2048)))",
+                                 "SELECT length(replace(hex(zeroblob(1100)), '0', 'ab'))"])
+def test_value_over_the_cap_fails_typed_and_fast(db, sql):
+    with SQLiteSandbox(db, max_value_bytes=4096) as sb:
+        assert sb.execute("SELECT length(zeroblob(4000))").rows == ((4000,),)
+        r = sb.execute(sql)
+        assert r.error_kind == "runtime" and r.error_message.startswith("value too large (limit 4096 bytes)")
+        assert r.elapsed_s < 0.1
+        assert sb.execute("SELECT count(*) FROM t").rows == ((20,),)
+
+
+@needs_setlimit
+def test_default_value_cap_stops_huge_values_fast(db):
+    with SQLiteSandbox(db, timeout_s=0.05) as sb:
+        for sql in [f"SELECT zeroblob({MAX_VALUE_BYTES + 1})",
+                    "SELECT " + "+".join(["length(replace(hex(zeroblob(16000000)),'0','1'))"] * 40),
+                    "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r LIMIT 40) "
+                    "SELECT zeroblob(60000000) FROM r"]:
+            r = sb.execute(sql)
+            assert r.error_kind == "runtime" and f"limit {MAX_VALUE_BYTES} bytes" in r.error_message, sql
+            assert r.elapsed_s < 0.05
+        assert sb.execute("SELECT x FROM t WHERE x = 3").rows == ((3,),)
+
+
+@needs_setlimit
+def test_stored_value_over_the_cap_cannot_be_read(tmp_path):
+    path = make_db(tmp_path / "big.sqlite", "CREATE TABLE d(id INTEGER, body TEXT);"
+                                            "INSERT INTO d VALUES (1, printf('%.*c', 5000, 'a'));")
+    with SQLiteSandbox(path, max_value_bytes=4096) as sb:
+        assert sb.execute("SELECT id FROM d").rows == ((1,),)
+        assert sb.execute("SELECT substr(body, 1, 3) FROM d").error_kind == "runtime"
+    with SQLiteSandbox(path, max_value_bytes=8192) as sb:
+        assert sb.execute("SELECT length(body) FROM d").rows == ((5000,),)
+
+
+@pytest.mark.parametrize("sql", ["SELECT printf('%.*c', 400000000, 'x')", "SELECT printf('%.2000000000c', 'x')",
+                                 "SELECT format('%-3.*c|', -2000000000, 'x')",
+                                 "SELECT printf('%.*c%.*c', 600000, 'x', 600000, 'y')"])
+def test_printf_character_repeat_over_the_cap_fails_fast(db, sql):
+    # SQLite 3.40 loops over the whole %c precision even past its length limit (1.25 s for 4e8)
+    with SQLiteSandbox(db, timeout_s=0.05) as sb:
+        r = sb.execute(sql)
+        assert r.error_kind == "runtime" and "value too large" in r.error_message and "%c" in r.error_message
+        assert r.elapsed_s < 0.05
+        assert sb.execute("SELECT 1").rows == ((1,),)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT printf('%.*c', 5, 'x'), printf('%5.2f|%-4d|%s|%q', 3.14159, 42, 'ab', 'it''s'), printf(NULL)",
+    "SELECT printf('%,d %x %c%c %.3s %!.2e', 1234567, 255, 'yes', 'no', 'abcdef', 12345.678)",
+    "SELECT format('%d%%', 50), format('%.*c', 3, 'z'), format('%*d', -4, 7)",
+    "SELECT trim('xxabcxx', 'x'), ltrim('  ab  '), rtrim('abccc', 'c'), ltrim(120, 1), trim(NULL, 'x')",
+    "SELECT replace('a.b.c', '.', '::'), replace(5, '', 'x'), replace(1.5, '.', ','), replace('ab', 'b', NULL)",
+    "SELECT instr('hello', 'l'), instr(x'010203', x'03'), instr('abc', ''), instr(12345, 34), instr(NULL, 'a')",
+])
+def test_guarded_functions_return_what_sqlite_returns(db, sql):
+    with SQLiteSandbox(db) as sb:
+        r = sb.execute(sql)
+    assert r.ok, r
+    assert list(r.rows) == raw_sqlite(sql)
+    assert [type(v) for v in r.rows[0]] == [type(v) for v in raw_sqlite(sql)[0]]
+
+
+def test_guarded_functions_over_table_rows(db):
+    with SQLiteSandbox(db) as sb:
+        r = sb.execute("SELECT replace(y, 'name', 'n'), instr(y, '1'), rtrim(y, '0123456789'), printf('%03d', x) "
+                       "FROM t WHERE x IN (1, 10) ORDER BY x")
+    assert r.rows == (("n1", 5, "name", "001"), ("n10", 5, "name", "010"))
+
+
+@pytest.mark.parametrize("sql,name", [
+    # 80,000 x 80,001 character comparisons: ~9.7 s unguarded
+    ("WITH a(s) AS (SELECT replace(hex(zeroblob(40000)), '0', 'a')) "
+     "SELECT length(ltrim(s, replace(s, 'a', 'b') || 'a')) FROM a", "ltrim"),
+    ("WITH a(s) AS (SELECT replace(hex(zeroblob(40000)), '0', 'a')) SELECT trim(s, s || 'b') FROM a", "trim"),
+    # 1,048,000 x 524,001 bytes of memcmp: ~2.6 s unguarded
+    ("WITH a(s) AS (SELECT replace(hex(zeroblob(524000)), '0', 'a')) "
+     "SELECT length(replace(s, substr(s, 1, 524000) || 'b', '')) FROM a", "replace"),
+    ("WITH a(s) AS (SELECT replace(hex(zeroblob(524000)), '0', 'a')) "
+     "SELECT instr(s, substr(s, 1, 524000) || 'b') FROM a", "instr"),
+])
+def test_quadratic_calls_refused_fast(db, sql, name):
+    with SQLiteSandbox(db, timeout_s=0.05) as sb:
+        r = sb.execute(sql)
+        assert r.error_kind == "runtime" and r.error_message.startswith(f"{name}(): too expensive")
+        assert r.elapsed_s < 0.05
+        assert sb.execute("SELECT max(x) FROM t").rows == ((20,),)
+
+
+def test_function_used_by_the_schema_is_left_to_sqlite(tmp_path):
+    # trusted_schema=OFF refuses application functions inside views, so replace() stays SQLite's
+    path = make_db(tmp_path / "view.sqlite", "CREATE TABLE t(x INTEGER, y TEXT); INSERT INTO t VALUES (1, 'name1');"
+                                             "CREATE VIEW v AS SELECT x, replace(y, 'name', 'n') AS r FROM t;")
+    with SQLiteSandbox(path) as sb:
+        assert sb.execute("SELECT r FROM v").rows == (("n1",),)
+        assert sb.execute("SELECT instr(r, '1') FROM v").rows == ((2,),)
+
+
+@needs_setlimit
+def test_sql_length_cap(db):
+    pad = "x" * (MAX_SQL_BYTES - 100)
+    with SQLiteSandbox(db) as sb:
+        assert sb.execute(f"SELECT count(*) FROM t -- {pad}").rows == ((20,),)
+        r = sb.execute(f"SELECT count(*) FROM t -- {pad}{pad}")
+        assert r.error_kind == "runtime" and r.error_message.startswith(f"SQL too long (limit {MAX_SQL_BYTES} bytes)")
+        assert sb.execute("SELECT 1").ok
+    with SQLiteSandbox(db, max_sql_bytes=2000) as sb:
+        assert "limit 2000 bytes" in sb.execute(f"SELECT 1 -- {'y' * 2000}").error_message
+
+
+@needs_setlimit
+def test_structural_limits(db):
+    depth, compound, pattern = (SQLITE_LIMITS[k] for k in ("EXPR_DEPTH", "COMPOUND_SELECT", "LIKE_PATTERN_LENGTH"))
+    with SQLiteSandbox(db) as sb:
+        assert sb.execute("SELECT " + "+".join(["x"] * (depth // 2)) + " FROM t WHERE x = 2").rows == ((depth,),)
+        deep = sb.execute("SELECT " + "+".join(["x"] * (depth + 1)) + " FROM t")
+        assert deep.error_kind == "runtime" and f"maximum depth {depth}" in deep.error_message
+        assert sb.execute(" UNION ".join(["SELECT 1"] * 3)).rows == ((1,),)
+        many = sb.execute(" UNION ALL ".join(["SELECT 1"] * (compound + 1)))
+        assert many.error_kind == "runtime" and "compound SELECT" in many.error_message
+        assert sb.execute(f"SELECT count(*) FROM t WHERE y LIKE '%{'_' * (pattern - 2)}%'").rows == ((0,),)
+        like = sb.execute(f"SELECT count(*) FROM t WHERE y LIKE '%{'_' * (pattern - 1)}%'")
+        assert like.error_kind == "runtime" and "pattern too complex" in like.error_message
+        assert sb.execute("SELECT count(*) FROM t WHERE y LIKE 'name1%'").rows == ((11,),)
+
+
+# -- result byte cap -------------------------------------------------------------------------------
+BLOB_ROWS = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r LIMIT 50) SELECT n, zeroblob(100000) FROM r"
+
+
+def test_result_byte_cap_marks_truncated(db):
+    with SQLiteSandbox(db, max_result_bytes=1_000_000) as sb:
+        r = sb.execute(BLOB_ROWS)
+        # each row is 100,000 bytes plus a few of framing: 9 rows fit in 1,000,000 bytes
+        assert r.ok and r.truncated and r.row_count == 9
+        assert [row[0] for row in r.rows] == list(range(1, 10)) and r.rows[0][1] == bytes(100000)
+        small = sb.execute("SELECT x, y FROM t ORDER BY x")
+        assert small.ok and not small.truncated and small.row_count == 20
+    with SQLiteSandbox(db, max_result_bytes=10_000_000) as sb:
+        full = sb.execute(BLOB_ROWS)
+        assert full.ok and not full.truncated and full.row_count == 50
+
+
+def test_row_wider_than_the_byte_cap_keeps_no_rows(db):
+    with SQLiteSandbox(db, max_result_bytes=50_000) as sb:
+        r = sb.execute("SELECT zeroblob(60000), 1")
+        assert r.ok and r.truncated and r.rows == () and r.columns == ("zeroblob(60000)", "1")
+        assert sb.execute("SELECT x FROM t WHERE x < 3 ORDER BY x").rows == ((1,), (2,))
+
+
+def test_default_byte_cap_bounds_many_large_values(db):
+    # 100,000 rows of 1,000,000 bytes would be 100 GB; at most ~64 MiB are kept
+    with SQLiteSandbox(db) as sb:
+        r = sb.execute("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r LIMIT 100000) "
+                       "SELECT zeroblob(1000000) FROM r")
+        assert r.ok and r.truncated and r.row_count == 67
+        assert sum(len(row[0]) for row in r.rows) <= database.MAX_RESULT_BYTES
+
+
+def test_row_cap_and_byte_cap_together(db):
+    with SQLiteSandbox(db, row_cap=7, max_result_bytes=1_000_000) as sb:
+        r = sb.execute(BLOB_ROWS)
+        assert r.truncated and r.row_count == 7
+
+
+# -- watchdog --------------------------------------------------------------------------------------
+def test_watchdog_alone_enforces_the_time_limit(db, monkeypatch):
+    monkeypatch.setattr(database, "PROGRESS_EVERY", 2**31 - 1)  # the progress handler never fires
+    with SQLiteSandbox(db, timeout_s=0.3) as sb:
+        r = sb.execute(RUNAWAY_CTE)
+        assert r.error_kind == "timeout", r
+        assert 0.3 <= r.elapsed_s <= 0.35
+        for _ in range(50):  # no stray interrupt reaches later statements
+            assert sb.execute("SELECT count(*) FROM t").rows == ((20,),)
+
+
+def test_heavy_rows_stop_at_the_deadline(db):
+    # ~30 VM instructions per row, each row ~5 ms: the progress handler alone would see only every ~33rd row
+    sql = ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r LIMIT 3000) "
+           "SELECT length(replace(hex(zeroblob(500000 + n)), '0', '1')) FROM r")
+    with SQLiteSandbox(db, timeout_s=0.1) as sb:
+        r = sb.execute(sql)
+        assert r.error_kind == "timeout" and r.elapsed_s < 0.3
+        assert sb.execute("SELECT 1").ok
+
+
+def test_new_settings_validated_and_shared(db):
+    for kw in [dict(max_value_bytes=1000), dict(max_value_bytes=2_000_000_000), dict(max_result_bytes=0),
+               dict(max_sql_bytes=True), dict(max_sql_bytes=100), dict(max_result_bytes=1.5)]:
+        with pytest.raises(ValueError, match=next(iter(kw))):
+            SQLiteSandbox(db, **kw)
+    a = get_sandbox(db, max_result_bytes=1_000_000, max_value_bytes=200_000, max_sql_bytes=5000)
+    assert get_sandbox(db, max_sql_bytes=5000, max_value_bytes=200_000, max_result_bytes=1_000_000) is a
+    assert (a.max_value_bytes, a.max_result_bytes, a.max_sql_bytes) == (200_000, 1_000_000, 5000)
+    assert a.execute(BLOB_ROWS).row_count == 9
+    a.close()
