@@ -471,7 +471,7 @@ def test_watchdog_alone_enforces_the_time_limit(db, monkeypatch):
     with SQLiteSandbox(db, timeout_s=0.3) as sb:
         r = sb.execute(RUNAWAY_CTE)
         assert r.error_kind == "timeout", r
-        assert 0.3 <= r.elapsed_s <= 0.35
+        assert 0.3 <= r.elapsed_s <= 0.45  # without the watchdog it would run forever
         for _ in range(50):  # no stray interrupt reaches later statements
             assert sb.execute("SELECT count(*) FROM t").rows == ((20,),)
 

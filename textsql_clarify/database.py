@@ -520,6 +520,8 @@ class SQLiteSandbox:
             self._helper = _install_guards(con, self._state, self.max_value_bytes)
         except sqlite3.Error as e:
             con.close()
+            if self._helper is not None:
+                self._helper.close()
             raise DatabaseOpenError(self.db_path, str(e)) from e
         if hasattr(con, "enable_load_extension"):
             con.enable_load_extension(False)
