@@ -74,7 +74,7 @@ def test_malformed_action_retried_once_then_abstention(samples):
     env.reset(options={"sample_id": s.id})
     obs, r, term, trunc, info = env.step("SELECT 1")
     assert not term and not trunc
-    assert info["reward_components"] == {"format": -1.0}
+    assert info["reward_components"] == {"ex": None, "feedback": None, "format": -1.0, "turn_penalty": 0.0}
     assert "Invalid action" in obs["last_message"]
     obs, r, term, trunc, info = env.step("<sql>SELECT 1")
     assert term and not trunc
@@ -218,7 +218,8 @@ def test_classification_phase_and_predicted_mode(samples):
     assert not term and info["action_type"] == "invalid"
     obs, r, term, _, info = env.step(f"<category>{s.subcategory}</category>")
     assert obs["phase"] == 1 and s.subcategory in obs["context"]
-    assert info["reward_components"] == {"classification": 1.0}
+    assert info["reward_components"]["classification"] == 1.0
+    assert info["reward_components"]["ex"] is None and info["reward_components"]["format"] == 0.0
 
 
 def test_schema_tables_hook_limits_schema_and_retrieval(samples):

@@ -42,6 +42,9 @@ from .actions import MAX_ACTION_CHARS, Action, parse_action
 from .scoring import DETAIL_KEYS, score_sql_turn
 from .spaces import PHASES, UnicodeText, clip_text, observation_space
 
+#: components present in every step's ``info["reward_components"]``; ``None`` = not applicable this turn.
+BASE_COMPONENTS = {"ex": None, "feedback": None, "format": 0.0, "turn_penalty": 0.0}
+
 #: A hook that limits the schema shown: ``(sample, all_table_names) -> table names to show``.
 SchemaTablesHook = Callable[[Sample, Sequence[str]], Iterable[str]]
 
@@ -432,6 +435,8 @@ class TextSQLClarifyEnv(gym.Env):
         return msgs
 
     def _info(self, comps: dict, action_type: str | None, error: str | None) -> dict:
-        return {"reward_components": dict(comps), "messages": self._messages(), "action_type": action_type,
+        # the four base components are always present (None = not applicable to this turn)
+        merged = {**BASE_COMPONENTS, **comps} if action_type is not None else dict(comps)
+        return {"reward_components": merged, "messages": self._messages(), "action_type": action_type,
                 "phase": self._phase, "sample_id": self._sample.id, "error": error,
                 "clarifications_left": max(0, self.max_clarifications - self._clar_used)}
