@@ -290,6 +290,15 @@ needs_setlimit = pytest.mark.skipif(not hasattr(sqlite3.Connection, "setlimit"),
                                     reason="Connection.setlimit needs Python >= 3.11")
 
 
+def test_limits_live_in_sandbox_guards_and_stay_importable_from_database():
+    """The limits moved to ``sandbox_guards``; ``database`` re-exports the very same objects, so
+    changing ``database.SQLITE_LIMITS`` still changes what every new sandbox sets."""
+    from textsql_clarify import sandbox_guards
+
+    for name in ("MAX_VALUE_BYTES", "MAX_SQL_BYTES", "SQLITE_LIMITS", "MAX_TRIM_WORK", "MAX_SEARCH_WORK"):
+        assert getattr(database, name) is getattr(sandbox_guards, name), name
+
+
 def raw_sqlite(sql: str):
     """The same SQL on a plain in-memory sqlite3 connection (SQLite's own built-ins)."""
     con = sqlite3.connect(":memory:")

@@ -10,32 +10,23 @@ Every query, the agent's and the gold, goes through :class:`SQLiteSandbox`:
 * one statement per call (the stdlib refuses a second statement before running the first);
 * a time limit that really stops SQLite, enforced twice: a progress handler checks the deadline
   every :data:`PROGRESS_EVERY` virtual-machine (VM) instructions, and a per-process watchdog thread
-  (:class:`_Watchdog`) calls ``sqlite3_interrupt`` at the deadline, which SQLite notices at its next
-  loop step or row. Wrapping a blocking call in a thread or ``asyncio.wait_for`` (or
-  ``func_timeout``) cannot stop SQLite;
+  (:mod:`textsql_clarify.sandbox_watchdog`) calls ``sqlite3_interrupt`` at the deadline, which
+  SQLite notices at its next loop step or row. Wrapping a blocking call in a thread or
+  ``asyncio.wait_for`` (or ``func_timeout``) cannot stop SQLite;
 * bounded work per VM instruction, since neither check can stop one instruction that runs long:
-  SQLite limits (:data:`SQLITE_LIMITS`, ``max_value_bytes``, ``max_sql_bytes``) cap the size of any
-  string or blob, of the SQL text, of expressions, compound SELECTs and LIKE patterns; and the
-  built-in functions whose cost is not linear in their inputs (``printf``/``format`` with ``%c``
-  precision, two-argument ``trim``/``ltrim``/``rtrim``, ``replace``, ``instr``) are wrapped by
-  guards that refuse a call whose cost bound passes ``max_value_bytes`` (``%c`` repeats) /
-  :data:`MAX_TRIM_WORK` / :data:`MAX_SEARCH_WORK`, and otherwise run SQLite's own function;
+  SQLite limits (:data:`SQLITE_LIMITS`, ``max_value_bytes``, ``max_sql_bytes``) and guards on the
+  built-ins whose cost is not linear in their inputs (:mod:`textsql_clarify.sandbox_guards`,
+  which also says what is still not bounded);
 * a row cap (at most ``row_cap`` rows) and a byte cap (about ``max_result_bytes`` of values) on
-  what is fetched; the result is marked ``truncated`` when more exist.
+  what is fetched; the result is marked ``truncated`` when more exist. One result row may hold up
+  to (result columns x ``max_value_bytes``) bytes before the byte cap sees it.
 
 Bad SQL never raises: it gives an :class:`ExecutionResult` whose ``error_kind`` is one of
-:data:`ERROR_KINDS`. Gold results are cached per (key, SQL) for the sandbox's lifetime.
+:data:`ERROR_KINDS` (:meth:`SQLiteSandbox._classify`). Gold results are cached per (key, SQL) for
+the sandbox's lifetime.
 
-What is still not bounded: SQLite checks the deadline only between rows and loop steps, never
-inside one row's expressions, so a row whose expressions chain many calls, each near the value
-cap, overshoots by their total cost; the SQL length cap only bounds how many calls that is.
-Measured with the defaults (2-core machine, 0.05 s limit): 584 ``length(upper(s))`` columns over
-a 1 MiB ``s`` ran 0.8 s; 368 ``replace`` columns 4.2 s; each ``s LIKE p`` with a 100-byte
-worst-case pattern costs ~0.17 s, so a 10 KB statement of them could run minutes. Lower
-``max_value_bytes`` scales these down linearly; only a separate process can bound them fully.
-One result row may also hold up to (result columns x ``max_value_bytes``) bytes before the byte
-cap sees it. On Python < 3.11 ``Connection.setlimit`` does not exist: SQLite's own limits then
-stay in force (only the guards, the watchdog and the row and byte caps apply).
+This module is the public import path: it re-exports the limits and guards of
+:mod:`textsql_clarify.sandbox_guards` and the watchdog of :mod:`textsql_clarify.sandbox_watchdog`.
 
 Sources: the issue's sandbox requirements; the execution protocol of ABISS §5.3 (EX needs both
 queries executed on the same database) and the cases in ``../shared/cases/execution_cases.json``
@@ -47,15 +38,36 @@ from __future__ import annotations
 import marshal
 import math
 import os
-import re
+import re  # noqa: F401  (importable from here before the split; kept so it still is)
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable  # noqa: F401  (Callable: as for ``re``)
 
 from .errors import TextSQLClarifyError
+from .sandbox_guards import (  # noqa: F401  (re-exported: every name importable here before the split)
+    MAX_SEARCH_WORK,
+    MAX_SQL_BYTES,
+    MAX_TRIM_WORK,
+    MAX_VALUE_BYTES,
+    SQLITE_LIMITS,
+    _GUARDS,
+    _HAS_SETLIMIT,
+    _INT_PREFIX,
+    _apply_limits,
+    _as_sqlite_int_bound,
+    _GuardRefusal,
+    _install_guards,
+    _pairwise_reason,
+    _printf_reason,
+    _printf_repeat_bound,
+    _search_reason,
+    _text_len,
+    _trim_reason,
+)
+from .sandbox_watchdog import _Watchdog
 from .sqlschema import Schema, read_schema
 
 #: Error kinds of a failed :class:`ExecutionResult`, see :meth:`SQLiteSandbox.execute`.
@@ -67,41 +79,9 @@ ERROR_KINDS = ("syntax", "forbidden", "timeout", "runtime")
 #: caught by the watchdog instead, which interrupts at the next loop step whatever this count.
 PROGRESS_EVERY = 1000
 
-#: Default ``max_value_bytes``: largest string, blob or sorter row a query may build or read
-#: (bytes, ``SQLITE_LIMIT_LENGTH``). One call such as ``hex(zeroblob(N))`` or ``upper(x)`` is a
-#: single VM instruction that neither the progress handler nor an interrupt can stop; at 1 MiB
-#: the linear ones take about a millisecond. A stored value over the cap cannot be read either
-#: (``runtime`` error), so raise it for databases with larger values (the largest stored value
-#: in ``../shared/data``'s Spider dev and mini-interact databases is 821 bytes).
-MAX_VALUE_BYTES = 1 << 20
-
 #: Default ``max_result_bytes``: approximate bytes of values fetched per statement (the bytes of
 #: each value plus a few per cell, see :func:`_approx_bytes`); past it the result is ``truncated``.
 MAX_RESULT_BYTES = 64 << 20
-
-#: Default ``max_sql_bytes``: SQL text of this many UTF-8 bytes or more is refused
-#: (``SQLITE_LIMIT_SQL_LENGTH``). It bounds how many calls one row can chain (see the module
-#: docstring). The longest gold SQL in ``../shared/data`` is 1,006 characters (BIRD mini-dev);
-#: Spider dev's is 422.
-MAX_SQL_BYTES = 10_000
-
-#: Other SQLite limits set on every sandbox connection (``sqlite3.SQLITE_LIMIT_<name>``: value).
-#: ``EXPR_DEPTH``: expression tree depth (the Spider dev golds need 13, BIRD mini-dev 21);
-#: ``COMPOUND_SELECT``: terms of a UNION/INTERSECT/EXCEPT chain (golds need at most 3);
-#: ``LIKE_PATTERN_LENGTH``: bytes of a LIKE/GLOB pattern, whose matching costs up to
-#: (value bytes x pattern bytes), about 1.5 ns each, so ~0.15 s for one call at the value cap (gold
-#: patterns have at most 19 characters); ``ATTACHED``: attached databases (none).
-SQLITE_LIMITS = {"EXPR_DEPTH": 100, "COMPOUND_SELECT": 50, "LIKE_PATTERN_LENGTH": 100, "ATTACHED": 0}
-
-#: Most (characters of X) x (characters of Y) a two-argument ``trim``/``ltrim``/``rtrim(X, Y)`` may
-#: cost: SQLite compares each character of X with every character of Y (~1.5 ns per pair measured,
-#: so ~15 ms here; a 40,000-character X and Y took 9.7 s unguarded).
-MAX_TRIM_WORK = 10_000_000
-
-#: Most (length of X) x (length of Y) for ``replace(X, Y, Z)`` and ``instr(X, Y)``: SQLite tries a
-#: ``memcmp`` of Y at every position of X (~0.01 ns per byte measured, so ~0.1 s here; a 1 MiB X
-#: with a 0.5 MiB Y would take ~2.6 s).
-MAX_SEARCH_WORK = 10_000_000_000
 
 #: Most rows asked of SQLite per ``fetchmany`` while fetching (fewer when rows can be wide, so that
 #: one batch cannot pass ``max_result_bytes`` by more than its own size).
@@ -136,7 +116,6 @@ _PRAGMA = sqlite3.SQLITE_PRAGMA
 _FUNCTION = sqlite3.SQLITE_FUNCTION
 _OK = sqlite3.SQLITE_OK
 _DENY = sqlite3.SQLITE_DENY
-_HAS_SETLIMIT = hasattr(sqlite3.Connection, "setlimit")  # Python >= 3.11
 
 # SQLite messages that mean the text is not valid SQL (the rest of SQLite's errors are "runtime").
 _SYNTAX_MARKERS = ("syntax error", "incomplete input", "unrecognized token", "null character")
@@ -146,7 +125,8 @@ _FORBIDDEN_MARKERS = ("not authorized", "readonly database", "query_only", "may 
 _TOO_BIG_MARKER = "string or blob too big"
 _SQL_TOO_LONG_MARKERS = ("query string is too large", "statement too long")
 
-# Per-call state shared by a sandbox and its callbacks (indices into SQLiteSandbox._state).
+# Per-call state shared by a sandbox and its callbacks (indices into SQLiteSandbox._state); the
+# guards get the _GUARD slot and the watchdog the _TIMED_OUT slot.
 _DEADLINE, _TIMED_OUT, _DENIAL, _GUARD = range(4)
 
 
@@ -224,219 +204,8 @@ def _approx_bytes(rows: list[tuple]) -> int:
     return len(marshal.dumps(rows))
 
 
-# -- guards on built-in functions whose cost is not linear in their inputs ----------------------
-class _GuardRefusal(Exception):
-    """Raised inside a guarded SQL function; SQLite turns it into an error of the statement."""
-
-
-_INT_PREFIX = re.compile(r"\s*[+-]?\d+")
-
-
-def _as_sqlite_int_bound(v: Any) -> int:
-    """An upper bound of ``abs((int) sqlite3_value_int64(v))``, the precision SQLite's printf takes."""
-    if v.__class__ is int:
-        return min(abs(v), 1 << 31)
-    if v.__class__ is float:
-        return min(abs(int(v)), 1 << 31) if math.isfinite(v) else 1 << 31
-    if v.__class__ is str or v.__class__ is bytes:
-        m = _INT_PREFIX.match(v if v.__class__ is str else v.decode("latin-1"))
-        return min(abs(int(m.group())), 1 << 31) if m else 0
-    return 0
-
-
-def _printf_repeat_bound(args: tuple) -> int:
-    """Upper bound of the characters SQLite's ``printf(FORMAT, ...)`` repeats for ``%c`` precisions.
-
-    SQLite 3.40's ``%.<N>c`` loops N times even after the output passed the length limit, so its
-    cost is N whatever the limit. The format is parsed as ``printf.c`` does (flags, width,
-    ``.precision``, ``l``/``ll``, conversion); a ``*`` precision is bounded by the largest argument.
-    """
-    fmt = args[0] if args else None
-    if fmt.__class__ is bytes:
-        fmt = fmt.decode("latin-1")
-    if fmt.__class__ is not str or "c" not in fmt:
-        return 0
-    star = None
-    total, i, n = 0, 0, len(fmt)
-    while True:
-        i = fmt.find("%", i)
-        if i < 0 or i + 1 >= n:
-            return total
-        i += 1
-        precision: int | None = None
-        while i < n:
-            c = fmt[i]
-            if c in "-+ #!0,":
-                i += 1
-            elif c in "123456789*":  # width: digits or an argument
-                i += 1
-                while c != "*" and i < n and "0" <= fmt[i] <= "9":
-                    i += 1
-                if i >= n or fmt[i] not in ".l":
-                    break
-            elif c == ".":
-                i += 1
-                if i < n and fmt[i] == "*":
-                    if star is None:
-                        star = max(map(_as_sqlite_int_bound, args[1:]), default=0)
-                    precision, i = star, i + 1
-                else:
-                    px = 0
-                    while i < n and "0" <= fmt[i] <= "9":
-                        px = (px * 10 + ord(fmt[i]) - 48) & 0xFFFFFFFF
-                        i += 1
-                    precision = px & 0x7FFFFFFF
-                if i >= n or fmt[i] != "l":
-                    break
-            elif c == "l":
-                i += 2 if fmt.startswith("ll", i) else 1
-                break
-            else:
-                break
-        if i < n and fmt[i] == "c" and precision:
-            total += precision
-        i += 1
-
-
-def _text_len(v: Any) -> int:
-    """Length of ``v`` as SQLite text (characters or bytes; a number's text is at most ~24)."""
-    if v.__class__ is str or v.__class__ is bytes:
-        return len(v)
-    return 0 if v is None else 24
-
-
-def _pairwise_reason(args: tuple, limit: int, what: str) -> str | None:
-    work = _text_len(args[0]) * _text_len(args[1])
-    if work > limit:
-        return (f"too expensive: {what} costs {_text_len(args[0])} x {_text_len(args[1])} = {work:,}, "
-                f"more than the sandbox's {limit:,}")
-    return None
-
-
-def _printf_reason(args: tuple, max_value_bytes: int) -> str | None:
-    repeats = _printf_repeat_bound(args)
-    if repeats >= max_value_bytes:  # SQLite would loop that long, then return NULL
-        return f"value too large (limit {max_value_bytes} bytes): %c precisions repeat {repeats:,} characters"
-    return None
-
-
-def _trim_reason(args: tuple, _max_value_bytes: int) -> str | None:
-    return _pairwise_reason(args, MAX_TRIM_WORK, "trimming X by the characters of Y")
-
-
-def _search_reason(args: tuple, _max_value_bytes: int) -> str | None:
-    return _pairwise_reason(args, MAX_SEARCH_WORK, "searching X for Y")
-
-
-#: Guarded built-ins: (name, number of arguments or -1 for any, reason(args, max_value_bytes)),
-#: where reason gives why a call is refused, or None to run it.
-_GUARDS: tuple[tuple[str, int, Callable[[tuple, int], str | None]], ...] = (
-    ("printf", -1, _printf_reason), ("format", -1, _printf_reason),
-    ("trim", 2, _trim_reason), ("ltrim", 2, _trim_reason), ("rtrim", 2, _trim_reason),
-    ("replace", 3, _search_reason), ("instr", 2, _search_reason),
-)
-
-
-def _install_guards(con: sqlite3.Connection, state: list, max_value_bytes: int) -> sqlite3.Connection:
-    """Wrap the :data:`_GUARDS` functions of ``con``; return the helper connection that runs them.
-
-    A guarded call first checks its cost bound (refused: ``state[_GUARD]`` gets the reason and the
-    statement fails); otherwise it runs SQLite's own built-in on a private in-memory connection
-    with the same value limit, so results are SQLite's exactly (about 3 us more per call). A
-    function the database schema uses (a view, index or generated column) is left unwrapped: with
-    ``trusted_schema`` off, SQLite refuses application functions there.
-    """
-    helper = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-    if _HAS_SETLIMIT:
-        helper.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)
-    schema_sql = " ".join(r[0] for r in con.execute("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL"))
-    for name, nargs, reason_of in _GUARDS:
-        if re.search(rf"\b{name}\s*\(", schema_sql, re.IGNORECASE):
-            continue
-        try:  # only wrap what this SQLite has (format() is new in 3.38)
-            helper.execute(f"SELECT {name}({', '.join(['NULL'] * max(nargs, 1))})").fetchall()
-        except sqlite3.Error:
-            continue
-
-        def guarded(*args, _name=name, _reason_of=reason_of, _sql={}):
-            reason = _reason_of(args, max_value_bytes)
-            if reason is not None:
-                state[_GUARD] = f"{_name}(): {reason}"
-                raise _GuardRefusal(reason)
-            sql = _sql.get(len(args))
-            if sql is None:
-                sql = _sql[len(args)] = f"SELECT {_name}({', '.join(['?'] * len(args))})"
-            try:
-                return helper.execute(sql, args).fetchone()[0]
-            except sqlite3.Error as e:
-                state[_GUARD] = f"{_name}(): {e}"
-                raise
-
-        con.create_function(name, nargs, guarded, deterministic=True)
-    return helper
-
-
-# -- watchdog ----------------------------------------------------------------------------------
-class _Watchdog:
-    """One daemon thread per process that interrupts statements still running at their deadline.
-
-    ``sqlite3_interrupt`` is noticed at SQLite's next loop step or row, whatever the instruction
-    count, so it catches rows whose instructions are each expensive (test_adversarial's
-    ``heavy-rows``), which the progress handler sees only every :data:`PROGRESS_EVERY` instructions.
-
-    Protocol (:meth:`SQLiteSandbox.execute` inlines it): under :attr:`lock`, put
-    ``running[key] = (deadline, connection, state)`` and call :meth:`wake` if ``deadline`` is
-    earlier than :attr:`wake_at`; when the statement ends, delete the entry under :attr:`lock`.
-    The thread interrupts only under the same lock, so it never hits a later statement. Cost
-    per statement: two uncontended lock round trips (~0.4 us); the thread is woken only when a
-    deadline is earlier than the one it sleeps until (at most once per ``timeout_s`` of activity),
-    so no thread is started per query (a ``threading.Timer`` per query costs ~50-100 us).
-    """
-
-    def __init__(self) -> None:
-        self._reset()
-        if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=self._reset)
-
-    def _reset(self) -> None:
-        self.lock = threading.Lock()
-        self._cond = threading.Condition(self.lock)
-        #: key -> (deadline in time.perf_counter s, connection, sandbox state); statements in flight.
-        self.running: dict[int, tuple[float, sqlite3.Connection, list]] = {}
-        #: When the thread looks next (time.perf_counter s; inf: only when woken).
-        self.wake_at = math.inf
-        self._thread: threading.Thread | None = None
-
-    def wake(self, deadline: float) -> None:
-        """Make the thread look at ``deadline`` (s); call with :attr:`lock` held."""
-        self.wake_at = deadline
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._loop, name="sqlite-sandbox-watchdog", daemon=True)
-            self._thread.start()
-        self._cond.notify()
-
-    def _loop(self) -> None:
-        now_of = time.perf_counter
-        with self._cond:
-            while True:
-                now = now_of()
-                wake_at = math.inf
-                for deadline, con, state in self.running.values():
-                    if state[_TIMED_OUT]:  # already stopped (by this thread or the progress handler)
-                        continue
-                    if deadline <= now:
-                        state[_TIMED_OUT] = True
-                        try:
-                            con.interrupt()
-                        except sqlite3.Error:  # closed meanwhile: nothing left to stop
-                            pass
-                    elif deadline < wake_at:
-                        wake_at = deadline
-                self.wake_at = wake_at
-                self._cond.wait(None if wake_at == math.inf else min(wake_at - now, 3600.0))
-
-
-_WATCHDOG = _Watchdog()
+# One watchdog per process; it sets and reads the ``_TIMED_OUT`` slot of each sandbox's state.
+_WATCHDOG = _Watchdog(_TIMED_OUT)
 
 
 def _check_positive_int(name: str, value: Any, minimum: int = 1) -> int:
@@ -517,7 +286,7 @@ class SQLiteSandbox:
             con.execute("SELECT count(*) FROM sqlite_master").fetchall()
             con.execute("PRAGMA query_only = ON")
             con.execute("PRAGMA trusted_schema = OFF")
-            self._helper = _install_guards(con, self._state, self.max_value_bytes)
+            self._helper = _install_guards(con, self._state, self.max_value_bytes, _GUARD)
         except sqlite3.Error as e:
             con.close()
             if self._helper is not None:
@@ -525,11 +294,8 @@ class SQLiteSandbox:
             raise DatabaseOpenError(self.db_path, str(e)) from e
         if hasattr(con, "enable_load_extension"):
             con.enable_load_extension(False)
-        if _HAS_SETLIMIT:  # after the schema was read: the limits apply to what runs from now on
-            for name, value in SQLITE_LIMITS.items():
-                con.setlimit(getattr(sqlite3, "SQLITE_LIMIT_" + name), value)
-            con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, self.max_value_bytes)
-            con.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, self.max_sql_bytes)
+        # after the schema was read: the limits apply to what runs from now on
+        _apply_limits(con, self.max_value_bytes, self.max_sql_bytes)
         state = self._state
 
         def authorizer(action: int, arg1, arg2, _db, _source) -> int:
