@@ -9,6 +9,7 @@ import pytest
 
 from textsql_clarify.datasets import embedded_db_path, load_embedded, load_spider_unanswerable
 from textsql_clarify.rewards import feedback as fbm
+from textsql_clarify.rewards import feedback_offline
 from textsql_clarify.rewards.feedback import (CouncilFeedbackJudge, LexicalFeedbackJudge, SemanticFeedbackJudge,
                                               TransformersFeedbackVoter, council_verdict, default_judge,
                                               missing_claims)
@@ -168,7 +169,7 @@ def test_fallback_to_lexical_when_minilm_is_unavailable(emb, ids, monkeypatch):
     def unavailable():
         raise ImportError("No module named 'sentence_transformers'")
 
-    monkeypatch.setattr(fbm, "load_minilm", unavailable)
+    monkeypatch.setattr(feedback_offline, "load_minilm", unavailable)  # where SemanticFeedbackJudge looks it up
     j = SemanticFeedbackJudge()
     with pytest.warns(RuntimeWarning, match="falls back to the lexical judge"):
         v = j.assess(emb["uni-missrel-001"], "There is no link between professors and courses.", ids)
