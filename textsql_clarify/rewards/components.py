@@ -31,6 +31,8 @@ Undefined is not zero (article: "Measuring honestly"): a precision or recall who
 """
 from __future__ import annotations
 
+import functools
+
 import math
 import re
 from collections import Counter
@@ -810,6 +812,24 @@ def precision_recall(predicted: frozenset | set, gold: frozenset | set) -> tuple
     return (hit / len(predicted) if predicted else None, hit / len(gold) if gold else None)
 
 
+def _schema_key(schema: Mapping | None):
+    if schema is None:
+        return None
+    return tuple(sorted((str(t), tuple(sorted(map(str, cols))) if isinstance(cols, Mapping) else ())
+                        for t, cols in schema.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _gold_side(gold_sql: str, schema_key) -> tuple[dict, object]:
+    """The gold's component sets and outermost LIMIT, cached: the gold is scored against many candidates.
+
+    The cache key is the SQL text and a fingerprint of the schema (table and column names)."""
+    schema = None if schema_key is None else {t: {c: "" for c in cols} for t, cols in schema_key}
+    tree = prepare_sql(gold_sql, schema).tree
+    with analysis_errors(gold_sql, "component sets"):
+        return _sets_of(tree), _root_limit(tree)
+
+
 def score_components(pred_sql: str, gold_sql: str, schema: Mapping | None = None,
                      policy: ComponentPolicy = ComponentPolicy()) -> dict[str, dict[str, float | None]]:
     """Precision and recall of each component set of the agent's query against the gold SQL.
@@ -833,12 +853,10 @@ def score_components(pred_sql: str, gold_sql: str, schema: Mapping | None = None
     """
     if not isinstance(policy, ComponentPolicy):
         raise TypeError(f"policy must be a ComponentPolicy, got {type(policy).__name__}")
-    gold_tree = prepare_sql(gold_sql, schema).tree
+    gold, gold_limit = _gold_side(gold_sql, _schema_key(schema))
     pred_tree = prepare_sql(pred_sql, schema).tree
-    with analysis_errors(gold_sql, "component sets"):
-        gold = _sets_of(gold_tree)
     with analysis_errors(pred_sql, "component sets"):
-        if policy.ignore_agent_limit and _root_limit(gold_tree) is None:
+        if policy.ignore_agent_limit and gold_limit is None:
             _strip_agent_limit(pred_tree, policy)
         pred = _sets_of(pred_tree)
     out: dict[str, dict[str, float | None]] = {}
