@@ -11,6 +11,10 @@ Text outside the one action tag (an LLM's reasoning) is ignored, and so is every
 malformed and raises :class:`~textsql_clarify.errors.ActionError` with a reason the env shows back to
 the agent: empty input, no action, two actions, an action nested in another, an empty body, invalid
 JSON, an unknown type, or input longer than ``max_chars``. The parser never raises anything else.
+
+An action tag written inside the body (``<sql>SELECT '<sql>'</sql>``) reads as a nested action and is
+refused; send such SQL as JSON (``{"type": "sql", "content": "SELECT '<sql>'"}``), whose content is taken
+verbatim.
 """
 from __future__ import annotations
 
