@@ -7,6 +7,8 @@ meaning and :func:`lexical_recall` the share of the hidden knowledge's stems tha
 """
 from __future__ import annotations
 
+from ..text import plural_stem
+
 import re
 
 __all__ = ["content_words", "lexical_recall"]
@@ -40,14 +42,9 @@ def _stem(word: str) -> str:
         w = w[:-2]
     if w in _REL:
         return "link"
-    for suf, rep in (("ies", "y"), ("sses", "ss"), ("ches", "ch"), ("shes", "sh"), ("xes", "x")):
-        if w.endswith(suf) and len(w) > len(suf) + 1:
-            return w[: -len(suf)] + rep
-    if w.endswith("ing") and len(w) > 5:
+    if w.endswith("ing") and len(w) > 5:  # no plural suffix ends in "ing", so checking it first is safe
         return w[:-3]
-    if w.endswith("s") and not w.endswith(("ss", "us", "is")) and len(w) > 3:
-        return w[:-1]
-    return w
+    return plural_stem(w)
 
 
 def _split_ident(name: str) -> list[str]:

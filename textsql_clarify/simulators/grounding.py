@@ -17,6 +17,8 @@ Ties go to the earlier candidate, so the choice is deterministic.
 """
 from __future__ import annotations
 
+from ..text import plural_stem
+
 import importlib.util
 import math
 import re
@@ -35,13 +37,7 @@ s t d ll m re ve want wanted mean means meant like would let know ok okay sure
 """.split())
 
 
-def _stem(w: str) -> str:
-    for suf, rep in (("ies", "y"), ("sses", "ss"), ("ches", "ch"), ("shes", "sh"), ("xes", "x")):
-        if w.endswith(suf) and len(w) > len(suf) + 1:
-            return w[: -len(suf)] + rep
-    if w.endswith("s") and not w.endswith(("ss", "us", "is")) and len(w) > 3:
-        return w[:-1]
-    return w
+_stem = plural_stem
 
 
 def content_words(text: str) -> frozenset[str]:

@@ -16,6 +16,8 @@ A reply is checked for three kinds of leak, each reported as a reason string:
 """
 from __future__ import annotations
 
+from ..text import plural_stem
+
 import re
 from typing import Iterable
 
@@ -142,13 +144,7 @@ def _form_regex(form: str) -> re.Pattern:
 
 def _stem(word: str) -> str:
     """A light stemmer: plural and a few verb endings (``"names"`` -> ``"name"``)."""
-    w = word.lower()
-    for suf, rep in (("ies", "y"), ("sses", "ss"), ("ches", "ch"), ("shes", "sh"), ("xes", "x")):
-        if w.endswith(suf) and len(w) > len(suf) + 1:
-            return w[: -len(suf)] + rep
-    if w.endswith("s") and not w.endswith(("ss", "us", "is")) and len(w) > 3:
-        return w[:-1]
-    return w
+    return plural_stem(word.lower())
 
 
 def _text_stems(text: str) -> list[str]:
