@@ -7,9 +7,9 @@ meaning and :func:`lexical_recall` the share of the hidden knowledge's stems tha
 """
 from __future__ import annotations
 
-from ..text import plural_stem
-
 import re
+
+from ..text import plural_stem
 
 __all__ = ["content_words", "lexical_recall"]
 

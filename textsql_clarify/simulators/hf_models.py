@@ -21,6 +21,9 @@ gets the same positions alone or in a batch.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
+
 import copy
 import importlib.util
 import os
@@ -222,6 +225,26 @@ def _cache_key(src: ModelSource, device: str, dtype: Any) -> tuple:
     return (str(src.folder), src.gguf_file, device, str(dtype))
 
 
+@contextlib.contextmanager
+def _no_tqdm():
+    """Silence the GGUF de-quantisation progress bar during a model load (it ignores transformers'
+    progress-bar switch): the loader's module-level ``tqdm`` is swapped for a disabled one, then restored."""
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:  # pragma: no cover - older transformers without GGUF support
+        yield
+        return
+    original = getattr(gguf_utils, "tqdm", None)
+    if original is None:
+        yield
+        return
+    gguf_utils.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
+
+
 def load_causal_lm(spec: str | os.PathLike = DEFAULT_MODEL, *, device: str | None = "auto",
                    dtype: Any = None) -> LoadedModel:
     """Load a decoder-only causal LM and tokenizer offline, once per process.
@@ -251,12 +274,16 @@ def load_causal_lm(spec: str | os.PathLike = DEFAULT_MODEL, *, device: str | Non
             return hit
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from ..minilm import quiet_hf_progress
+
+        quiet_hf_progress()  # no "Loading weights" / GGUF conversion bars in CLI output
         kw: dict[str, Any] = {"local_files_only": True}
         if src.gguf_file:
             kw["gguf_file"] = src.gguf_file
         try:
-            tok = AutoTokenizer.from_pretrained(str(src.folder), **kw)
-            model = AutoModelForCausalLM.from_pretrained(str(src.folder), dtype=dt, **kw)
+            with _no_tqdm():  # the GGUF de-quantisation bar ignores transformers' progress-bar switch
+                tok = AutoTokenizer.from_pretrained(str(src.folder), **kw)
+                model = AutoModelForCausalLM.from_pretrained(str(src.folder), dtype=dt, **kw)
         except Exception as e:
             raise ModelLoadError(f"cannot load model {src.spec!r} from {src.folder}"
                                  f"{' (' + src.gguf_file + ')' if src.gguf_file else ''}: {type(e).__name__}: "

@@ -16,14 +16,14 @@ A reply is checked for three kinds of leak, each reported as a reason string:
 """
 from __future__ import annotations
 
-from ..text import plural_stem
-
 import re
 from typing import Iterable
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
+
+from ..text import plural_stem
 
 __all__ = ["leakage_reasons", "is_full_gold_leak", "identifier_forms", "identifier_used"]
 
