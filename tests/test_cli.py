@@ -16,10 +16,10 @@ def test_eval_with_no_options_runs_oracle_on_embedded(tmp_path, capsys, monkeypa
     out = capsys.readouterr().out
     assert "agent=oracle" in out and "episodes=48" in out
     assert "1.000 (n=36)" in out  # EX over the 36 solvable embedded samples
-    metrics = json.loads((tmp_path / "runs" / "embedded-oracle" / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "runs" / "embedded-oracle-rule" / "metrics.json").read_text())
     assert metrics["overall"]["EX"] == {"value": 1.0, "n": 36}
     assert metrics["overall"]["FB"] == {"value": 1.0, "n": 12}
-    lines = (tmp_path / "runs" / "embedded-oracle" / "trajectories.jsonl").read_text().splitlines()
+    lines = (tmp_path / "runs" / "embedded-oracle-rule" / "trajectories.jsonl").read_text().splitlines()
     assert len(lines) == 48
 
 

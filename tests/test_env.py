@@ -292,3 +292,34 @@ def test_oracle_clarifications_are_judged_relevant(samples):
     n_chain = sum(1 for s in amb if s.chain is not None)
     assert metrics["overall"]["AIR"]["n"] == len(amb)
     assert metrics["overall"]["AIR"]["value"] == pytest.approx((len(amb) - n_chain) / len(amb))
+
+
+def test_drift_sample_without_any_sql_counts_in_dea_and_dra(samples):
+    s = next(x for x in samples if x.drift is not None)
+    env = _env(samples)
+    env.reset(options={"sample_id": s.id})
+    _, _, term, _, info = env.step("<feedback>I cannot answer that.</feedback>")
+    assert term
+    sc = info["scores"]
+    assert sc["ex"] == 0.0 and sc["ex_post"] == 0.0 and sc["drift_recognised"] is False
+    from textsql_clarify.rewards.metrics import aggregate
+    m = aggregate([info["trajectory"]])["overall"]
+    assert m["DEA"] == {"value": 0.0, "n": 1} and m["DRA"] == {"value": 0.0, "n": 1}
+
+
+def test_p_protocol_leaves_non_chain_samples_under_f(samples):
+    s = _first(samples, "answerable")
+    t = run_episode(_env(samples, protocol="p"), OracleAgent(), sample_id=s.id)
+    assert t.protocol == "f" and t.scores["ex"] == 1.0
+
+
+def test_episode_article_scores_describe_the_first_sql_like_ex(samples):
+    s = next(x for x in samples if x.drift is not None)
+    env = _env(samples)
+    env.reset(options={"sample_id": s.id})
+    env.step("<sql>SELECT 1</sql>")
+    _, _, _, _, info = env.step(f"<sql>{s.drift.post_gold_sql}</sql>")
+    sc = info["scores"]
+    assert sc["ex"] == 0.0 and sc["ex_post"] == 1.0
+    assert sc["cell_f1"] != 1.0  # the first SQL's, not the post-drift SQL's
+    assert info["trajectory"].turns[-1].reward_components["cell_f1"] == 1.0

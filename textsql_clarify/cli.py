@@ -25,7 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--agent", default="oracle", choices=sorted(AGENTS), help="baseline agent (default: oracle)")
     e.add_argument("--limit", type=int, default=None, help="evaluate only the first N samples")
     e.add_argument("--out", default=None,
-                   help="folder for trajectories.jsonl and metrics.json (default: runs/<dataset kind>-<agent>)")
+                   help="folder for trajectories.jsonl and metrics.json (default: runs/<dataset kind>-<agent>-<simulator>[-p])")
     e.add_argument("--seed", type=int, default=0, help="seed of the first episode (default 0)")
     e.add_argument("--simulator", default="rule", help="'rule' (default) or 'transformers'")
     e.add_argument("--preset", default="binary", choices=sorted(PRESETS), help="reward preset (default: binary)")
@@ -56,7 +56,8 @@ def _eval(args: argparse.Namespace) -> int:
         raise SystemExit("error: --limit must be >= 1")
     samples = load_dataset(args.dataset, limit=args.limit)
     if args.out is None:
-        args.out = str(Path("runs") / f"{_dataset_kind(args.dataset)}-{args.agent}")
+        protocol = "-p" if args.protocol == "p" else ""
+        args.out = str(Path("runs") / f"{_dataset_kind(args.dataset)}-{args.agent}-{args.simulator}{protocol}")
     agent = make_agent(args.agent, seed=args.seed)
     _, metrics = evaluate(samples, agent, seed=args.seed, out_dir=args.out, progress=not args.no_progress,
                           simulator=args.simulator, reward_preset=args.preset,

@@ -30,6 +30,7 @@ import numpy as np
 from ..database import get_sandbox
 from ..errors import ActionError
 from ..rewards.commitments import commitment_set, is_drift
+from ..rewards.execution import is_empty_result
 from ..rewards.feedback import FeedbackJudge, default_judge
 from ..rewards.presets import resolve_preset, scalar_reward
 from ..samples import Sample
@@ -200,7 +201,8 @@ class TextSQLClarifyEnv(gym.Env):
         self._traj = Trajectory(
             sample_id=s.id, db_id=s.db_id, group=s.group, subcategory=s.subcategory, difficulty=s.difficulty,
             premise_flaw=s.premise_flaw, has_chain=s.chain is not None, has_drift=s.drift is not None,
-            drift_subtype=s.drift.subtype if s.drift else None, protocol=self.protocol,
+            drift_subtype=s.drift.subtype if s.drift else None,
+            protocol=self.protocol if s.chain is not None else "f",  # p only changes chain samples
             category_mode=self.category_mode, seed=seed,
             gold_status="none" if s.gold_sql is None else "ok")
         self._scores: dict[str, Any] = {"ex": None, "ex_post": None, "fb": None,
@@ -358,9 +360,11 @@ class TextSQLClarifyEnv(gym.Env):
             self._scores["ex"] = comps["ex"]
             for k, v in res.flags.items():
                 self._scores[k] = v
-        if self.detailed_scores:
-            for k in DETAIL_KEYS:
-                self._scores[k] = comps.get(k)
+            if self.detailed_scores:
+                # episode-level article scores describe the same SQL as ``ex`` (the first one); the
+                # post-drift turn keeps its own in ``turn.reward_components``
+                for k in DETAIL_KEYS:
+                    self._scores[k] = comps.get(k)
         turn.reward_components = comps
         turn.reward = scalar_reward(comps, self.weights)
         self._traj.turns.append(turn)
@@ -399,8 +403,13 @@ class TextSQLClarifyEnv(gym.Env):
         # unless its gold is invalid/empty (None, counted apart); FB 0 for an unanswerable sample without feedback.
         if solvable and self._traj.gold_status == "ok" and sc["ex"] is None and self._pre_sql is None:
             sc["ex"] = 0.0
-        if s.drift is not None and self._drift_done and sc["ex_post"] is None and self._traj.outcome != "sql":
-            sc["ex_post"] = 0.0
+        if s.drift is not None and sc["ex_post"] is None and self._traj.outcome != "sql":
+            # the post-drift request was never answered (no SQL after the drift, or no SQL at all): 0,
+            # so DEA / DRA count the episode (TIDE Table 2) instead of silently dropping it; a post-drift
+            # gold that fails or returns nothing stays None (invalid / ceiling), as for ``ex``
+            post_gold = self._sandbox.execute_gold(s.id + "#post", s.drift.post_gold_sql)
+            if post_gold.ok and not is_empty_result(post_gold):
+                sc["ex_post"] = 0.0
         if s.group == "unanswerable" and sc["fb"] is None:
             sc["fb"] = 0.0
         self._traj.scores = dict(sc)
