@@ -234,7 +234,6 @@ class TextSQLClarifyEnv(gym.Env):
         """
         if self._done or self._sample is None:
             raise RuntimeError("call reset() before step(): the episode has ended or not started")
-        s = self._sample
         self._turn += 1
         try:
             act = parse_action(action, max_chars=self.max_action_chars)
@@ -284,11 +283,8 @@ class TextSQLClarifyEnv(gym.Env):
         final_refused = act is not None and act.type == "clarify" and self._phase == "final"
         if self._invalid_streak >= 2 or final_refused or self._turn >= self.max_turns:
             self._traj.outcome = "truncated" if final_refused else "abstain"
-            if final_refused:
-                comps_err = f"{error}. The episode ends without an answer."
-            else:
-                comps_err = f"{error}. Second malformed action in a row: the episode ends as an abstention."
-            self._last_message = comps_err
+            self._last_message = (f"{error}. The episode ends without an answer." if final_refused else
+                                  f"{error}. Second malformed action in a row: the episode ends as an abstention.")
             return self._finish(reward, comps, terminated=not final_refused, truncated=final_refused, error=error)
         self._last_message = f"Invalid action: {error}. Try again (one retry)."
         return self._obs(), reward, False, False, self._info(comps, "invalid", error)
