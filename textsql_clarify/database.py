@@ -38,13 +38,12 @@ from __future__ import annotations
 import marshal
 import math
 import os
-import re  # noqa: F401  (importable from here before the split; kept so it still is)
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable  # noqa: F401  (Callable: as for ``re``)
+from typing import Any
 
 from .errors import TextSQLClarifyError
 from .sandbox_guards import (  # noqa: F401  (re-exported: every name importable here before the split)

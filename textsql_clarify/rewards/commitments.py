@@ -21,8 +21,8 @@ committed in its own scope. WHERE/HAVING subqueries are numbered in the canonica
 conjuncts, so reordering conjuncts does not renumber them.
 
 Each unit has a **value form** (literals kept) and a **structural form** (literals -> ``?``), both from
-:func:`~textsql_clarify.rewards.components.canonical_sql` over a prepared tree
-(:func:`~textsql_clarify.rewards.components.prepare_sql`): equivalent spellings give one commitment
+:func:`~textsql_clarify.rewards.sql_canonical.canonical_sql` over a prepared tree
+(:func:`~textsql_clarify.rewards.sql_canonical.prepare_sql`): equivalent spellings give one commitment
 (``a = 1`` / ``1 = a``; ``x > 5`` / ``5 < x``; ``dept_id = 1`` / ``dept_id = 1.0``, numerically equal
 literals compared by value; keyword and identifier case; redundant parentheses; table and column aliases),
 and a reversed polarity gives another.
@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from ..sqlschema import analysis_errors
-from .components import canonical_sql, conjuncts, immediate_subqueries, prepare_sql
+from .sql_canonical import canonical_sql, conjuncts, immediate_subqueries, prepare_sql
 
 __all__ = [
     "Commitment", "KINDS", "FILTER_KINDS", "DRIFT_SUBTYPES", "commitment_set", "filtering_commitments",
@@ -231,7 +231,7 @@ def commitment_set(sql: str, schema: Mapping | None = None) -> frozenset[Commitm
     Raises:
         SQLParseError: the query cannot be parsed, is not a query, is too big or nested too deeply to analyse,
             or sqlglot fails on it (any exception, with the reason; see
-            :func:`~textsql_clarify.rewards.components.prepare_sql`).
+            :func:`~textsql_clarify.rewards.sql_canonical.prepare_sql`).
         TypeError: bad ``schema``.
     """
     tree = prepare_sql(sql, schema).tree
