@@ -248,6 +248,8 @@ def test_custom_preset_rejects_unknown_component(samples):
         _env(samples, reward_preset={"nonsense": 1.0})
     with pytest.raises(ValueError, match="unknown reward preset"):
         _env(samples, reward_preset="densest")
+    with pytest.raises(ValueError, match="finite number"):
+        _env(samples, reward_preset={"ex": float("nan")})
     env = _env(samples, reward_preset={"ex": 2.0, "turn_penalty": 0.5})
     s = _first(samples, "answerable")
     env.reset(options={"sample_id": s.id})

@@ -20,6 +20,7 @@ Components (per turn):
 """
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
 #: name -> {component: weight}. Components not listed have weight 0.
@@ -58,8 +59,8 @@ def resolve_preset(preset: str | Mapping[str, float]) -> dict[str, float]:
     for k, v in dict(preset).items():
         if k not in COMPONENTS:
             raise ValueError(f"unknown reward component {k!r} in reward_preset; weightable: {list(COMPONENTS)}")
-        if not isinstance(v, (int, float)) or isinstance(v, bool):
-            raise ValueError(f"reward weight for {k!r} must be a number, got {v!r}")
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            raise ValueError(f"reward weight for {k!r} must be a finite number, got {v!r}")
         weights[str(k)] = float(v)
     return weights
 
