@@ -325,3 +325,43 @@ def test_episode_article_scores_describe_the_first_sql_like_ex(samples):
     assert sc["ex"] == 0.0 and sc["ex_post"] == 1.0
     assert sc["cell_f1"] != 1.0  # the first SQL's, not the post-drift SQL's
     assert info["trajectory"].turns[-1].reward_components["cell_f1"] == 1.0
+
+
+def test_truncated_gold_is_a_ceiling_not_an_agent_failure(samples):
+    s = next(x for x in samples if x.id == "uni-ans-002")
+    env = _env(samples, row_cap=1)
+    env.reset(options={"sample_id": s.id})
+    _, _, _, _, info = env.step(f"<sql>{s.gold_sql}</sql>")
+    assert info["scores"]["ex"] is None and info["trajectory"].gold_status == "error"
+
+
+def test_empty_gold_answered_without_sql_stays_a_ceiling(samples):
+    import dataclasses
+    base = _first(samples, "answerable")
+    empty = dataclasses.replace(base, id="empty-gold", gold_sql="SELECT first_name FROM students WHERE 1 = 0")
+    env = _env([empty])
+    env.reset(options={"sample_id": "empty-gold"})
+    _, _, _, _, info = env.step("<feedback>cannot be answered</feedback>")
+    assert info["scores"]["ex"] is None and info["trajectory"].gold_status == "empty"
+
+
+def test_lone_surrogate_action_is_malformed_not_a_crash(samples):
+    u = _first(samples, "unanswerable")
+    env = _env(samples)
+    env.reset(options={"sample_id": u.id})
+    _, _, term, _, info = env.step("<feedback>\ud800</feedback>")
+    assert not term and info["action_type"] == "invalid" and "Unicode" in info["error"]
+
+
+def test_wrong_query_that_runs_scores_zero_cell_recall(samples):
+    s = _first(samples, "answerable")
+    env = _env(samples)
+    env.reset(options={"sample_id": s.id})
+    _, _, _, _, info = env.step("<sql>SELECT 'zzz' AS q FROM students</sql>")
+    comps = info["reward_components"]
+    assert comps["ex"] == 0.0 and comps["cell_recall"] == 0.0 and comps["cell_f1"] == 0.0
+
+
+def test_duplicate_sample_ids_are_rejected(samples):
+    with pytest.raises(ValueError, match="unique"):
+        _env([samples[0], samples[0]])

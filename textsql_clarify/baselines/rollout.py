@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 from tqdm import tqdm
 
-from ..rewards.metrics import aggregate
+from ..rewards.metrics import aggregate, write_metrics_json
 from ..samples import Sample
 from ..trajectory import Trajectory
 
@@ -66,13 +66,12 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
     for i in tqdm(range(len(samples)), desc=f"eval {getattr(agent, 'name', 'agent')}", unit="ep",
                   disable=not progress):
         trajs.append(run_episode(env, agent, index=i, seed=seed + i))
-    metrics = aggregate(trajs)
-    if out_dir is not None:
-        out = Path(out_dir)
-        with open(out / "trajectories.jsonl", "w", encoding="utf-8") as fh:
-            for t in trajs:
-                # ASCII escapes: a lone surrogate from an agent's output cannot break the file
-                fh.write(json.dumps(t.to_dict(), ensure_ascii=True, default=str) + "\n")
-        with open(out / "metrics.json", "w", encoding="utf-8") as fh:
-            json.dump(metrics, fh, indent=2, default=str)
+    if out_dir is None:
+        return trajs, aggregate(trajs)
+    out = Path(out_dir)
+    with open(out / "trajectories.jsonl", "w", encoding="utf-8") as fh:
+        for t in trajs:
+            # ASCII escapes: a lone surrogate from an agent's output cannot break the file
+            fh.write(json.dumps(t.to_dict(), ensure_ascii=True, default=str) + "\n")
+    metrics = write_metrics_json(trajs, out / "metrics.json")
     return trajs, metrics

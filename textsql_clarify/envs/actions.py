@@ -104,6 +104,10 @@ def parse_action(raw: object, *, max_chars: int = MAX_ACTION_CHARS) -> Action:
         raise ActionError(f"an action must be a string, got {type(raw).__name__}")
     if len(raw) > max_chars:
         raise ActionError(f"action too long: {len(raw)} characters (limit {max_chars})")
+    try:
+        raw.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ActionError("action is not valid Unicode (lone surrogate)") from None
     text = _THINK.sub(" ", raw).strip()
     if not text:
         raise ActionError("empty action")

@@ -92,6 +92,10 @@ class TextSQLClarifyEnv(gym.Env):
         if not self.samples:
             raise ValueError("the env needs at least one sample")
         self._by_id = {s.id: i for i, s in enumerate(self.samples)}
+        if len(self._by_id) != len(self.samples):
+            seen: set[str] = set()
+            dups = sorted({s.id for s in self.samples if s.id in seen or seen.add(s.id)})
+            raise ValueError(f"sample ids must be unique; repeated: {dups[:5]}")
         if not isinstance(max_clarifications, int) or max_clarifications < 0:
             raise ValueError(f"max_clarifications must be an int >= 0, got {max_clarifications!r}")
         if category_mode not in render.CATEGORY_MODES:
@@ -176,7 +180,6 @@ class TextSQLClarifyEnv(gym.Env):
             idx = int(self.np_random.integers(len(self.samples)))
         s = self.samples[idx]
         self._sample = s
-        self._seed = seed
         static = self._static.get(s.id)
         if static is None:
             static = self._static[s.id] = self._build_static(s)
@@ -298,6 +301,9 @@ class TextSQLClarifyEnv(gym.Env):
         self._traj.turns.append(Turn(self._turn - 1, "classification", "classify", act.content, reward=reward,
                                      reward_components=comps))
         self._phase = "interactive" if self.max_clarifications > 0 else "final"
+        # the system prompt loses the classification instructions and, in predicted mode, shows the label
+        ctx = self._context() if self.category_mode == "predicted" else self._static_obs["context"]
+        self._system = render.system_message(self._schema, ctx, False)
         self._last_message = "Category recorded. Now answer the question."
         return self._obs(), reward, False, False, self._info(comps, "classify", None)
 
@@ -397,8 +403,13 @@ class TextSQLClarifyEnv(gym.Env):
         solvable = s.gold_sql is not None
         # outcome-level conventions (ABISS §5.3): a solvable sample without a correct final SQL scores EX 0,
         # unless its gold is invalid/empty (None, counted apart); FB 0 for an unanswerable sample without feedback.
-        if solvable and self._traj.gold_status == "ok" and sc["ex"] is None and self._pre_sql is None:
-            sc["ex"] = 0.0
+        if solvable and sc["ex"] is None and not any(t.action_type == "sql" for t in self._traj.turns):
+            # no SQL at all: EX 0, unless the gold itself cannot be scored (invalid / ceiling: None)
+            gold = self._sandbox.execute_gold(s.id, s.gold_sql)
+            self._traj.gold_status = "error" if (not gold.ok or gold.truncated) else (
+                "empty" if is_empty_result(gold) else "ok")
+            if self._traj.gold_status == "ok":
+                sc["ex"] = 0.0
         if s.drift is not None and sc["ex_post"] is None and self._traj.outcome != "sql":
             # the post-drift request was never answered (no SQL after the drift, or no SQL at all): 0,
             # so DEA / DRA count the episode (TIDE Table 2) instead of silently dropping it; a post-drift
@@ -429,11 +440,7 @@ class TextSQLClarifyEnv(gym.Env):
         return obs
 
     def _messages(self) -> list[dict[str, str]]:
-        system = self._system
-        if self.classification_phase and self._phase != "classification":
-            system = render.system_message(self._schema, self._context() if self._predicted is not None else
-                                           self._static_obs["context"], False)
-        msgs = [{"role": "system", "content": system}]
+        msgs = [{"role": "system", "content": self._system}]
         msgs += [{"role": r, "content": t} for r, t in self._history]
         if self._last_message and self._history[-1][1] != self._last_message:
             msgs.append({"role": "user", "content": self._last_message})

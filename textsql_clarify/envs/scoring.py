@@ -15,7 +15,7 @@ from ..database import ExecutionResult, SQLiteSandbox
 from ..errors import SQLParseError
 from ..rewards.cells import ResultTable, column_origins, score_cells
 from ..rewards.components import score_components
-from ..rewards.execution import compare_results, gold_is_ordered, is_empty_result
+from ..rewards.execution import compare_results, gold_is_ordered
 from ..rewards.retrieval import score_retrieval, tables_read
 
 
@@ -100,14 +100,24 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
     flags["gold_truncated"] = gold.truncated
     verdict = compare_results(pred, gold, ordered=_ordered(gold_sql))
     comps["ex"] = verdict.score
-    gold_status = "error" if not gold.ok else ("empty" if is_empty_result(gold) else "ok")
+    # the verdict knows every reason a gold cannot be scored (fails, empty, truncated, no columns)
+    gold_status = {"gold_error": "error", "gold_empty": "empty"}.get(verdict.status, "ok")
+    if gold_status == "ok" and (not gold.ok or gold.truncated):
+        gold_status = "error"
     if detailed and gold_status == "ok":
         schema = sandbox.schema
         if pred.ok:
             cand = ResultTable(pred.columns, pred.rows, _origins(pred_sql, schema))
             ref = ResultTable(gold.columns, gold.rows, _gold_origins(gold_sql, sandbox))
             cs = score_cells(cand, ref)
-            comps.update(cell_precision=cs.cell_precision, cell_recall=cs.cell_recall, cell_f1=cs.cell_f1,
+            recall, f1 = cs.cell_recall, cs.cell_f1
+            # the gold has rows: a query that ran but paired no column (or returned nothing) recovered none
+            # of them, so recall and F1 are 0, as for a query that fails (the article leaves w = 0 undefined)
+            if recall is None:
+                recall = 0.0
+            if f1 is None and recall == 0.0:
+                f1 = 0.0
+            comps.update(cell_precision=cs.cell_precision, cell_recall=recall, cell_f1=f1,
                          column_precision=cs.column_precision, column_recall=cs.column_recall)
             flags["keyless"] = bool(cs.keyless)
             flags["scorer_inconsistent"] = bool(cs.scorer_inconsistent)

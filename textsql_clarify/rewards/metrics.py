@@ -393,6 +393,8 @@ def count_ceilings(trajectories: Sequence[Trajectory]) -> dict[str, int]:
     """
     c = dict.fromkeys(CEILINGS, 0)
     for t in trajectories:
+        if t.protocol != "f":  # p-protocol re-runs of chain samples are not counted twice
+            continue
         c["gold_error"] += t.gold_status == "error"
         c["gold_empty"] += t.gold_status == "empty"
         for flag in _FLAG_SCORES:

@@ -12,6 +12,8 @@ clarification asks about, the "valid but secondary database concern" of ABISS §
 """
 from __future__ import annotations
 
+import functools
+
 import re
 from dataclasses import dataclass
 from typing import Iterable
@@ -259,11 +261,21 @@ def gold_fragments(gold_sql: str, schema_identifiers: Iterable[str] = ()) -> lis
     Raises:
         SQLParseError: the SQL is empty, not one statement, does not parse, or is not a query.
     """
+    schema = frozenset(x.strip().lower() for x in schema_identifiers if isinstance(x, str))
+    return list(_gold_fragments_cached(gold_sql, schema))
+
+
+@functools.lru_cache(maxsize=2048)
+def _gold_fragments_cached(gold_sql: str, schema: frozenset[str]) -> tuple[Fragment, ...]:
+    """:func:`gold_fragments`, cached: the same gold is described on every clarification of an episode."""
+    return tuple(_gold_fragments(gold_sql, schema))
+
+
+def _gold_fragments(gold_sql: str, schema: frozenset[str]) -> list[Fragment]:
     tree = parse_sql(gold_sql)
     sel = _leftmost_select(tree)
     if sel is None:
         raise SQLParseError(gold_sql, f"not a query: top-level node is {type(tree).__name__}")
-    schema = {s.strip().lower() for s in schema_identifiers if isinstance(s, str)}
     aliases = {a.alias.lower(): a.this for a in sel.expressions if isinstance(a, exp.Alias) and a.alias}
     desc = _Describer(aliases, schema)
     top = tree if isinstance(tree, exp.SetOperation) else sel

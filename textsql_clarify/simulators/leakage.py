@@ -16,6 +16,8 @@ A reply is checked for three kinds of leak, each reported as a reason string:
 """
 from __future__ import annotations
 
+import functools
+
 import re
 from typing import Iterable
 
@@ -23,6 +25,8 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from ..errors import SQLParseError
+from ..sqlschema import parse_sql
 from ..text import plural_stem
 
 __all__ = ["leakage_reasons", "is_full_gold_leak", "identifier_forms", "identifier_used"]
@@ -100,14 +104,18 @@ def is_full_gold_leak(reply: str, gold_sql: str | None) -> bool:
     if not gold_sql or not gold_sql.strip():
         return False
     hay = _squash(reply)
+    return any(f and f in hay for f in _gold_forms(gold_sql))
+
+
+@functools.lru_cache(maxsize=2048)
+def _gold_forms(gold_sql: str) -> frozenset[str]:
+    """The squashed gold text and its sqlglot rendering; cached (every candidate reply is checked)."""
     forms = {_squash(gold_sql)}
     try:
-        trees = sqlglot.parse(gold_sql, read=_DIALECT)
-        if len(trees) == 1 and trees[0] is not None:
-            forms.add(_squash(trees[0].sql(dialect=_DIALECT)))
-    except (SqlglotError, RecursionError, ValueError):
+        forms.add(_squash(parse_sql(gold_sql).sql(dialect=_DIALECT)))
+    except SQLParseError:
         pass
-    return any(f and f in hay for f in forms)
+    return frozenset(forms)
 
 
 def _split_words(identifier: str) -> list[str]:

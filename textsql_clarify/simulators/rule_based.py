@@ -51,6 +51,8 @@ Replies adopt the sample's ``style`` a little and deterministically: ``terse``/`
 """
 from __future__ import annotations
 
+import functools
+
 import re
 from typing import Sequence
 
@@ -596,15 +598,16 @@ def _relevant_candidates(knowledge: str, kind: str) -> list[str]:
     return [styled] if styled == plain else [styled, plain]
 
 
-def _gold_table_stems(gold: str | None) -> set[str]:
-    """Stems of every table name in the gold SQL (entity words, not the ambiguous term)."""
+@functools.lru_cache(maxsize=2048)
+def _gold_table_stems(gold: str | None) -> frozenset[str]:
+    """Stems of every table name in the gold SQL (entity words, not the ambiguous term); cached per gold."""
     if not gold:
-        return set()
+        return frozenset()
     try:
         tree = parse_sql(gold)
     except SQLParseError:
-        return set()
-    return {_stem(w) for t in tree.find_all(exp.Table) for w in _split(t.name)}
+        return frozenset()
+    return frozenset(_stem(w) for t in tree.find_all(exp.Table) for w in _split(t.name))
 
 
 def _knowledge_stems(s: Sample) -> set[str]:
