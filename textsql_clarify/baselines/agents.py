@@ -32,7 +32,40 @@ def _clarification_for(sample: Sample) -> str:
     return f"Before I write the query, can you confirm: {hk}?"
 
 
-class OracleAgent:
+class _PrivilegedAgent:
+    """Shared episode state of the agents that are told the sample (oracle, no-clarify).
+
+    Both answer a drift utterance (TIDE §4.1) with the post-drift gold SQL once their first SQL is sent.
+    """
+
+    name = "privileged"
+    privileged = True
+
+    def __init__(self) -> None:
+        self._sample: Sample | None = None
+        self._sql_sent = False
+
+    def begin_episode(self, sample: Sample | None) -> None:
+        """Receive the sample.
+
+        Raises:
+            ValueError: ``sample`` is None (these agents cannot act without it).
+        """
+        if sample is None:
+            raise ValueError(f"the {self.name} agent needs the sample (privileged access)")
+        self._sample = sample
+        self._sql_sent = False
+
+    def _sql(self, sql: str) -> str:
+        self._sql_sent = True
+        return f"<sql>{sql}</sql>"
+
+    def _after_drift(self) -> str | None:
+        s = self._sample
+        return f"<sql>{s.drift.post_gold_sql}</sql>" if self._sql_sent and s.drift is not None else None
+
+
+class OracleAgent(_PrivilegedAgent):
     """Knows the sample: asks the relevant clarification where one is needed, then answers exactly.
 
     * answerable: submits the gold SQL;
@@ -43,19 +76,14 @@ class OracleAgent:
     """
 
     name = "oracle"
-    privileged = True
 
     def __init__(self) -> None:
-        self._sample: Sample | None = None
+        super().__init__()
         self._plan: list[str] = []
-        self._sql_sent = False
 
     def begin_episode(self, sample: Sample | None) -> None:
-        """Receive the sample (required: the oracle cannot act without it)."""
-        if sample is None:
-            raise ValueError("the oracle agent needs the sample (privileged access)")
-        self._sample = sample
-        self._sql_sent = False
+        """Receive the sample and plan the clarifications (raises ValueError without a sample)."""
+        super().begin_episode(sample)
         self._plan = []
         if sample.group == "ambiguous":
             if sample.chain is not None:
@@ -69,8 +97,9 @@ class OracleAgent:
         s = self._sample
         if observation.get("phase") == 0:  # classification phase
             return f"<category>{s.subcategory}</category>"
-        if self._sql_sent and s.drift is not None:
-            return f"<sql>{s.drift.post_gold_sql}</sql>"
+        post = self._after_drift()
+        if post:
+            return post
         if s.gold_sql is None:
             return f"<feedback>{s.hidden_knowledge or 'The database does not hold what this question asks for.'}</feedback>"
         history = observation.get("history", "")
@@ -80,43 +109,31 @@ class OracleAgent:
             if nxt in history:
                 continue
             return nxt
-        self._sql_sent = True
-        return f"<sql>{s.gold_sql}</sql>"
+        return self._sql(s.gold_sql)
 
 
-class NoClarifyAgent:
+class NoClarifyAgent(_PrivilegedAgent):
     """Never asks: submits the first interpretation's SQL (or the gold SQL when there is none).
 
-    For an unanswerable sample it gives a generic refusal, which names no cause. It is the ABISS
-    "answer directly" baseline that the oracle must beat on ambiguous samples.
+    For an unanswerable sample it gives a generic refusal, which names no cause. In a classification
+    phase it calls every question answerable. It is the ABISS "answer directly" baseline that the
+    oracle must beat on ambiguous samples.
     """
 
     name = "no-clarify"
-    privileged = True
-
-    def __init__(self) -> None:
-        self._sample: Sample | None = None
-        self._sql_sent = False
-
-    def begin_episode(self, sample: Sample | None) -> None:
-        """Receive the sample (required)."""
-        if sample is None:
-            raise ValueError("the no-clarify agent needs the sample (privileged access)")
-        self._sample = sample
-        self._sql_sent = False
 
     def act(self, observation: dict[str, Any], info: dict[str, Any]) -> str:
         """SQL of the first interpretation, or of the gold; a generic feedback when there is no SQL."""
         s = self._sample
         if observation.get("phase") == 0:
-            return f"<category>{s.group == 'answerable' and 'answerable_without_evidence' or s.subcategory}</category>"
-        if self._sql_sent and s.drift is not None:
-            return f"<sql>{s.drift.post_gold_sql}</sql>"
+            return "<category>answerable_without_evidence</category>"
+        post = self._after_drift()
+        if post:
+            return post
         sql = s.interpretations[0].gold_sql if s.interpretations else s.gold_sql
         if sql is None:
             return "<feedback>I cannot answer this question.</feedback>"
-        self._sql_sent = True
-        return f"<sql>{sql}</sql>"
+        return self._sql(sql)
 
 
 class RandomAgent:

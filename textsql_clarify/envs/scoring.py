@@ -19,8 +19,8 @@ from ..rewards.execution import compare_results, gold_is_ordered
 from ..rewards.retrieval import score_retrieval, tables_read
 
 
-@functools.lru_cache(maxsize=4096)
 def _ordered(gold_sql: str) -> bool:
+    """``gold_is_ordered`` (cached there); an unparsable gold compares unordered (its execution decides)."""
     try:
         return gold_is_ordered(gold_sql)
     except SQLParseError:
