@@ -107,7 +107,13 @@ def content_stems(text: str) -> set[str]:
 
     ``"What time period does 'recent' refer to?"`` -> ``{"time", "period", "recent"}``.
     """
-    return {_stem(w) for w in _split(text) if w not in _STOP and len(w) > 1}
+    return set(_content_stems_cached(text))
+
+
+@functools.lru_cache(maxsize=8192)
+def _content_stems_cached(text: str) -> frozenset[str]:
+    # the question and the hidden knowledge are re-read on every clarification of an episode
+    return frozenset(_stem(w) for w in _split(text) if w not in _STOP and len(w) > 1)
 
 
 def style_kind(style: str) -> str:
