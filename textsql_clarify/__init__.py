@@ -6,6 +6,7 @@
     import textsql_clarify  # noqa: F401
     env = gym.make("TextSQLClarify-v0")                       # embedded dataset, rule-based user
     env = gym.make("TextSQLClarify-v0", dataset="spider:../shared/data/spider_dev")
+    envs = gym.make_vec("TextSQLClarify-v0", num_envs=8)    # one respond(batch) per step for all 8
 """
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ ENV_ID = "TextSQLClarify-v0"
 
 if ENV_ID not in registry:
     # no TimeLimit wrapper: the env bounds its own episodes (clarification budget + forced final turn)
-    register(id=ENV_ID, entry_point="textsql_clarify.envs.env:TextSQLClarifyEnv", disable_env_checker=False)
+    # gym.make_vec(ENV_ID, num_envs=N) builds the vector env that batches clarifications across sub-envs
+    register(id=ENV_ID, entry_point="textsql_clarify.envs.env:TextSQLClarifyEnv", disable_env_checker=False,
+             vector_entry_point="textsql_clarify.envs.vector:TextSQLClarifyVectorEnv")
 
 
 def make_env(**kwargs):

@@ -35,7 +35,7 @@ from ..rewards.feedback import FeedbackJudge, default_judge
 from ..rewards.presets import resolve_preset, scalar_reward
 from ..samples import Sample
 from ..simulators import make_simulator
-from ..simulators.base import UserRequest
+from ..simulators.base import UserReply, UserRequest
 from ..taxonomy import SUBCATEGORIES
 from ..trajectory import Trajectory, Turn
 from . import render
@@ -133,6 +133,7 @@ class TextSQLClarifyEnv(gym.Env):
         self.action_space = UnicodeText(max_action_chars)
         self._sample: Sample | None = None
         self._done = True
+        self._pending: tuple[Action, UserRequest] | None = None  # a clarification waiting for its reply
         self._static: dict[str, tuple] = {}
 
     # ------------------------------------------------------------------ public helpers
@@ -180,6 +181,7 @@ class TextSQLClarifyEnv(gym.Env):
             idx = int(self.np_random.integers(len(self.samples)))
         s = self.samples[idx]
         self._sample = s
+        self._pending = None
         static = self._static.get(s.id)
         if static is None:
             static = self._static[s.id] = self._build_static(s)
@@ -232,9 +234,40 @@ class TextSQLClarifyEnv(gym.Env):
     def step(self, action: Any):
         """Apply one action string. Returns ``(obs, reward, terminated, truncated, info)``.
 
+        A clarification is answered by ``self.simulator.respond([request])`` (a batch of one); the
+        vector env (:mod:`.vector`) instead answers the clarifications of all its sub-envs in one
+        batch through :meth:`begin_step` / :meth:`complete_step`.
+
         Raises:
-            RuntimeError: ``step`` called before ``reset`` or after the episode ended.
+            RuntimeError: ``step`` called before ``reset``, after the episode ended, or while a
+                clarification from :meth:`begin_step` still waits for :meth:`complete_step`.
         """
+        out = self.begin_step(action)
+        if isinstance(out, UserRequest):
+            try:
+                replies = list(self.simulator.respond([out]))
+                if len(replies) != 1:
+                    raise RuntimeError(f"simulator {type(self.simulator).__name__}.respond returned {len(replies)} "
+                                       f"replies for 1 request")
+            except BaseException:
+                self._pending = None  # as before the split: the failed clarification is not waiting any more
+                raise
+            return self.complete_step(replies[0])
+        return out
+
+    def begin_step(self, action: Any):
+        """First half of :meth:`step`: apply ``action`` up to the point where the simulated user must answer.
+
+        Returns:
+            ``(obs, reward, terminated, truncated, info)`` when the step needs no user reply (SQL,
+            feedback, classification, a malformed or refused action); otherwise the
+            :class:`~textsql_clarify.simulators.base.UserRequest` of the clarification, which must be
+            answered with :meth:`complete_step` before anything else is done with this env.
+        Raises:
+            RuntimeError: as :meth:`step`.
+        """
+        if self._pending is not None:
+            raise RuntimeError("a clarification is waiting for the user's reply: call complete_step(reply) first")
         if self._done or self._sample is None:
             raise RuntimeError("call reset() before step(): the episode has ended or not started")
         self._turn += 1
@@ -250,7 +283,8 @@ class TextSQLClarifyEnv(gym.Env):
         if act.type == "classify":
             return self._classify(act)
         if act.type == "clarify":
-            return self._clarify(act)
+            self._pending = (act, self._clarify_request(act))
+            return self._pending[1]
         if act.type == "feedback":
             return self._feedback(act)
         return self._sql(act)
@@ -307,11 +341,33 @@ class TextSQLClarifyEnv(gym.Env):
         self._last_message = "Category recorded. Now answer the question."
         return self._obs(), reward, False, False, self._info(comps, "classify", None)
 
-    def _clarify(self, act: Action):
+    def complete_step(self, reply: UserReply):
+        """Second half of :meth:`step` for a clarification: record the user's ``reply`` and return
+        ``(obs, reward, terminated, truncated, info)``.
+
+        Args:
+            reply: the simulator's :class:`~textsql_clarify.simulators.base.UserReply` to the request
+                that :meth:`begin_step` returned.
+        Raises:
+            RuntimeError: no clarification is waiting (``begin_step`` returned a step result, or
+                ``complete_step`` was already called).
+            TypeError: ``reply`` is neither a ``UserReply`` nor an object with its ``text`` and ``to_dict``.
+        """
+        if self._pending is None:
+            raise RuntimeError("complete_step called but no clarification is waiting for a reply")
+        if not isinstance(reply, UserReply) and not (isinstance(getattr(reply, "text", None), str)
+                                                     and callable(getattr(reply, "to_dict", None))):
+            raise TypeError(f"complete_step needs a UserReply (text, label, to_dict), got {type(reply).__name__}")
+        act, _req = self._pending
+        self._pending = None
+        return self._clarify(act, reply)
+
+    def _clarify_request(self, act: Action) -> UserRequest:
+        return UserRequest(sample=self._sample, clarification=act.content, history=tuple(self._history[:-1]),
+                           schema_identifiers=self._schema_ids, l1_resolved=self._l1_resolved, gold_sql=self._gold)
+
+    def _clarify(self, act: Action, reply: UserReply):
         s = self._sample
-        req = UserRequest(sample=s, clarification=act.content, history=tuple(self._history[:-1]),
-                          schema_identifiers=self._schema_ids, l1_resolved=self._l1_resolved, gold_sql=self._gold)
-        reply = self.simulator.respond([req])[0]
         if s.chain is not None and reply.label == "relevant" and reply.layer == "L1":
             self._l1_resolved = True
         self._clar_used += 1
