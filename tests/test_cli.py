@@ -40,6 +40,17 @@ def test_no_clarify_scores_below_oracle(tmp_path, capsys):
     assert metrics["by_group"]["ambiguous"]["metrics"]["EX"]["value"] < 1.0
 
 
+def test_num_envs_gives_the_same_metrics(tmp_path, capsys):
+    assert main(["eval", "--agent", "no-clarify", "--num-envs", "6", "--out", str(tmp_path), "--no-progress",
+                 "--json"]) == 0
+    par = json.loads(capsys.readouterr().out)
+    assert main(["eval", "--agent", "no-clarify", "--out", str(tmp_path / "seq"), "--no-progress", "--json"]) == 0
+    seq = json.loads(capsys.readouterr().out)
+    assert par["overall"] == seq["overall"] and par["overall"]["EX"]["n"] == 36
+    with pytest.raises(SystemExit, match="--num-envs must be >= 1"):
+        main(["eval", "--num-envs", "0", "--out", str(tmp_path), "--no-progress"])
+
+
 @pytest.mark.parametrize("args, message", [
     (["eval", "--dataset", "nosuchkind:x"], "error:"),
     (["eval", "--dataset", "missing.jsonl"], "not found"),

@@ -234,3 +234,36 @@ def test_single_env_step_still_asks_a_batch_of_one(samples):
     env.step("<clarify>Which year?</clarify>")
     assert user.batches == [["Which year?"]]
     assert np.isscalar(env.step("<feedback>no</feedback>")[1])
+
+
+# ---------------------------------------------------------------------------------------------- lockstep eval
+def _strip_times(trajs):
+    return [_untimed(t.to_dict()) for t in trajs]
+
+
+def test_lockstep_evaluation_gives_the_sequential_trajectories_and_batches_clarifications(samples):
+    from textsql_clarify.baselines.agents import OracleAgent
+    from textsql_clarify.baselines.rollout import evaluate
+
+    chosen = [s for s in samples if s.group == "ambiguous"][:8] + [s for s in samples if s.group != "ambiguous"][:4]
+    seq, m_seq = evaluate(chosen, OracleAgent(), progress=False)
+    user = RecordingUser()
+    par, m_par = evaluate(chosen, OracleAgent(), progress=False, num_envs=4, simulator=user)
+    assert _strip_times(par) == _strip_times(seq)
+    assert m_par["overall"]["EX"] == m_seq["overall"]["EX"] == {"value": 1.0, "n": 8 + sum(
+        1 for s in chosen[8:] if s.group == "answerable")}
+    # the oracle clarifies each ambiguous sample once on its first turn: the first batch holds 4
+    assert max(len(b) for b in user.batches) == 4
+    assert sum(len(b) for b in user.batches) == sum(len(t.clarifications) for t in seq)
+
+
+def test_lockstep_with_more_envs_than_samples_and_bad_num_envs(samples):
+    from textsql_clarify.baselines.agents import RandomAgent
+    from textsql_clarify.baselines.rollout import evaluate
+
+    few = samples[:3]
+    a, _ = evaluate(few, RandomAgent(7), progress=False, num_envs=8)
+    b, _ = evaluate(few, RandomAgent(7), progress=False, num_envs=8)
+    assert [t.sample_id for t in a] == [s.id for s in few] and _strip_times(a) == _strip_times(b)
+    with pytest.raises(ValueError, match="num_envs"):
+        evaluate(few, RandomAgent(7), progress=False, num_envs=0)

@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--category-mode", default="taxonomy_free",
                    choices=["ground_truth", "predicted", "taxonomy_only", "taxonomy_free"])
     e.add_argument("--protocol", default="f", choices=["f", "p"], help="chain protocol (TIDE §4.1)")
+    e.add_argument("--num-envs", type=int, default=1,
+                   help="episodes played at once; their clarifications reach the simulated user in one batch (default 1)")
     e.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     e.add_argument("--json", action="store_true", help="print metrics.json to stdout instead of the table")
     return p
@@ -54,6 +56,8 @@ def _eval(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise SystemExit("error: --limit must be >= 1")
+    if args.num_envs < 1:
+        raise SystemExit("error: --num-envs must be >= 1")
     samples = load_dataset(args.dataset, limit=args.limit)
     if args.out is None:
         protocol = "-p" if args.protocol == "p" else ""
@@ -62,7 +66,7 @@ def _eval(args: argparse.Namespace) -> int:
     _, metrics = evaluate(samples, agent, seed=args.seed, out_dir=args.out, progress=not args.no_progress,
                           simulator=args.simulator, reward_preset=args.preset,
                           max_clarifications=args.max_clarifications, category_mode=args.category_mode,
-                          protocol=args.protocol)
+                          protocol=args.protocol, num_envs=args.num_envs)
     if args.json:
         print(json.dumps(metrics, indent=2, default=str))
     else:

@@ -148,7 +148,12 @@ class RandomAgent:
                        "How many results do you want?", "Which columns should I show?")
 
     def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
         self._rng = _random.Random(seed)
+
+    def fork(self, k: int) -> "RandomAgent":
+        """An independent copy for the ``k``-th of several envs played at once (seeded from ``seed`` and ``k``)."""
+        return RandomAgent(self.seed if k == 0 else _random.Random(f"{self.seed}:{k}").getrandbits(32))
 
     def begin_episode(self, sample: Sample | None) -> None:
         """Nothing to prepare (not privileged)."""

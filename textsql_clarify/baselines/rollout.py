@@ -1,6 +1,7 @@
 """Rollout and evaluation runners: play agents through the env and aggregate the trajectories."""
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -37,8 +38,78 @@ def run_episode(env: Any, agent: Any, *, sample_id: str | None = None, index: in
     raise RuntimeError(f"episode for sample {base.current_sample.id} did not end within {base.max_turns} turns")
 
 
+def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: int = 0, bar: Any = None,
+                 **env_kwargs: Any) -> list[Trajectory]:
+    """Play one episode per sample on ``num_envs`` envs in lockstep; each turn's clarifications from all
+    envs go to the shared simulated user in one ``respond(batch)``.
+
+    Episode ``i`` runs sample ``i`` with reset seed ``seed + i``, as :func:`evaluate` does sequentially;
+    a free env takes the next sample. Each env has its own copy of ``agent`` (``copy.deepcopy``, or
+    ``agent.fork(k)`` when the agent defines it, as :class:`~.agents.RandomAgent` does).
+
+    Args:
+        samples: the samples.
+        agent: the agent (copied per env).
+        num_envs: envs played at once (>= 1).
+        seed: reset seed of the first episode.
+        bar: an optional tqdm bar, advanced by one per finished episode.
+        env_kwargs: :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` options; the simulator and the FB
+            judge are built once and shared.
+    Returns:
+        The trajectories, in sample order.
+    Raises:
+        ValueError: ``num_envs`` below 1.
+        RuntimeError: an episode did not end within the env's turn bound.
+    """
+    from ..envs.env import TextSQLClarifyEnv, answer_clarifications
+    from ..rewards.feedback import default_judge
+    from ..simulators import make_simulator
+    from ..simulators.base import UserRequest
+
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+    sim = make_simulator(env_kwargs.pop("simulator", "rule"))
+    judge = env_kwargs.pop("feedback_judge", None) or default_judge()
+    n_envs = min(num_envs, len(samples)) or 1
+    envs = [TextSQLClarifyEnv(samples=samples, simulator=sim, feedback_judge=judge, **env_kwargs)
+            for _ in range(n_envs)]
+    agents = [agent.fork(k) if callable(getattr(agent, "fork", None)) else copy.deepcopy(agent)
+              for k in range(n_envs)]
+    trajs: list[Trajectory | None] = [None] * len(samples)
+    live: dict[int, list] = {}  # env slot -> [episode index, obs, info, turns taken]
+    nxt = 0
+    while nxt < len(samples) or live:
+        for k in range(n_envs):
+            if k not in live and nxt < len(samples):
+                obs, info = envs[k].reset(seed=seed + nxt, options={"index": nxt})
+                agents[k].begin_episode(envs[k].current_sample if getattr(agents[k], "privileged", False) else None)
+                live[k] = [nxt, obs, info, 0]
+                nxt += 1
+        results: dict[int, tuple] = {}
+        pending = []
+        for k, (i, obs, info, turns) in live.items():
+            if turns > envs[k].max_turns:
+                raise RuntimeError(f"episode for sample {samples[i].id} did not end within {envs[k].max_turns} turns")
+            live[k][3] += 1
+            out = envs[k].begin_step(agents[k].act(obs, info))
+            if isinstance(out, UserRequest):
+                pending.append((k, out))
+            else:
+                results[k] = out
+        for (k, _), out in zip(pending, answer_clarifications(sim, [(envs[k], req) for k, req in pending])):
+            results[k] = out
+        for k, (obs, _reward, terminated, truncated, info) in results.items():
+            if terminated or truncated:
+                trajs[live.pop(k)[0]] = info["trajectory"]
+                if bar is not None:
+                    bar.update(1)
+            else:
+                live[k][1], live[k][2] = obs, info
+    return trajs  # type: ignore[return-value]
+
+
 def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: str | os.PathLike | None = None,
-             progress: bool = True, **env_kwargs: Any) -> tuple[list[Trajectory], dict]:
+             progress: bool = True, num_envs: int = 1, **env_kwargs: Any) -> tuple[list[Trajectory], dict]:
     """Run ``agent`` once on every sample, in order, and aggregate.
 
     Args:
@@ -47,10 +118,14 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
         seed: reset seed of the first episode (episode i uses ``seed + i``).
         out_dir: if given, write ``trajectories.jsonl`` and ``metrics.json`` there (created if needed).
         progress: show a tqdm progress bar.
+        num_envs: episodes played at once (:func:`run_lockstep`); their clarifications reach the
+            simulated user in one batch, which a transformers user answers in one padded call per
+            stage. A deterministic agent and simulator give the same trajectories for any value.
         env_kwargs: passed to :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv`.
 
     Raises:
         FileExistsError: ``out_dir`` is an existing file (checked before any episode runs).
+        ValueError: ``num_envs`` below 1.
 
     Returns:
         ``(trajectories, metrics)`` where metrics is :func:`textsql_clarify.rewards.metrics.aggregate`'s dict.
@@ -61,11 +136,18 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
         if Path(out_dir).exists() and not Path(out_dir).is_dir():
             raise FileExistsError(f"output folder {out_dir} exists and is not a folder")
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-    env = TextSQLClarifyEnv(samples=samples, **env_kwargs)
-    trajs: list[Trajectory] = []
-    for i in tqdm(range(len(samples)), desc=f"eval {getattr(agent, 'name', 'agent')}", unit="ep",
-                  disable=not progress):
-        trajs.append(run_episode(env, agent, index=i, seed=seed + i))
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+    bar = tqdm(total=len(samples), desc=f"eval {getattr(agent, 'name', 'agent')}", unit="ep", disable=not progress)
+    with bar:
+        if num_envs > 1:
+            trajs = run_lockstep(samples, agent, num_envs=num_envs, seed=seed, bar=bar, **env_kwargs)
+        else:
+            env = TextSQLClarifyEnv(samples=samples, **env_kwargs)
+            trajs = []
+            for i in range(len(samples)):
+                trajs.append(run_episode(env, agent, index=i, seed=seed + i))
+                bar.update(1)
     if out_dir is None:
         return trajs, aggregate(trajs)
     out = Path(out_dir)

@@ -244,15 +244,7 @@ class TextSQLClarifyEnv(gym.Env):
         """
         out = self.begin_step(action)
         if isinstance(out, UserRequest):
-            try:
-                replies = list(self.simulator.respond([out]))
-                if len(replies) != 1:
-                    raise RuntimeError(f"simulator {type(self.simulator).__name__}.respond returned {len(replies)} "
-                                       f"replies for 1 request")
-            except BaseException:
-                self._pending = None  # as before the split: the failed clarification is not waiting any more
-                raise
-            return self.complete_step(replies[0])
+            return answer_clarifications(self.simulator, [(self, out)])[0]
         return out
 
     def begin_step(self, action: Any):
@@ -508,3 +500,34 @@ class TextSQLClarifyEnv(gym.Env):
         return {"reward_components": merged, "messages": self._messages(), "action_type": action_type,
                 "phase": self._phase, "sample_id": self._sample.id, "error": error,
                 "clarifications_left": max(0, self.max_clarifications - self._clar_used)}
+
+
+def answer_clarifications(simulator: Any, pending: Sequence[tuple[TextSQLClarifyEnv, UserRequest]]) -> list[tuple]:
+    """Answer waiting clarifications in one ``simulator.respond(batch)`` and complete each env's step.
+
+    Args:
+        simulator: the object with ``respond(batch)`` that every env in ``pending`` shares.
+        pending: ``(env, request)`` pairs, ``request`` as returned by ``env.begin_step``.
+    Returns:
+        One ``(obs, reward, terminated, truncated, info)`` per pair, in order.
+    Raises:
+        RuntimeError: ``respond`` returned a different number of replies (the message names the
+            simulator); any error of ``respond`` itself. After an error no env is left waiting.
+    """
+    if not pending:
+        return []
+    try:
+        replies = list(simulator.respond([req for _, req in pending]))
+        if len(replies) != len(pending):
+            raise RuntimeError(f"simulator {type(simulator).__name__}.respond returned {len(replies)} "
+                               f"replies for {len(pending)} requests")
+    except BaseException:
+        cancel_clarifications([env for env, _ in pending])
+        raise
+    return [env.complete_step(reply) for (env, _), reply in zip(pending, replies)]
+
+
+def cancel_clarifications(envs: Sequence[TextSQLClarifyEnv]) -> None:
+    """Drop the clarification each env is waiting on (after a failed ``respond``), so it takes actions again."""
+    for env in envs:
+        env._pending = None  # noqa: SLF001 - same package; the env's own state for its split step

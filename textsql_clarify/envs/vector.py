@@ -33,7 +33,7 @@ from ..rewards.feedback import FeedbackJudge, default_judge
 from ..samples import Sample
 from ..simulators import make_simulator
 from ..simulators.base import UserRequest
-from .env import TextSQLClarifyEnv
+from .env import TextSQLClarifyEnv, answer_clarifications, cancel_clarifications
 
 __all__ = ["TextSQLClarifyVectorEnv"]
 
@@ -151,19 +151,15 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
                     pending.append((i, out))
                 else:
                     results[i] = out
-            if pending:
-                replies = list(self.simulator.respond([req for _, req in pending]))
-                if len(replies) != len(pending):
-                    raise RuntimeError(f"simulator {type(self.simulator).__name__}.respond returned {len(replies)} "
-                                       f"replies for {len(pending)} requests")
-                self.respond_calls += 1
-                self.requests_answered += len(pending)
-                for (i, _), reply in zip(pending, replies):
-                    results[i] = self.envs[i].complete_step(reply)
         except BaseException:
-            for i, _ in pending:
-                self.envs[i]._pending = None  # noqa: SLF001 - same package; no sub-env keeps waiting
+            cancel_clarifications([self.envs[i] for i, _ in pending])
             raise
+        if pending:
+            done = answer_clarifications(self.simulator, [(self.envs[i], req) for i, req in pending])
+            self.respond_calls += 1
+            self.requests_answered += len(pending)
+            for (i, _), result in zip(pending, done):
+                results[i] = result
         infos: dict[str, Any] = {}
         for i, (obs, reward, terminated, truncated, info) in enumerate(results):
             self._env_obs[i] = obs
