@@ -176,6 +176,11 @@ def test_wrong_number_of_actions_is_a_value_error(samples):
     envs.reset(seed=0)
     with pytest.raises(ValueError, match="3 actions"):
         envs.step(["<sql>SELECT 1</sql>"] * 2)
+    with pytest.raises(ValueError, match="sequence of 3 action strings"):
+        envs.step("<sql>SELECT 1</sql>")
+    # a numpy array of strings is a sequence too
+    _, _, term, _, _ = envs.step(np.array(["<feedback>no</feedback>"] * 3))
+    assert term.tolist() == [True, True, True]
 
 
 class ShortUser:

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 from gymnasium.vector import SyncVectorEnv
-from gymnasium.vector.utils import concatenate, iterate
+from gymnasium.vector.utils import concatenate
 from gymnasium.vector.vector_env import AutoresetMode
 
 from ..rewards.feedback import FeedbackJudge, default_judge
@@ -121,16 +121,19 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
         """Step every sub-env; all clarifications of this step are answered in one ``respond(batch)``.
 
         Args:
-            actions: one action string per sub-env (a tuple or list of ``num_envs`` strings).
+            actions: one action string per sub-env (a tuple, list or 1-d array of ``num_envs`` strings).
         Returns:
             ``(obs, rewards, terminated, truncated, infos)`` batched as ``SyncVectorEnv.step``.
         Raises:
-            ValueError: the number of actions is not ``num_envs``.
+            ValueError: ``actions`` is a single string or not a sequence, or holds not ``num_envs`` actions.
             RuntimeError: a sub-env's step fails as :meth:`TextSQLClarifyEnv.step` does, or the simulator
                 returns a different number of replies than requests (the message names it). No
                 sub-env is left waiting for a reply after an error.
         """
-        acts = list(iterate(self.action_space, actions)) if not isinstance(actions, (list, tuple)) else list(actions)
+        if isinstance(actions, (str, bytes)) or not hasattr(actions, "__len__"):
+            raise ValueError(f"step needs a sequence of {self.num_envs} action strings (one per sub-env), "
+                             f"got {type(actions).__name__}")
+        acts = list(actions)
         if len(acts) != self.num_envs:
             raise ValueError(f"step needs {self.num_envs} actions (one per sub-env), got {len(acts)}")
         results: list[tuple | None] = [None] * self.num_envs
