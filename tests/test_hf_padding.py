@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from textsql_clarify.simulators.hf_models import (
-    CPU_MAX_PADDING_RATIO, HFBackend, padding_groups, resolve_padding_ratio,
+    CPU_MAX_PADDING_RATIO, MAX_GROUP_ROWS, HFBackend, padding_groups, resolve_padding_ratio,
 )
 
 
@@ -128,6 +128,20 @@ def test_default_policy_depends_on_the_device():
         HFBackend(fake_lm("cpu"), max_padding_ratio=0.5)
     with pytest.raises(TypeError, match="max_padding_ratio"):
         HFBackend(fake_lm("cpu"), max_padding_ratio=[1.25])
+    import numpy as np
+
+    assert HFBackend(fake_lm("cpu"), batch_size=np.int64(4)).batch_size == 4
+    for bad in (True, 0, 2.5):
+        with pytest.raises(ValueError, match="batch_size"):
+            HFBackend(fake_lm("cpu"), batch_size=bad)
+
+
+def test_many_rows_are_grouped_in_capped_micro_batches():
+    lengths = [20 + (i * 37) % 131 for i in range(5000)]
+    groups = padding_groups(lengths, 1.1)
+    _check_cover(groups, 5000)
+    assert max(len(g) for g in groups) == MAX_GROUP_ROWS
+    assert all(len(g) * max(lengths[i] for i in g) <= 1.1 * sum(lengths[i] for i in g) for g in groups)
 
 
 # ------------------------------------------------------------------------------------ real SmolLM2

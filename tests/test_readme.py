@@ -22,7 +22,14 @@ def test_quickstart_has_exactly_two_commands():
 
 
 def test_python_example_runs_and_scores_the_gold():
-    (code,) = _blocks("python")
+    code = _blocks("python")[0]
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "1.0 1.0 1.0"
+
+
+def test_vector_env_example_runs_as_printed():
+    code = _blocks("python")[1]
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-2:] == ["[ 0. nan nan nan]", "1 1"]

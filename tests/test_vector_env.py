@@ -176,7 +176,7 @@ def test_wrong_number_of_actions_is_a_value_error(samples):
     envs.reset(seed=0)
     with pytest.raises(ValueError, match="3 actions"):
         envs.step(["<sql>SELECT 1</sql>"] * 2)
-    with pytest.raises(ValueError, match="sequence of 3 action strings"):
+    with pytest.raises(ValueError, match="list, tuple or 1-d array of 3 action strings"):
         envs.step("<sql>SELECT 1</sql>")
     # a numpy array of strings is a sequence too
     _, _, term, _, _ = envs.step(np.array(["<feedback>no</feedback>"] * 3))
@@ -195,15 +195,128 @@ class FailingUser:
         raise OSError("model server gone")
 
 
-@pytest.mark.parametrize("user, error", [(ShortUser(), RuntimeError), (FailingUser(), OSError)])
-def test_simulator_failure_leaves_no_sub_env_waiting(samples, user, error):
-    envs = TextSQLClarifyVectorEnv(2, samples=samples, simulator=user)
+class NoneTextUser:
+    """A broken simulator: the second reply has no text."""
+
+    def respond(self, batch):
+        out = RuleBasedUser().respond(batch)
+        out[1] = UserReply(text=None, label="relevant")
+        return out
+
+
+class FlakyUser:
+    """Fails on its first call, then answers as the rule-based user."""
+
+    def __init__(self):
+        self.failed = False
+
+    def respond(self, batch):
+        if not self.failed:
+            self.failed = True
+            raise OSError("model server gone")
+        return RuleBasedUser().respond(batch)
+
+
+@pytest.mark.parametrize("user, error, message", [
+    (ShortUser(), RuntimeError, "ShortUser.respond returned 2 replies for 3 requests"),
+    (FailingUser(), OSError, "model server gone"),
+    (NoneTextUser(), TypeError, "reply 1 is not a UserReply: its text must be a string"),
+])
+def test_simulator_failure_changes_no_sub_env(samples, user, error, message):
+    envs = TextSQLClarifyVectorEnv(4, samples=samples, simulator=user)
     envs.reset(seed=0)
-    with pytest.raises(error, match="ShortUser.respond returned 1 replies for 2 requests|model server gone"):
-        envs.step(["<clarify>which year?</clarify>"] * 2)
-    # the sub-envs take actions again (the failed clarification is not waiting)
+    before = [(e._turn, list(e._history), len(e._traj.turns)) for e in envs.envs]
+    with pytest.raises(error, match=message):
+        envs.step(["<clarify>which year?</clarify>", "<clarify>which one?</clarify>", "<sql>SELECT 1</sql>",
+                   "<clarify>per term?</clarify>"])
+    # every clarification undone and the SQL sub-env not stepped: all can act again, nothing was used up
+    assert [(e._turn, list(e._history), len(e._traj.turns)) for e in envs.envs] == before
+    _, _, term, _, _ = envs.step(["<feedback>no</feedback>"] * 4)
+    assert term.tolist() == [True] * 4
+
+
+def test_a_retried_step_after_a_failure_gives_the_trajectory_of_no_failure(samples):
+    script = [["<clarify>Which year do you mean?</clarify>", "<sql>SELECT 1</sql>"],
+              ["<sql>SELECT COUNT(*) FROM students</sql>", "<feedback>no</feedback>"]]
+
+    def run(user):
+        envs = TextSQLClarifyVectorEnv(2, samples=samples, simulator=user)
+        envs.reset(seed=5)
+        ended = []
+        for acts in script:
+            try:
+                out = envs.step(acts)
+            except OSError:
+                out = envs.step(acts)  # the same actions again
+            ended += [_untimed(t.to_dict()) for t in out[4].get("trajectory", []) if t is not None]
+        return ended
+
+    flaky, clean = run(FlakyUser()), run(RuleBasedUser())
+    assert flaky == clean and len(clean) == 2
+    assert any(t["turns"][0]["action_type"] == "clarify" for t in clean)
+
+
+def test_disabled_autoreset_refuses_before_any_sub_env_steps(samples):
+    envs = TextSQLClarifyVectorEnv(2, samples=samples, autoreset_mode="disabled")
+    envs.reset(seed=0)
+    envs.step(["<feedback>no</feedback>", "<clarify>which year?</clarify>"])
+    turn = envs.envs[1]._turn
+    with pytest.raises(RuntimeError, match=r"sub-envs \[0\] have ended and autoreset is disabled"):
+        envs.step(["<sql>SELECT 1</sql>", "<sql>SELECT 1</sql>"])
+    assert envs.envs[1]._turn == turn
+    envs.reset(options={"reset_mask": np.array([True, False])})
     _, _, term, _, _ = envs.step(["<feedback>no</feedback>"] * 2)
     assert term.tolist() == [True, True]
+
+
+def test_set_attr_simulator_is_used(samples):
+    envs = TextSQLClarifyVectorEnv(2, samples=samples)
+    rec = RecordingUser()
+    envs.set_attr("simulator", rec)
+    assert envs.simulator is rec
+    envs.reset(seed=0)
+    envs.step(["<clarify>which year?</clarify>"] * 2)
+    assert rec.batches == [["which year?"] * 2]
+
+
+def test_reset_chooses_a_sample_per_sub_env(samples):
+    envs = TextSQLClarifyVectorEnv(3, samples=samples)
+    ids = [samples[4].id, samples[0].id, samples[4].id]
+    obs, info = envs.reset(options={"sample_ids": ids})
+    assert list(info["sample_id"]) == ids and obs["question"][0] == samples[4].question
+    envs.step(["<feedback>no</feedback>", "<clarify>which?</clarify>", "<feedback>no</feedback>"])
+    # sub-envs 0 and 2 ended; choosing their next samples clears their autoreset, so the step is theirs
+    envs.reset(options={"indices": [7, None, 9], "reset_mask": np.array([True, False, True])})
+    _, _, _, _, info = envs.step(["<sql>SELECT 1</sql>"] * 3)
+    assert list(info["sample_id"]) == [samples[7].id, samples[0].id, samples[9].id]
+    assert list(info["action_type"]) == ["sql"] * 3
+    with pytest.raises(ValueError, match="list of 3 entries"):
+        envs.reset(options={"sample_ids": ids[:2]})
+    with pytest.raises(KeyError, match="unknown sample_id"):
+        envs.reset(options={"sample_ids": ["nope", None, None]})
+    with pytest.raises(ValueError, match="not both"):
+        envs.reset(options={"sample_ids": ids, "indices": [0, 1, 2]})
+
+
+def test_info_merging_keeps_typed_arrays_and_widens_exactly(samples):
+    from textsql_clarify.envs.vector import as_float
+
+    envs = TextSQLClarifyVectorEnv(3, samples=samples)
+    infos = {}
+    for i, v in enumerate([np.zeros(2), np.ones(2), np.full(2, 2.0)]):
+        infos = envs._add_info(infos, {"x": v}, i)
+    assert infos["x"].dtype == np.float64 and infos["x"].shape == (3, 2)
+    infos = {}
+    for i, v in enumerate([np.float16(1), 1e6, None]):
+        infos = envs._add_info(infos, {"y": v}, i)
+    assert infos["y"].dtype == object and infos["y"].tolist() == [1.0, 1e6, None]
+    infos = {}
+    for i, v in enumerate([1, 0.625, True]):
+        infos = envs._add_info(infos, {"z": v}, i)
+    assert infos["z"].tolist() == [1, 0.625, True]
+    np.testing.assert_array_equal(as_float([1.0, None, 0.625]), [1.0, np.nan, 0.625])
+    np.testing.assert_array_equal(as_float(np.array([1.0, 2.0, 3.0]), np.array([True, False, True])),
+                                  [1.0, np.nan, 3.0])
 
 
 def test_vector_env_rejects_bad_num_envs(samples):
@@ -227,6 +340,11 @@ def test_begin_and_complete_step_split_the_clarification(samples):
     assert obs["last_message"] == "I mean the spring term." and not term and info["action_type"] == "clarify"
     with pytest.raises(RuntimeError, match="no clarification is waiting"):
         env.complete_step(reply)
+    # a failed user reply is undone: the next clarification finds the dialogue as it was
+    obs_before = env._obs()
+    env.begin_step("<clarify>And which year?</clarify>")
+    env.cancel_clarification()
+    assert env._obs() == obs_before
     # a non-clarification step needs no reply: begin_step returns the step result itself
     out = env.begin_step("<feedback>no</feedback>")
     assert isinstance(out, tuple) and out[2] is True
@@ -260,6 +378,28 @@ def test_lockstep_evaluation_gives_the_sequential_trajectories_and_batches_clari
     # the oracle clarifies each ambiguous sample once on its first turn: the first batch holds 4
     assert max(len(b) for b in user.batches) == 4
     assert sum(len(b) for b in user.batches) == sum(len(t.clarifications) for t in seq)
+
+
+def test_random_agent_trajectories_do_not_depend_on_num_envs(samples):
+    from textsql_clarify.baselines.agents import RandomAgent
+    from textsql_clarify.baselines.rollout import evaluate
+
+    one, _ = evaluate(samples[:16], RandomAgent(3), progress=False)
+    four, _ = evaluate(samples[:16], RandomAgent(3), progress=False, num_envs=np.int64(4))
+    assert _strip_times(one) == _strip_times(four)
+    assert len({t.outcome for t in one}) >= 2  # really random: several kinds of endings
+
+
+def test_lockstep_agent_that_cannot_be_copied_gets_a_hint(samples):
+    import threading
+
+    from textsql_clarify.baselines.agents import OracleAgent
+    from textsql_clarify.baselines.rollout import evaluate
+
+    agent = OracleAgent()
+    agent.lock = threading.Lock()
+    with pytest.raises(TypeError, match="fork"):
+        evaluate(samples[:4], agent, progress=False, num_envs=2)
 
 
 def test_lockstep_with_more_envs_than_samples_and_bad_num_envs(samples):

@@ -137,7 +137,7 @@ class NoClarifyAgent(_PrivilegedAgent):
 
 
 class RandomAgent:
-    """Uniformly random action type with simple content; seeded, so runs repeat.
+    """Uniformly random action type with simple content; seeded per observation, so runs repeat.
 
     SQL is ``SELECT * FROM <random table>`` from the tables named in the schema text.
     """
@@ -151,15 +151,15 @@ class RandomAgent:
         self.seed = seed
         self._rng = _random.Random(seed)
 
-    def fork(self, k: int) -> "RandomAgent":
-        """An independent copy for the ``k``-th of several envs played at once (seeded from ``seed`` and ``k``)."""
-        return RandomAgent(self.seed if k == 0 else _random.Random(f"{self.seed}:{k}").getrandbits(32))
-
     def begin_episode(self, sample: Sample | None) -> None:
         """Nothing to prepare (not privileged)."""
 
     def act(self, observation: dict[str, Any], info: dict[str, Any]) -> str:
-        """A random action."""
+        """A random action, drawn from a generator seeded by ``seed`` and the observation (question,
+        dialogue so far, turn): the same episode gets the same actions whatever runs before it or
+        beside it (``evaluate(num_envs=N)`` gives the same trajectories for every N)."""
+        key = f"{self.seed}|{observation.get('question', '')}|{observation.get('history', '')}|{observation.get('turn', 0)}"
+        self._rng = _random.Random(key)
         if observation.get("phase") == 0:
             from ..taxonomy import SUBCATEGORIES
             return f"<category>{self._rng.choice(sorted(SUBCATEGORIES))}</category>"

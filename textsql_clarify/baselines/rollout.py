@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import json
+import numbers
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -44,8 +45,8 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
     envs go to the shared simulated user in one ``respond(batch)``.
 
     Episode ``i`` runs sample ``i`` with reset seed ``seed + i``, as :func:`evaluate` does sequentially;
-    a free env takes the next sample. Each env has its own copy of ``agent`` (``copy.deepcopy``, or
-    ``agent.fork(k)`` when the agent defines it, as :class:`~.agents.RandomAgent` does).
+    a free env takes the next sample. Each env has its own copy of ``agent``: ``agent.fork(k)`` when the
+    agent defines it (to share a model between the copies, say), else ``copy.deepcopy(agent)``.
 
     Args:
         samples: the samples.
@@ -59,6 +60,7 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
         The trajectories, in sample order.
     Raises:
         ValueError: ``num_envs`` below 1.
+        TypeError: the agent has no ``fork`` and cannot be deep-copied.
         RuntimeError: an episode did not end within the env's turn bound.
     """
     from ..envs.env import TextSQLClarifyEnv, answer_clarifications
@@ -66,15 +68,21 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
     from ..simulators import make_simulator
     from ..simulators.base import UserRequest
 
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+    if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or num_envs < 1:
         raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+    num_envs = int(num_envs)
     sim = make_simulator(env_kwargs.pop("simulator", "rule"))
     judge = env_kwargs.pop("feedback_judge", None) or default_judge()
     n_envs = min(num_envs, len(samples)) or 1
     envs = [TextSQLClarifyEnv(samples=samples, simulator=sim, feedback_judge=judge, **env_kwargs)
             for _ in range(n_envs)]
-    agents = [agent.fork(k) if callable(getattr(agent, "fork", None)) else copy.deepcopy(agent)
-              for k in range(n_envs)]
+    try:
+        agents = [agent.fork(k) if callable(getattr(agent, "fork", None)) else copy.deepcopy(agent)
+                  for k in range(n_envs)]
+    except (TypeError, copy.Error) as e:
+        raise TypeError(f"num_envs={num_envs} needs one agent per env, and {type(agent).__name__} cannot be "
+                        f"deep-copied ({e}); give it a fork(k) method that returns the agent for env k "
+                        f"(sharing any model it holds)") from e
     trajs: list[Trajectory | None] = [None] * len(samples)
     live: dict[int, list] = {}  # env slot -> [episode index, obs, info, turns taken]
     nxt = 0
@@ -136,8 +144,9 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
         if Path(out_dir).exists() and not Path(out_dir).is_dir():
             raise FileExistsError(f"output folder {out_dir} exists and is not a folder")
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+    if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or num_envs < 1:
         raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+    num_envs = int(num_envs)
     bar = tqdm(total=len(samples), desc=f"eval {getattr(agent, 'name', 'agent')}", unit="ep", disable=not progress)
     with bar:
         if num_envs > 1:

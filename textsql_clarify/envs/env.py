@@ -133,7 +133,7 @@ class TextSQLClarifyEnv(gym.Env):
         self.action_space = UnicodeText(max_action_chars)
         self._sample: Sample | None = None
         self._done = True
-        self._pending: tuple[Action, UserRequest] | None = None  # a clarification waiting for its reply
+        self._pending: tuple | None = None  # (action, request, undo state) of a clarification waiting for its reply
         self._static: dict[str, tuple] = {}
 
     # ------------------------------------------------------------------ public helpers
@@ -263,23 +263,48 @@ class TextSQLClarifyEnv(gym.Env):
         if self._done or self._sample is None:
             raise RuntimeError("call reset() before step(): the episode has ended or not started")
         self._turn += 1
-        try:
-            act = parse_action(action, max_chars=self.max_action_chars)
-            error = self._refusal(act)
-        except ActionError as e:
-            act, error = None, e.reason
+        act, error = self._parse(action)
         if error is not None:
             return self._malformed(action, act, error)
-        self._invalid_streak = 0
+        streak, self._invalid_streak = self._invalid_streak, 0
         self._history.append(("assistant", act.render()))
         if act.type == "classify":
             return self._classify(act)
         if act.type == "clarify":
-            self._pending = (act, self._clarify_request(act))
+            # what cancel_clarification restores if the user never answers: turn, retry streak, history
+            self._pending = (act, self._clarify_request(act), (self._turn - 1, streak, len(self._history) - 1))
             return self._pending[1]
         if act.type == "feedback":
             return self._feedback(act)
         return self._sql(act)
+
+    def _parse(self, action: Any) -> tuple[Action | None, str | None]:
+        """``(action, refusal reason or None)``; no state changes."""
+        try:
+            act = parse_action(action, max_chars=self.max_action_chars)
+            return act, self._refusal(act)
+        except ActionError as e:
+            return None, e.reason
+
+    def needs_reply(self, action: Any) -> bool:
+        """True when ``begin_step(action)`` would return a clarification for the user (a well-formed
+        ``clarify`` action in a phase that allows it); changes nothing. The vector env asks this first, so
+        a failed ``respond`` leaves every other sub-env untouched."""
+        if self._pending is not None or self._done or self._sample is None:
+            return False
+        act, error = self._parse(action)
+        return error is None and act.type == "clarify"
+
+    def cancel_clarification(self) -> None:
+        """Undo the ``begin_step`` of the clarification waiting for its reply, as if it had never been sent
+        (turn count, retry streak and dialogue history restored), so the env takes actions again; used
+        when the simulated user fails. Nothing happens when no clarification is waiting."""
+        if self._pending is None:
+            return
+        _act, _req, (turn, streak, n_history) = self._pending
+        self._pending = None
+        self._turn, self._invalid_streak = turn, streak
+        del self._history[n_history:]
 
     def render(self) -> str | None:
         """ANSI render: the dialogue so far as text (``render_mode="ansi"``)."""
@@ -343,14 +368,14 @@ class TextSQLClarifyEnv(gym.Env):
         Raises:
             RuntimeError: no clarification is waiting (``begin_step`` returned a step result, or
                 ``complete_step`` was already called).
-            TypeError: ``reply`` is neither a ``UserReply`` nor an object with its ``text`` and ``to_dict``.
+            TypeError: ``reply`` is not a reply (see :func:`reply_problem`); the env is unchanged then.
         """
         if self._pending is None:
             raise RuntimeError("complete_step called but no clarification is waiting for a reply")
-        if not isinstance(reply, UserReply) and not (isinstance(getattr(reply, "text", None), str)
-                                                     and callable(getattr(reply, "to_dict", None))):
-            raise TypeError(f"complete_step needs a UserReply (text, label, to_dict), got {type(reply).__name__}")
-        act, _req = self._pending
+        problem = reply_problem(reply)
+        if problem:
+            raise TypeError(f"complete_step needs a UserReply: {problem}")
+        act = self._pending[0]
         self._pending = None
         return self._clarify(act, reply)
 
@@ -502,6 +527,19 @@ class TextSQLClarifyEnv(gym.Env):
                 "clarifications_left": max(0, self.max_clarifications - self._clar_used)}
 
 
+def reply_problem(reply: Any) -> str | None:
+    """Why ``reply`` cannot be recorded as the user's reply, or ``None`` when it can: it must be a
+    :class:`~textsql_clarify.simulators.base.UserReply` (or have its fields) with a string ``text``, a
+    string ``label`` and a ``to_dict`` method."""
+    if not callable(getattr(reply, "to_dict", None)):
+        return f"got {type(reply).__name__}"
+    if not isinstance(getattr(reply, "text", None), str):
+        return f"its text must be a string, got {type(getattr(reply, 'text', None)).__name__}"
+    if not isinstance(getattr(reply, "label", None), str):
+        return f"its label must be a string, got {type(getattr(reply, 'label', None)).__name__}"
+    return None
+
+
 def answer_clarifications(simulator: Any, pending: Sequence[tuple[TextSQLClarifyEnv, UserRequest]]) -> list[tuple]:
     """Answer waiting clarifications in one ``simulator.respond(batch)`` and complete each env's step.
 
@@ -512,22 +550,41 @@ def answer_clarifications(simulator: Any, pending: Sequence[tuple[TextSQLClarify
         One ``(obs, reward, terminated, truncated, info)`` per pair, in order.
     Raises:
         RuntimeError: ``respond`` returned a different number of replies (the message names the
-            simulator); any error of ``respond`` itself. After an error no env is left waiting.
+            simulator). TypeError: a reply is not a reply (:func:`reply_problem`; the message gives its
+            position). Any error of ``respond`` itself. After an error every env's clarification is
+            undone (:meth:`TextSQLClarifyEnv.cancel_clarification`): no env is left waiting and none has
+            used a turn, so the same actions can be sent again.
     """
     if not pending:
         return []
     try:
-        replies = list(simulator.respond([req for _, req in pending]))
-        if len(replies) != len(pending):
-            raise RuntimeError(f"simulator {type(simulator).__name__}.respond returned {len(replies)} "
-                               f"replies for {len(pending)} requests")
+        replies = fetch_replies(simulator, [req for _, req in pending])
     except BaseException:
         cancel_clarifications([env for env, _ in pending])
         raise
     return [env.complete_step(reply) for (env, _), reply in zip(pending, replies)]
 
 
+def fetch_replies(simulator: Any, requests: Sequence[UserRequest]) -> list:
+    """``simulator.respond(requests)``, checked: one reply per request, each a reply (:func:`reply_problem`).
+
+    Raises:
+        RuntimeError: a different number of replies (the message names the simulator).
+        TypeError: a reply that is not a reply (the message gives its position).
+        Any error of ``respond`` itself.
+    """
+    name = type(simulator).__name__
+    replies = list(simulator.respond(list(requests)))
+    if len(replies) != len(requests):
+        raise RuntimeError(f"simulator {name}.respond returned {len(replies)} replies for {len(requests)} requests")
+    for k, reply in enumerate(replies):
+        problem = reply_problem(reply)
+        if problem:
+            raise TypeError(f"simulator {name}.respond: reply {k} is not a UserReply: {problem}")
+    return replies
+
+
 def cancel_clarifications(envs: Sequence[TextSQLClarifyEnv]) -> None:
-    """Drop the clarification each env is waiting on (after a failed ``respond``), so it takes actions again."""
+    """Undo the waiting clarification of each env (:meth:`TextSQLClarifyEnv.cancel_clarification`)."""
     for env in envs:
-        env._pending = None  # noqa: SLF001 - same package; the env's own state for its split step
+        env.cancel_clarification()

@@ -8,7 +8,8 @@ transformers user answers a batch in one padded ``generate`` per stage (ABISS §
 1. every sub-env applies its action up to the point where the user must answer
    (:meth:`TextSQLClarifyEnv.begin_step`);
 2. the clarifications of all sub-envs go to the one shared simulator in a single ``respond(batch)``;
-3. each sub-env records its reply (:meth:`TextSQLClarifyEnv.complete_step`).
+3. each sub-env records its reply (:meth:`TextSQLClarifyEnv.complete_step`); then the other sub-envs
+   step. If the simulator fails, the clarifications are undone and nothing else has stepped.
 
 Everything else is ``SyncVectorEnv``'s: spaces, seeding (``reset(seed=s)`` seeds sub-env ``i`` with
 ``s + i``), info merging and the three autoreset modes. With a deterministic simulator the
@@ -33,9 +34,9 @@ from ..rewards.feedback import FeedbackJudge, default_judge
 from ..samples import Sample
 from ..simulators import make_simulator
 from ..simulators.base import UserRequest
-from .env import TextSQLClarifyEnv, answer_clarifications, cancel_clarifications
+from .env import TextSQLClarifyEnv, cancel_clarifications, fetch_replies
 
-__all__ = ["TextSQLClarifyVectorEnv"]
+__all__ = ["TextSQLClarifyVectorEnv", "as_float"]
 
 _MODE_NAMES = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_STEP,
                "disabled": AutoresetMode.DISABLED}
@@ -79,9 +80,9 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
         if isinstance(autoreset_mode, str) and autoreset_mode.lower() in _MODE_NAMES:
             autoreset_mode = _MODE_NAMES[autoreset_mode.lower()]
         shared = list(samples)
-        self.simulator = make_simulator(simulator)
+        user = make_simulator(simulator)
         judge = feedback_judge or default_judge()
-        make_one = functools.partial(TextSQLClarifyEnv, samples=shared, simulator=self.simulator,
+        make_one = functools.partial(TextSQLClarifyEnv, samples=shared, simulator=user,
                                      feedback_judge=judge, **env_kwargs)
         super().__init__([make_one] * int(num_envs), copy=copy, autoreset_mode=autoreset_mode)
         #: ``respond`` calls made by :meth:`step` and the requests they carried (for logs and benchmarks).
@@ -107,7 +108,8 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
             if isinstance(value, dict) and (have is None or isinstance(have, dict)):
                 vector_infos = super()._add_info(vector_infos, {key: value}, env_num)  # recurses into ours
                 continue
-            if isinstance(have, dict) or (have is not None and have.dtype != object and not _fits(value, have.dtype)):
+            if isinstance(have, dict) or (have is not None and have.dtype != object and not isinstance(value, np.ndarray)
+                                          and not _fits(value, have.dtype)):
                 vector_infos[key] = _as_objects(have, vector_infos[f"_{key}"], self.num_envs)
             if isinstance(value, dict):  # a dict where other sub-envs gave a plain value: kept whole
                 vector_infos[key][env_num] = value
@@ -117,52 +119,128 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
             vector_infos = super()._add_info(vector_infos, {key: value}, env_num)
         return vector_infos
 
-    def step(self, actions: Any):
-        """Step every sub-env; all clarifications of this step are answered in one ``respond(batch)``.
+    def reset(self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None):
+        """Reset the sub-envs, as ``SyncVectorEnv.reset``, plus a sample chosen per sub-env.
 
         Args:
-            actions: one action string per sub-env (a tuple, list or 1-d array of ``num_envs`` strings).
+            seed: ``None``, an int (sub-env ``i`` gets ``seed + i``) or one seed per sub-env.
+            options: as ``SyncVectorEnv.reset`` (the same dict goes to every sub-env; ``reset_mask`` resets
+                only the masked ones), or with ``"sample_ids"`` / ``"indices"``: a list of ``num_envs``
+                sample ids / indices, one per sub-env (``None`` = drawn from the seed), e.g. to score a
+                GRPO group of completions on chosen samples. They combine with ``reset_mask``; entries of
+                unmasked sub-envs are ignored.
+        Returns:
+            ``(obs, infos)`` batched as ``SyncVectorEnv.reset``.
+        Raises:
+            ValueError: a per-sub-env list of the wrong length or type, both lists, other options with
+                them, or a bad ``reset_mask`` / seed list. KeyError / IndexError: an unknown id or index.
+        """
+        options = dict(options or {})
+        keys = [k for k in ("sample_ids", "indices") if k in options]
+        if not keys:
+            return super().reset(seed=seed, options=options or None)
+        if len(keys) > 1:
+            raise ValueError("give either 'sample_ids' or 'indices' in reset options, not both")
+        chosen = options.pop(keys[0])
+        mask = options.pop("reset_mask", None)
+        if options:
+            raise ValueError(f"reset options {sorted(options)} cannot be combined with {keys[0]!r}")
+        if not isinstance(chosen, (list, tuple, np.ndarray)) or len(chosen) != self.num_envs:
+            raise ValueError(f"reset option {keys[0]!r} needs a list of {self.num_envs} entries (one per sub-env), "
+                             f"got {type(chosen).__name__}")
+        if mask is None:
+            mask = np.ones(self.num_envs, dtype=bool)
+        elif not (isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and mask.shape == (self.num_envs,)):
+            raise ValueError(f"reset_mask must be a bool numpy array of shape ({self.num_envs},)")
+        if seed is None or isinstance(seed, (int, np.integer)):
+            seeds = [None if seed is None else int(seed) + i for i in range(self.num_envs)]
+        elif len(seed) == self.num_envs:
+            seeds = list(seed)
+        else:
+            raise ValueError(f"seed needs one entry per sub-env ({self.num_envs}), got {len(seed)}")
+        sub = "sample_id" if keys[0] == "sample_ids" else "index"
+        infos: dict[str, Any] = {}
+        for i in np.flatnonzero(mask):
+            pick = chosen[i]
+            self._env_obs[i], info = self.envs[i].reset(seed=seeds[i], options=None if pick is None else {sub: pick})
+            self._terminations[i] = self._truncations[i] = self._autoreset_envs[i] = False
+            infos = self._add_info(infos, info, int(i))
+        self._observations = concatenate(self.single_observation_space, self._env_obs, self._observations)
+        return (deepcopy(self._observations) if self.copy else self._observations), infos
+
+    @property
+    def simulator(self) -> Any:
+        """The simulated user of sub-env 0 (all sub-envs share it unless ``set_attr`` changed that)."""
+        return self.envs[0].simulator
+
+    @simulator.setter
+    def simulator(self, value: Any) -> None:
+        for env in self.envs:
+            env.simulator = value
+
+    def step(self, actions: Any):
+        """Step every sub-env; all clarifications of this step are answered in one ``respond(batch)``
+        (one per distinct simulator object, when ``set_attr`` gave sub-envs different ones).
+
+        The clarifications go first: if the simulator fails, every clarification is undone and no other
+        sub-env has been stepped, so the step can be sent again (or the env reset). Then the other
+        sub-envs step (or autoreset).
+
+        Args:
+            actions: one action string per sub-env: a list, tuple or 1-d array of ``num_envs`` items.
         Returns:
             ``(obs, rewards, terminated, truncated, infos)`` batched as ``SyncVectorEnv.step``.
         Raises:
-            ValueError: ``actions`` is a single string or not a sequence, or holds not ``num_envs`` actions.
-            RuntimeError: a sub-env's step fails as :meth:`TextSQLClarifyEnv.step` does, or the simulator
-                returns a different number of replies than requests (the message names it). No
-                sub-env is left waiting for a reply after an error.
+            ValueError: ``actions`` is not a list, tuple or 1-d array, or holds not ``num_envs`` actions.
+            RuntimeError: autoreset is disabled and a sub-env has ended (checked before any sub-env
+                steps); a sub-env's step fails as :meth:`TextSQLClarifyEnv.step` does; the simulator
+                returns a different number of replies than requests (the message names it).
+            TypeError: a reply is not a ``UserReply`` (the message gives its position).
         """
-        if isinstance(actions, (str, bytes)) or not hasattr(actions, "__len__"):
-            raise ValueError(f"step needs a sequence of {self.num_envs} action strings (one per sub-env), "
-                             f"got {type(actions).__name__}")
-        acts = list(actions)
+        if isinstance(actions, np.ndarray) and actions.ndim == 1:
+            acts = actions.tolist()
+        elif isinstance(actions, (list, tuple)):
+            acts = list(actions)
+        else:
+            raise ValueError(f"step needs a list, tuple or 1-d array of {self.num_envs} action strings "
+                             f"(one per sub-env), got {type(actions).__name__}")
         if len(acts) != self.num_envs:
             raise ValueError(f"step needs {self.num_envs} actions (one per sub-env), got {len(acts)}")
+        resetting = self._autoreset_envs.copy() if self.autoreset_mode == AutoresetMode.NEXT_STEP else \
+            np.zeros(self.num_envs, dtype=bool)
+        if self.autoreset_mode == AutoresetMode.DISABLED and self._autoreset_envs.any():
+            ended = np.flatnonzero(self._autoreset_envs).tolist()
+            raise RuntimeError(f"sub-envs {ended} have ended and autoreset is disabled: reset them first "
+                               f"(reset(options={{'reset_mask': ...}}))")
         results: list[tuple | None] = [None] * self.num_envs
-        pending: list[tuple[int, UserRequest]] = []
+        # 1. clarifications: begun, answered per simulator, and only then recorded
+        asks = [i for i in range(self.num_envs) if not resetting[i] and self.envs[i].needs_reply(acts[i])]
+        pending = [(i, self.envs[i].begin_step(acts[i])) for i in asks]
+        groups: dict[int, list[tuple[int, UserRequest]]] = {}
+        for i, req in pending:
+            groups.setdefault(id(self.envs[i].simulator), []).append((i, req))
+        replies: dict[int, Any] = {}
         try:
-            for i, action in enumerate(acts):
-                env = self.envs[i]
-                if self._autoreset_envs[i]:
-                    if self.autoreset_mode == AutoresetMode.NEXT_STEP:
-                        obs, info = env.reset()
-                        results[i] = (obs, 0.0, False, False, info)
-                        continue
-                    if self.autoreset_mode == AutoresetMode.DISABLED:
-                        raise RuntimeError(f"sub-env {i} has ended and autoreset is disabled: reset it first "
-                                           f"(reset(options={{'reset_mask': ...}}))")
-                out = env.begin_step(action)
-                if isinstance(out, UserRequest):
-                    pending.append((i, out))
-                else:
-                    results[i] = out
+            for members in groups.values():
+                sim = self.envs[members[0][0]].simulator
+                for (i, _), reply in zip(members, fetch_replies(sim, [req for _, req in members])):
+                    replies[i] = reply
+                self.respond_calls += 1
+                self.requests_answered += len(members)
         except BaseException:
             cancel_clarifications([self.envs[i] for i, _ in pending])
             raise
-        if pending:
-            done = answer_clarifications(self.simulator, [(self.envs[i], req) for i, req in pending])
-            self.respond_calls += 1
-            self.requests_answered += len(pending)
-            for (i, _), result in zip(pending, done):
-                results[i] = result
+        for i, _ in pending:
+            results[i] = self.envs[i].complete_step(replies[i])
+        # 2. every other sub-env: autoreset, or a step that needs no reply
+        for i in range(self.num_envs):
+            if results[i] is not None:
+                continue
+            if resetting[i]:
+                obs, info = self.envs[i].reset()
+                results[i] = (obs, 0.0, False, False, info)
+            else:
+                results[i] = self.envs[i].begin_step(acts[i])
         infos: dict[str, Any] = {}
         for i, (obs, reward, terminated, truncated, info) in enumerate(results):
             self._env_obs[i] = obs
@@ -180,14 +258,42 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
 
 
 def _fits(value: Any, dtype: np.dtype) -> bool:
-    """True when ``value`` goes into an array of ``dtype`` unchanged (no None, no float into int)."""
-    if dtype == np.bool_:
-        return isinstance(value, (bool, np.bool_))
-    if np.issubdtype(dtype, np.integer):
-        return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-    if np.issubdtype(dtype, np.floating):
-        return isinstance(value, (float, np.floating))
-    return True  # other arrays (np.ndarray infos) are left to Gymnasium
+    """True when ``value`` goes into an array of ``dtype`` unchanged: not ``None``, a bool only into a
+    bool array, and a number whose type numpy casts safely (no ``0.625`` into an int array, no ``1e6``
+    into ``float16``, no Python float into ``float32``)."""
+    if value is None or isinstance(value, (str, bytes)):
+        return False
+    if isinstance(value, (bool, np.bool_)) != (dtype == np.bool_):
+        return False
+    if not isinstance(value, (int, float, np.number, np.bool_)):
+        return False
+    return bool(np.can_cast(np.asarray(value).dtype, dtype, casting="safe"))
+
+
+def as_float(values: Any, mask: Any = None) -> np.ndarray:
+    """A vector info array as ``float64``, ``NaN`` where a value is ``None`` (undefined) or, given the
+    info's ``_key`` mask, where a sub-env had no value; e.g.
+    ``as_float(rc["ex"], rc["_ex"])`` with ``rc = infos["reward_components"]``, before ``np.nanmean``.
+
+    Args:
+        values: a 1-d array (typed or ``object``) or list of numbers, bools and ``None``.
+        mask: optional 1-d bool array, the info's ``_key`` mask (False -> ``NaN``).
+    Returns:
+        ``float64`` array of the same length.
+    Raises:
+        TypeError: a value that is neither a number, a bool nor ``None``.
+    """
+    out = np.empty(len(values), dtype=np.float64)
+    for i, v in enumerate(values):
+        if v is None:
+            out[i] = np.nan
+        elif isinstance(v, (bool, int, float, np.number, np.bool_)):
+            out[i] = float(v)
+        else:
+            raise TypeError(f"value {i} is a {type(v).__name__}, not a number or None")
+    if mask is not None:
+        out[~np.asarray(mask, dtype=bool)] = np.nan
+    return out
 
 
 def _as_objects(have: Any, mask: np.ndarray, n: int) -> np.ndarray:

