@@ -205,14 +205,14 @@ class NoneTextUser:
 
 
 class FlakyUser:
-    """Fails on its first call, then answers as the rule-based user."""
+    """Fails on its ``fail_on``-th call (once), otherwise answers as the rule-based user."""
 
-    def __init__(self):
-        self.failed = False
+    def __init__(self, fail_on: int = 1):
+        self.calls, self.fail_on = 0, fail_on
 
     def respond(self, batch):
-        if not self.failed:
-            self.failed = True
+        self.calls += 1
+        if self.calls == self.fail_on:
             raise OSError("model server gone")
         return RuleBasedUser().respond(batch)
 
@@ -235,8 +235,90 @@ def test_simulator_failure_changes_no_sub_env(samples, user, error, message):
     assert term.tolist() == [True] * 4
 
 
-def test_a_retried_step_after_a_failure_gives_the_trajectory_of_no_failure(samples):
+class FlakyJudge:
+    """An FB judge that fails once (a council out of GPU memory, say), then judges every feedback correct."""
+
+    def __init__(self):
+        self.failed = False
+
+    def judge(self, sample, feedback, schema_identifiers=()):
+        if not self.failed:
+            self.failed = True
+            raise MemoryError("judge out of memory")
+        return True
+
+
+class NoLayerReply:
+    def __init__(self, text):
+        self.text, self.label = text, "relevant"
+
+    def to_dict(self):
+        return {"text": self.text, "label": self.label}
+
+
+class NoLayerUser:
+    def respond(self, batch):
+        return [NoLayerReply("I mean the spring term.") for _ in batch]
+
+
+@pytest.mark.parametrize("kwargs, error", [({"feedback_judge": FlakyJudge()}, MemoryError),
+                                           ({"simulator": NoLayerUser()}, TypeError)])
+def test_a_step_failing_anywhere_changes_no_sub_env(samples, kwargs, error):
+    envs = TextSQLClarifyVectorEnv(3, samples=samples, **kwargs)
+    unans = next(i for i, s in enumerate(samples) if s.group == "unanswerable")
+    envs.reset(options={"indices": [6, unans, 7]})
+    def state(e):
+        return (e._turn, list(e._history), len(e._traj.turns), e._clar_used, e._pending, e._done,
+                dict(e._scores), e._traj.outcome, e._last_message)
+
+    before = [state(e) for e in envs.envs]
+    acts = ["<clarify>Which term?</clarify>", "<feedback>The database has no such data.</feedback>",
+            "<sql>SELECT 1</sql>"]
+    with pytest.raises(error):
+        envs.step(acts)
+    assert [state(e) for e in envs.envs] == before
+    if error is MemoryError:  # the judge works now: the same step goes through, each sub-env stepped once
+        _, _, term, _, info = envs.step(acts)
+        assert term.tolist() == [False, True, True] and envs.envs[0]._clar_used == 1
+        assert [t.turns[0].index for t in info["trajectory"][1:]] == [0, 0]
+
+
+def test_reset_checks_every_choice_before_resetting_any(samples):
+    envs = TextSQLClarifyVectorEnv(3, samples=samples)
+    obs, _ = envs.reset(options={"indices": [1, 2, 3]})
+    with pytest.raises(IndexError, match=r"indices\[2\] = 999"):
+        envs.reset(options={"indices": [6, 7, 999]})
+    with pytest.raises(ValueError, match="seed 1 must be an int"):
+        envs.reset(seed=[0, 1.5, 2], options={"indices": [6, 7, 8]})
+    assert [e.current_sample.id for e in envs.envs] == [samples[i].id for i in (1, 2, 3)]
+
+
+def test_evaluate_limit_and_agent_errors_name_the_sample(samples):
+    from textsql_clarify.baselines.agents import OracleAgent
+    from textsql_clarify.baselines.rollout import evaluate
+
+    for n in (1, 3):
+        trajs, _ = evaluate(samples, OracleAgent(), progress=False, limit=5, num_envs=n)
+        assert [t.sample_id for t in trajs] == [s.id for s in samples[:5]]
+
+    class Crashing(OracleAgent):
+        def act(self, observation, info):
+            if self._sample.id == samples[3].id:
+                raise RuntimeError("CUDA out of memory")
+            return super().act(observation, info)
+
+    for n in (1, 2):
+        with pytest.raises(RuntimeError, match="CUDA out of memory") as err:
+            evaluate(samples[:6], Crashing(), progress=False, num_envs=n)
+        if hasattr(err.value, "__notes__"):
+            assert samples[3].id in err.value.__notes__[0]
+
+
+@pytest.mark.parametrize("fail_on", [1, 2])
+def test_a_retried_step_after_a_failure_gives_the_trajectory_of_no_failure(samples, fail_on):
+    # fail_on=2 fails the step in which sub-env 1 autoresets: its seeded draw is undone too
     script = [["<clarify>Which year do you mean?</clarify>", "<sql>SELECT 1</sql>"],
+              ["<clarify>And which term?</clarify>", "<feedback>no</feedback>"],
               ["<sql>SELECT COUNT(*) FROM students</sql>", "<feedback>no</feedback>"]]
 
     def run(user):
@@ -251,8 +333,8 @@ def test_a_retried_step_after_a_failure_gives_the_trajectory_of_no_failure(sampl
             ended += [_untimed(t.to_dict()) for t in out[4].get("trajectory", []) if t is not None]
         return ended
 
-    flaky, clean = run(FlakyUser()), run(RuleBasedUser())
-    assert flaky == clean and len(clean) == 2
+    flaky, clean = run(FlakyUser(fail_on)), run(RuleBasedUser())
+    assert flaky == clean and len(clean) == 3
     assert any(t["turns"][0]["action_type"] == "clarify" for t in clean)
 
 
@@ -412,3 +494,39 @@ def test_lockstep_with_more_envs_than_samples_and_bad_num_envs(samples):
     assert [t.sample_id for t in a] == [s.id for s in few] and _strip_times(a) == _strip_times(b)
     with pytest.raises(ValueError, match="num_envs"):
         evaluate(few, RandomAgent(7), progress=False, num_envs=0)
+
+
+def test_single_env_step_failing_in_the_judge_is_undone(samples):
+    env = TextSQLClarifyEnv(samples=samples, feedback_judge=FlakyJudge())
+    s = next(x for x in samples if x.group == "unanswerable")
+    env.reset(options={"sample_id": s.id})
+    with pytest.raises(MemoryError):
+        env.step("<feedback>No such data.</feedback>")
+    _, _, term, _, info = env.step("<feedback>No such data.</feedback>")
+    assert term and [t.index for t in info["trajectory"].turns] == [0]
+    assert [m["role"] for m in info["messages"]] == ["system", "user", "assistant"]
+    assert info["scores"]["fb"] == 1.0
+
+
+def test_a_failure_after_an_autoreset_undoes_the_seeded_draw(samples):
+    class SteadyJudge:
+        def judge(self, sample, feedback, schema_identifiers=()):
+            return True
+
+    script = [["<sql>SELECT 1</sql>", "<clarify>Which term?</clarify>"],
+              ["<sql>SELECT 2</sql>", "<feedback>No such data.</feedback>"],   # sub-env 0 autoresets first
+              ["<feedback>No.</feedback>", "<sql>SELECT 3</sql>"]]
+
+    def run(judge):
+        envs = TextSQLClarifyVectorEnv(2, samples=samples, feedback_judge=judge)
+        envs.reset(seed=21)
+        ids = []
+        for acts in script:
+            try:
+                out = envs.step(acts)
+            except MemoryError:
+                out = envs.step(acts)
+            ids.append(list(out[4]["sample_id"]))
+        return ids
+
+    assert run(FlakyJudge()) == run(SteadyJudge())

@@ -32,8 +32,14 @@ def run_episode(env: Any, agent: Any, *, sample_id: str | None = None, index: in
     obs, info = env.reset(seed=seed, options=options)
     base = env.unwrapped
     agent.begin_episode(base.current_sample if getattr(agent, "privileged", False) else None)
-    for _ in range(base.max_turns + 1):
-        obs, _reward, terminated, truncated, info = env.step(agent.act(obs, info))
+    for turn in range(base.max_turns + 1):
+        try:
+            action = agent.act(obs, info)
+        except Exception as e:
+            if hasattr(e, "add_note"):
+                e.add_note(f"raised by the agent on sample {base.current_sample.id} (turn {turn + 1})")
+            raise
+        obs, _reward, terminated, truncated, info = env.step(action)
         if terminated or truncated:
             return info["trajectory"]
     raise RuntimeError(f"episode for sample {base.current_sample.id} did not end within {base.max_turns} turns")
@@ -99,7 +105,13 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
             if turns > envs[k].max_turns:
                 raise RuntimeError(f"episode for sample {samples[i].id} did not end within {envs[k].max_turns} turns")
             live[k][3] += 1
-            out = envs[k].begin_step(agents[k].act(obs, info))
+            try:
+                action = agents[k].act(obs, info)
+            except Exception as e:
+                if hasattr(e, "add_note"):
+                    e.add_note(f"raised by the agent on sample {samples[i].id} (episode {i}, turn {turns + 1})")
+                raise
+            out = envs[k].begin_step(action)
             if isinstance(out, UserRequest):
                 pending.append((k, out))
             else:
@@ -129,7 +141,8 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
         num_envs: episodes played at once (:func:`run_lockstep`); their clarifications reach the
             simulated user in one batch, which a transformers user answers in one padded call per
             stage. A deterministic agent and simulator give the same trajectories for any value.
-        env_kwargs: passed to :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv`.
+        env_kwargs: passed to :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` (``limit`` keeps the first
+            ``limit`` samples).
 
     Raises:
         FileExistsError: ``out_dir`` is an existing file (checked before any episode runs).
@@ -140,6 +153,9 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
     """
     from ..envs.env import TextSQLClarifyEnv
 
+    limit = env_kwargs.pop("limit", None)
+    if limit is not None:
+        samples = list(samples)[:limit]
     if out_dir is not None:  # fail before the run, not after it
         if Path(out_dir).exists() and not Path(out_dir).is_dir():
             raise FileExistsError(f"output folder {out_dir} exists and is not a folder")

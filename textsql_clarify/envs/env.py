@@ -22,6 +22,7 @@ answer already in the history, and the simulated user's L1 state resolved (TIDE 
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable, Iterable, Sequence
 
 import gymnasium as gym
@@ -42,6 +43,14 @@ from . import render
 from .actions import MAX_ACTION_CHARS, Action, parse_action
 from .scoring import DETAIL_KEYS, score_sql_turn
 from .spaces import PHASES, UnicodeText, clip_text, observation_space
+
+#: attributes that make up a running episode (what :meth:`TextSQLClarifyEnv.snapshot` saves by reference)
+_EPISODE_STATE = (
+    "_sample", "_pending", "_done", "_sandbox", "_offered", "_schema", "_schema_ids", "_static_obs", "_system",
+    "_phase", "_clar_used", "_invalid_streak", "_turn", "_predicted", "_drift_done", "_gold", "_gold_key",
+    "_pre_sql", "_l1_resolved", "_history", "_last_message", "_traj", "_scores", "_np_random",
+    "_np_random_seed")
+_GET_STATE = operator.attrgetter(*_EPISODE_STATE)
 
 #: components present in every step's ``info["reward_components"]``; ``None`` = not applicable this turn.
 BASE_COMPONENTS = {"ex": None, "feedback": None, "format": 0.0, "turn_penalty": 0.0}
@@ -262,21 +271,26 @@ class TextSQLClarifyEnv(gym.Env):
             raise RuntimeError("a clarification is waiting for the user's reply: call complete_step(reply) first")
         if self._done or self._sample is None:
             raise RuntimeError("call reset() before step(): the episode has ended or not started")
-        self._turn += 1
-        act, error = self._parse(action)
-        if error is not None:
-            return self._malformed(action, act, error)
-        streak, self._invalid_streak = self._invalid_streak, 0
-        self._history.append(("assistant", act.render()))
-        if act.type == "classify":
-            return self._classify(act)
-        if act.type == "clarify":
-            # what cancel_clarification restores if the user never answers: turn, retry streak, history
-            self._pending = (act, self._clarify_request(act), (self._turn - 1, streak, len(self._history) - 1))
-            return self._pending[1]
-        if act.type == "feedback":
-            return self._feedback(act)
-        return self._sql(act)
+        snap = self.snapshot(rng=False)
+        try:
+            self._turn += 1
+            act, error = self._parse(action)
+            if error is not None:
+                return self._malformed(action, act, error)
+            self._invalid_streak = 0
+            self._history.append(("assistant", act.render()))
+            if act.type == "classify":
+                return self._classify(act)
+            if act.type == "clarify":
+                # cancel_clarification restores ``snap`` if the user never answers
+                self._pending = (act, self._clarify_request(act), snap)
+                return self._pending[1]
+            if act.type == "feedback":
+                return self._feedback(act)
+            return self._sql(act)
+        except BaseException:
+            self.restore(snap)  # a failing FB judge or scorer leaves the episode as it was
+            raise
 
     def _parse(self, action: Any) -> tuple[Action | None, str | None]:
         """``(action, refusal reason or None)``; no state changes."""
@@ -296,15 +310,44 @@ class TextSQLClarifyEnv(gym.Env):
         return error is None and act.type == "clarify"
 
     def cancel_clarification(self) -> None:
-        """Undo the ``begin_step`` of the clarification waiting for its reply, as if it had never been sent
-        (turn count, retry streak and dialogue history restored), so the env takes actions again; used
-        when the simulated user fails. Nothing happens when no clarification is waiting."""
-        if self._pending is None:
+        """Undo the ``begin_step`` of the clarification waiting for its reply, as if it had never been sent,
+        so the env takes actions again; used when the simulated user fails. Nothing happens when no
+        clarification is waiting."""
+        if self._pending is not None:
+            self.restore(self._pending[2])
+
+    def snapshot(self, rng: bool = True) -> tuple:
+        """The episode state (turn, phase, dialogue, trajectory, scores, pending reply, RNG state), for
+        :meth:`restore`. Cheap (a few microseconds): references to the episode's objects, which ``reset``
+        replaces, plus the lengths and fields a step changes in place.
+
+        The vector env takes one per sub-env before a step, so a step that fails anywhere changes no
+        sub-env. ``rng=False`` leaves out the RNG state (a step without a reset does not draw from it).
+        Returns an opaque tuple."""
+        if self._sample is None:
+            return (None,)
+        refs = _GET_STATE(self)
+        t = self._traj
+        gen = self.__dict__.get("_np_random") if rng else None
+        return (refs, len(self._history), dict(self._scores), len(t.turns), t.outcome, t.predicted_category,
+                t.gold_status, t.scores, gen.bit_generator.state if gen is not None else None)  # a fresh dict
+
+    def restore(self, state: tuple) -> None:
+        """Put back the episode state of :meth:`snapshot` (the RNG included when it was saved)."""
+        if state[0] is None:
+            self._sample, self._pending, self._done = None, None, True
             return
-        _act, _req, (turn, streak, n_history) = self._pending
-        self._pending = None
-        self._turn, self._invalid_streak = turn, streak
+        refs, n_history, scores, n_turns, outcome, predicted, gold_status, traj_scores, rng_state = state
+        for key, value in zip(_EPISODE_STATE, refs):
+            setattr(self, key, value)
         del self._history[n_history:]
+        self._scores.clear()
+        self._scores.update(scores)
+        t = self._traj
+        del t.turns[n_turns:]
+        t.outcome, t.predicted_category, t.gold_status, t.scores = outcome, predicted, gold_status, traj_scores
+        if rng_state is not None and self.__dict__.get("_np_random") is not None:
+            self._np_random.bit_generator.state = rng_state
 
     def render(self) -> str | None:
         """ANSI render: the dialogue so far as text (``render_mode="ansi"``)."""
@@ -375,9 +418,13 @@ class TextSQLClarifyEnv(gym.Env):
         problem = reply_problem(reply)
         if problem:
             raise TypeError(f"complete_step needs a UserReply: {problem}")
-        act = self._pending[0]
+        act, _req, snap = self._pending
         self._pending = None
-        return self._clarify(act, reply)
+        try:
+            return self._clarify(act, reply)
+        except BaseException:
+            self.restore(snap)  # as if the clarification had never been sent
+            raise
 
     def _clarify_request(self, act: Action) -> UserRequest:
         return UserRequest(sample=self._sample, clarification=act.content, history=tuple(self._history[:-1]),
@@ -530,13 +577,15 @@ class TextSQLClarifyEnv(gym.Env):
 def reply_problem(reply: Any) -> str | None:
     """Why ``reply`` cannot be recorded as the user's reply, or ``None`` when it can: it must be a
     :class:`~textsql_clarify.simulators.base.UserReply` (or have its fields) with a string ``text``, a
-    string ``label`` and a ``to_dict`` method."""
+    string ``label``, a ``layer`` and a ``to_dict`` method."""
     if not callable(getattr(reply, "to_dict", None)):
         return f"got {type(reply).__name__}"
     if not isinstance(getattr(reply, "text", None), str):
         return f"its text must be a string, got {type(getattr(reply, 'text', None)).__name__}"
     if not isinstance(getattr(reply, "label", None), str):
         return f"its label must be a string, got {type(getattr(reply, 'label', None)).__name__}"
+    if not hasattr(reply, "layer"):
+        return "it has no layer attribute (None, 'L1' or 'L2')"
     return None
 
 

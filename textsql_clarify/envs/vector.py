@@ -34,7 +34,7 @@ from ..rewards.feedback import FeedbackJudge, default_judge
 from ..samples import Sample
 from ..simulators import make_simulator
 from ..simulators.base import UserRequest
-from .env import TextSQLClarifyEnv, cancel_clarifications, fetch_replies
+from .env import TextSQLClarifyEnv, fetch_replies
 
 __all__ = ["TextSQLClarifyVectorEnv", "as_float"]
 
@@ -158,10 +158,24 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
             seeds = list(seed)
         else:
             raise ValueError(f"seed needs one entry per sub-env ({self.num_envs}), got {len(seed)}")
+        for i, seed_i in enumerate(seeds):
+            if seed_i is not None and (isinstance(seed_i, bool) or not isinstance(seed_i, (int, np.integer))):
+                raise ValueError(f"seed {i} must be an int or None, got {seed_i!r}")
         sub = "sample_id" if keys[0] == "sample_ids" else "index"
+        for i in np.flatnonzero(mask):  # every choice checked before any sub-env is reset
+            pick = chosen[i]
+            if pick is None:
+                continue
+            if sub == "sample_id":
+                self.envs[i].sample_index(str(pick) if isinstance(pick, np.str_) else pick)
+            elif isinstance(pick, bool) or not isinstance(pick, (int, np.integer)) or \
+                    not 0 <= int(pick) < len(self.envs[i].samples):
+                raise IndexError(f"indices[{i}] = {pick!r} is not a sample index 0..{len(self.envs[i].samples) - 1}")
         infos: dict[str, Any] = {}
         for i in np.flatnonzero(mask):
             pick = chosen[i]
+            if isinstance(pick, np.generic):
+                pick = pick.item()
             self._env_obs[i], info = self.envs[i].reset(seed=seeds[i], options=None if pick is None else {sub: pick})
             self._terminations[i] = self._truncations[i] = self._autoreset_envs[i] = False
             infos = self._add_info(infos, info, int(i))
@@ -182,9 +196,9 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
         """Step every sub-env; all clarifications of this step are answered in one ``respond(batch)``
         (one per distinct simulator object, when ``set_attr`` gave sub-envs different ones).
 
-        The clarifications go first: if the simulator fails, every clarification is undone and no other
-        sub-env has been stepped, so the step can be sent again (or the env reset). Then the other
-        sub-envs step (or autoreset).
+        The clarifications go first, then the other sub-envs step (or autoreset). A step that fails
+        anywhere (the simulator, an FB judge, a scorer) changes no sub-env: each is put back as it was
+        (:meth:`TextSQLClarifyEnv.snapshot`), so the step can be sent again or the env reset.
 
         Args:
             actions: one action string per sub-env: a list, tuple or 1-d array of ``num_envs`` items.
@@ -213,34 +227,36 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
             raise RuntimeError(f"sub-envs {ended} have ended and autoreset is disabled: reset them first "
                                f"(reset(options={{'reset_mask': ...}}))")
         results: list[tuple | None] = [None] * self.num_envs
-        # 1. clarifications: begun, answered per simulator, and only then recorded
-        asks = [i for i in range(self.num_envs) if not resetting[i] and self.envs[i].needs_reply(acts[i])]
-        pending = [(i, self.envs[i].begin_step(acts[i])) for i in asks]
-        groups: dict[int, list[tuple[int, UserRequest]]] = {}
-        for i, req in pending:
-            groups.setdefault(id(self.envs[i].simulator), []).append((i, req))
-        replies: dict[int, Any] = {}
+        snaps = [env.snapshot(rng=bool(r)) for env, r in zip(self.envs, resetting)]  # only resets draw
         try:
+            # 1. clarifications: begun, answered per simulator, and only then recorded
+            asks = [i for i in range(self.num_envs) if not resetting[i] and self.envs[i].needs_reply(acts[i])]
+            pending = [(i, self.envs[i].begin_step(acts[i])) for i in asks]
+            groups: dict[int, list[tuple[int, UserRequest]]] = {}
+            for i, req in pending:
+                groups.setdefault(id(self.envs[i].simulator), []).append((i, req))
+            replies: dict[int, Any] = {}
             for members in groups.values():
                 sim = self.envs[members[0][0]].simulator
                 for (i, _), reply in zip(members, fetch_replies(sim, [req for _, req in members])):
                     replies[i] = reply
-                self.respond_calls += 1
-                self.requests_answered += len(members)
+            for i, _ in pending:
+                results[i] = self.envs[i].complete_step(replies[i])
+            # 2. every other sub-env: autoreset, or a step that needs no reply
+            for i in range(self.num_envs):
+                if results[i] is not None:
+                    continue
+                if resetting[i]:
+                    obs, info = self.envs[i].reset()
+                    results[i] = (obs, 0.0, False, False, info)
+                else:
+                    results[i] = self.envs[i].begin_step(acts[i])
         except BaseException:
-            cancel_clarifications([self.envs[i] for i, _ in pending])
+            for env, snap in zip(self.envs, snaps):  # a step that fails anywhere changes no sub-env
+                env.restore(snap)
             raise
-        for i, _ in pending:
-            results[i] = self.envs[i].complete_step(replies[i])
-        # 2. every other sub-env: autoreset, or a step that needs no reply
-        for i in range(self.num_envs):
-            if results[i] is not None:
-                continue
-            if resetting[i]:
-                obs, info = self.envs[i].reset()
-                results[i] = (obs, 0.0, False, False, info)
-            else:
-                results[i] = self.envs[i].begin_step(acts[i])
+        self.respond_calls += len(groups)
+        self.requests_answered += len(pending)
         infos: dict[str, Any] = {}
         for i, (obs, reward, terminated, truncated, info) in enumerate(results):
             self._env_obs[i] = obs
