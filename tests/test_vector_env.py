@@ -314,6 +314,18 @@ def test_evaluate_limit_and_agent_errors_name_the_sample(samples):
             assert samples[3].id in err.value.__notes__[0]
 
 
+def _play_retrying(envs, seed: int, script: list, error: type) -> list:
+    """Reset with ``seed`` and step through ``script``; a step that raises ``error`` is sent once more."""
+    envs.reset(seed=seed)
+    outs = []
+    for acts in script:
+        try:
+            outs.append(envs.step(acts))
+        except error:
+            outs.append(envs.step(acts))  # the same actions again
+    return outs
+
+
 @pytest.mark.parametrize("fail_on", [1, 2])
 def test_a_retried_step_after_a_failure_gives_the_trajectory_of_no_failure(samples, fail_on):
     # fail_on=2 fails the step in which sub-env 1 autoresets: its seeded draw is undone too
@@ -322,16 +334,8 @@ def test_a_retried_step_after_a_failure_gives_the_trajectory_of_no_failure(sampl
               ["<sql>SELECT COUNT(*) FROM students</sql>", "<feedback>no</feedback>"]]
 
     def run(user):
-        envs = TextSQLClarifyVectorEnv(2, samples=samples, simulator=user)
-        envs.reset(seed=5)
-        ended = []
-        for acts in script:
-            try:
-                out = envs.step(acts)
-            except OSError:
-                out = envs.step(acts)  # the same actions again
-            ended += [_untimed(t.to_dict()) for t in out[4].get("trajectory", []) if t is not None]
-        return ended
+        outs = _play_retrying(TextSQLClarifyVectorEnv(2, samples=samples, simulator=user), 5, script, OSError)
+        return [_untimed(t.to_dict()) for out in outs for t in out[4].get("trajectory", []) if t is not None]
 
     flaky, clean = run(FlakyUser(fail_on)), run(RuleBasedUser())
     assert flaky == clean and len(clean) == 3
@@ -519,14 +523,6 @@ def test_a_failure_after_an_autoreset_undoes_the_seeded_draw(samples):
 
     def run(judge):
         envs = TextSQLClarifyVectorEnv(2, samples=samples, feedback_judge=judge)
-        envs.reset(seed=21)
-        ids = []
-        for acts in script:
-            try:
-                out = envs.step(acts)
-            except MemoryError:
-                out = envs.step(acts)
-            ids.append(list(out[4]["sample_id"]))
-        return ids
+        return [list(out[4]["sample_id"]) for out in _play_retrying(envs, 21, script, MemoryError)]
 
     assert run(FlakyJudge()) == run(SteadyJudge())

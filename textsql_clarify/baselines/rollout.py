@@ -15,6 +15,23 @@ from ..samples import Sample
 from ..trajectory import Trajectory
 
 
+def _act(agent: Any, obs: dict, info: dict, where: str) -> Any:
+    """``agent.act(obs, info)``; an error from the agent gets a note naming the sample and turn."""
+    try:
+        return agent.act(obs, info)
+    except Exception as e:
+        if hasattr(e, "add_note"):  # Python 3.11+
+            e.add_note(f"raised by the agent on {where}")
+        raise
+
+
+def _check_num_envs(num_envs: Any) -> int:
+    """``num_envs`` as an int >= 1. Raises ValueError otherwise."""
+    if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or num_envs < 1:
+        raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+    return int(num_envs)
+
+
 def run_episode(env: Any, agent: Any, *, sample_id: str | None = None, index: int | None = None,
                 seed: int | None = None) -> Trajectory:
     """Play one episode and return its trajectory.
@@ -33,12 +50,7 @@ def run_episode(env: Any, agent: Any, *, sample_id: str | None = None, index: in
     base = env.unwrapped
     agent.begin_episode(base.current_sample if getattr(agent, "privileged", False) else None)
     for turn in range(base.max_turns + 1):
-        try:
-            action = agent.act(obs, info)
-        except Exception as e:
-            if hasattr(e, "add_note"):
-                e.add_note(f"raised by the agent on sample {base.current_sample.id} (turn {turn + 1})")
-            raise
+        action = _act(agent, obs, info, f"sample {base.current_sample.id} (turn {turn + 1})")
         obs, _reward, terminated, truncated, info = env.step(action)
         if terminated or truncated:
             return info["trajectory"]
@@ -74,9 +86,7 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
     from ..simulators import make_simulator
     from ..simulators.base import UserRequest
 
-    if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or num_envs < 1:
-        raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-    num_envs = int(num_envs)
+    num_envs = _check_num_envs(num_envs)
     sim = make_simulator(env_kwargs.pop("simulator", "rule"))
     judge = env_kwargs.pop("feedback_judge", None) or default_judge()
     n_envs = min(num_envs, len(samples)) or 1
@@ -105,12 +115,7 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
             if turns > envs[k].max_turns:
                 raise RuntimeError(f"episode for sample {samples[i].id} did not end within {envs[k].max_turns} turns")
             live[k][3] += 1
-            try:
-                action = agents[k].act(obs, info)
-            except Exception as e:
-                if hasattr(e, "add_note"):
-                    e.add_note(f"raised by the agent on sample {samples[i].id} (episode {i}, turn {turns + 1})")
-                raise
+            action = _act(agents[k], obs, info, f"sample {samples[i].id} (episode {i}, turn {turns + 1})")
             out = envs[k].begin_step(action)
             if isinstance(out, UserRequest):
                 pending.append((k, out))
@@ -160,9 +165,7 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
         if Path(out_dir).exists() and not Path(out_dir).is_dir():
             raise FileExistsError(f"output folder {out_dir} exists and is not a folder")
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-    if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or num_envs < 1:
-        raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-    num_envs = int(num_envs)
+    num_envs = _check_num_envs(num_envs)
     bar = tqdm(total=len(samples), desc=f"eval {getattr(agent, 'name', 'agent')}", unit="ep", disable=not progress)
     with bar:
         if num_envs > 1:
