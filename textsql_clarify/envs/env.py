@@ -143,6 +143,7 @@ class TextSQLClarifyEnv(gym.Env):
         self._sample: Sample | None = None
         self._done = True
         self._pending: tuple | None = None  # (action, request, undo state) of a clarification waiting for its reply
+        self._last_parse: tuple | None = None  # ((action string, phase), parse result), see _parse
         self._static: dict[str, tuple] = {}
 
     # ------------------------------------------------------------------ public helpers
@@ -293,12 +294,19 @@ class TextSQLClarifyEnv(gym.Env):
             raise
 
     def _parse(self, action: Any) -> tuple[Action | None, str | None]:
-        """``(action, refusal reason or None)``; no state changes."""
+        """``(action, refusal reason or None)``; no episode state changes. The last string parsed is
+        remembered with the phase it was judged in, so :meth:`needs_reply` then :meth:`begin_step` parse once."""
+        key = (action, self._phase) if isinstance(action, str) else None
+        if key is not None and self._last_parse is not None and self._last_parse[0] == key:
+            return self._last_parse[1]
         try:
             act = parse_action(action, max_chars=self.max_action_chars)
-            return act, self._refusal(act)
+            result = act, self._refusal(act)
         except ActionError as e:
-            return None, e.reason
+            result = None, e.reason
+        if key is not None:
+            self._last_parse = (key, result)
+        return result
 
     def needs_reply(self, action: Any) -> bool:
         """True when ``begin_step(action)`` would return a clarification for the user (a well-formed
