@@ -156,11 +156,9 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
     Returns:
         ``(trajectories, metrics)`` where metrics is :func:`textsql_clarify.rewards.metrics.aggregate`'s dict.
     """
-    from ..envs.env import TextSQLClarifyEnv
+    from ..envs.env import TextSQLClarifyEnv, episode_samples
 
-    limit = env_kwargs.pop("limit", None)
-    if limit is not None:
-        samples = list(samples)[:limit]
+    samples = episode_samples("", samples, env_kwargs.pop("limit", None))
     if out_dir is not None:  # fail before the run, not after it
         if Path(out_dir).exists() and not Path(out_dir).is_dir():
             raise FileExistsError(f"output folder {out_dir} exists and is not a folder")

@@ -92,12 +92,7 @@ class TextSQLClarifyEnv(gym.Env):
                  schema_tables: SchemaTablesHook | None = None, detailed_scores: bool = True,
                  timeout_s: float = 5.0, row_cap: int = 10_000, feedback_judge: FeedbackJudge | None = None,
                  max_action_chars: int = MAX_ACTION_CHARS, render_mode: str | None = None):
-        if samples is None:
-            from ..datasets import load_dataset
-            samples = load_dataset(dataset, limit=limit)
-        elif limit is not None:
-            samples = list(samples)[:limit]
-        self.samples: list[Sample] = list(samples)
+        self.samples: list[Sample] = episode_samples(dataset, samples, limit)
         if not self.samples:
             raise ValueError("the env needs at least one sample")
         self._by_id = {s.id: i for i, s in enumerate(self.samples)}
@@ -580,6 +575,19 @@ class TextSQLClarifyEnv(gym.Env):
         return {"reward_components": merged, "messages": self._messages(), "action_type": action_type,
                 "phase": self._phase, "sample_id": self._sample.id, "error": error,
                 "clarifications_left": max(0, self.max_clarifications - self._clar_used)}
+
+
+def episode_samples(dataset: str, samples: Sequence[Sample] | None, limit: int | None) -> list[Sample]:
+    """The samples an env draws episodes from: ``samples`` when given, else the dataset ``dataset`` loaded
+    by :func:`textsql_clarify.datasets.load_dataset`; the first ``limit`` of them when ``limit`` is set.
+
+    Raises:
+        DatasetError: the dataset cannot be loaded.
+    """
+    if samples is None:
+        from ..datasets import load_dataset
+        return load_dataset(dataset, limit=limit)
+    return list(samples)[:limit] if limit is not None else list(samples)
 
 
 def reply_problem(reply: Any) -> str | None:

@@ -34,7 +34,7 @@ from ..rewards.feedback import FeedbackJudge, default_judge
 from ..samples import Sample
 from ..simulators import make_simulator
 from ..simulators.base import UserRequest
-from .env import TextSQLClarifyEnv, fetch_replies
+from .env import TextSQLClarifyEnv, episode_samples, fetch_replies
 
 __all__ = ["TextSQLClarifyVectorEnv", "as_float"]
 
@@ -72,14 +72,9 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
                  **env_kwargs: Any):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-        if samples is None:
-            from ..datasets import load_dataset
-            samples = load_dataset(dataset, limit=limit)
-        elif limit is not None:
-            samples = list(samples)[:limit]
         if isinstance(autoreset_mode, str) and autoreset_mode.lower() in _MODE_NAMES:
             autoreset_mode = _MODE_NAMES[autoreset_mode.lower()]
-        shared = list(samples)
+        shared = episode_samples(dataset, samples, limit)
         user = make_simulator(simulator)
         judge = feedback_judge or default_judge()
         make_one = functools.partial(TextSQLClarifyEnv, samples=shared, simulator=user,
