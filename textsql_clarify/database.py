@@ -46,25 +46,14 @@ from pathlib import Path
 from typing import Any
 
 from .errors import TextSQLClarifyError
-from .sandbox_guards import (  # noqa: F401  (re-exported: every name importable here before the split)
+from .sandbox_guards import (  # noqa: F401  (the public limits are re-exported for users of the sandbox)
     MAX_SEARCH_WORK,
     MAX_SQL_BYTES,
     MAX_TRIM_WORK,
     MAX_VALUE_BYTES,
     SQLITE_LIMITS,
-    _GUARDS,
-    _HAS_SETLIMIT,
-    _INT_PREFIX,
     _apply_limits,
-    _as_sqlite_int_bound,
-    _GuardRefusal,
     _install_guards,
-    _pairwise_reason,
-    _printf_reason,
-    _printf_repeat_bound,
-    _search_reason,
-    _text_len,
-    _trim_reason,
 )
 from .sandbox_watchdog import _Watchdog
 from .sqlschema import Schema, read_schema

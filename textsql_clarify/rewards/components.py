@@ -25,16 +25,14 @@ Undefined is not zero (article: "Measuring honestly"): a precision or recall who
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlglot import exp
 
-from ..errors import SQLParseError
 from ..sqlschema import analysis_errors
 from .sql_canonical import (  # re-exported: the preparation used to live here
-    GENERIC_SUBQUERY, PreparedQuery, canonical_sql, conjuncts, immediate_subqueries, prepare_sql,
+    PreparedQuery, canonical_sql, conjuncts, immediate_subqueries, prepare_sql,
 )
 
 __all__ = [

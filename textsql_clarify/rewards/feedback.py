@@ -73,16 +73,6 @@ from .feedback_schema import Structure, existing_claimed_missing  # noqa: F401  
 from .feedback_verdict import FeedbackJudge, FeedbackVerdict
 from .feedback_words import content_words, lexical_recall
 
-# Private helpers and tables, still importable from here as they were before the split.
-from .feedback_claims import (_BOUNDARY, _BWD, _CLAUSE_END, _DET, _FWD, _FWD_CUES, _NEGATORS,  # noqa: F401
-                              _NUMBER, _OBJ_INTRO, _POST_PREP, _PRESENT, _SCOPE_INTRO, _WH, _WH_CLAUSE,
-                              _backward_np, _forward_claim, _is_word, _missing_words, _np, _np_back, _split_head,
-                              _window)
-from .feedback_council import _COUNCIL_PROMPT, _NO_RATIONALE_PROMPT  # noqa: F401
-from .feedback_offline import _assess  # noqa: F401
-from .feedback_schema import _has_column, _structure, _table_for  # noqa: F401
-from .feedback_verdict import _check_args, _is_sql  # noqa: F401
-from .feedback_words import _GENERIC, _REL, _STOP, _TOKEN, _norm, _split_ident, _stem, _tokens  # noqa: F401
 
 __all__ = [
     "FeedbackJudge", "FeedbackVerdict", "MissingClaim", "LexicalFeedbackJudge", "SemanticFeedbackJudge",
