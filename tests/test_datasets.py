@@ -213,3 +213,34 @@ def test_spider_unanswerable_real(spider_root):
     assert collections.Counter(s.db_id for s in out) == {db: 9 for db in {s.db_id for s in out}}
     direct = load_spider_unanswerable(UNANSWERABLE, spider_root)
     assert [s.id for s in direct] == [s.id for s in out]
+
+
+def test_jsonl_drift_records_are_checked_against_the_database(tmp_path):
+    """docs/dataset-format.md: post_gold_sql must execute, return rows and differ from gold_sql, and the
+    subtype must be TIDE Algorithm 1's; a bad record is named by file, line and field, before any episode."""
+    import json
+    import os
+
+    from textsql_clarify.datasets import embedded_db_path, load_dataset
+
+    src = os.path.join(os.path.dirname(embedded_db_path()), "samples.jsonl")
+    recs = [dict(json.loads(line), db_path=embedded_db_path()) for line in open(src, encoding="utf-8")]
+    good = tmp_path / "good.jsonl"
+    good.write_text("\n".join(json.dumps(r) for r in recs), encoding="utf-8")
+    assert len(load_dataset(str(good))) == 48  # the embedded drift records all pass
+    dr = [r for r in recs if r.get("drift")]
+    flip = "value" if dr[2]["drift"]["subtype"] != "value" else "projection"
+    bad = [dict(dr[0], drift=dict(dr[0]["drift"], post_gold_sql=dr[0]["gold_sql"])),
+           dict(dr[1], drift=dict(dr[1]["drift"], post_gold_sql="SELECT * FROM nosuch")),
+           dict(dr[2], drift=dict(dr[2]["drift"], subtype=flip)),
+           dict(dr[3], drift=dict(dr[3]["drift"], post_gold_sql="SELECT student_id FROM students WHERE 1 = 0"))]
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in bad), encoding="utf-8")
+    with pytest.raises(DatasetError) as err:
+        load_dataset(str(path))
+    got = [(p.line, p.field, p.message.split(":")[0]) for p in err.value.problems]
+    assert got == [(1, "drift.post_gold_sql", "returns the same result as gold_sql"),
+                   (2, "drift.post_gold_sql", "fails to execute (runtime)"),
+                   (3, "drift.subtype", f"is {flip!r} but TIDE Algorithm 1 gives {dr[2]['drift']['subtype']!r} for "
+                                        "(gold_sql, post_gold_sql)"),
+                   (4, "drift.post_gold_sql", "returns no rows (or only NULLs)")]

@@ -32,7 +32,8 @@ _KINDS = {
     "embedded": "the packaged university dataset (samples.jsonl over university.sqlite)",
     "spider:<root>": "Spider dev.json + database/<db_id>/<db_id>.sqlite, answerable samples",
     "spider-unanswerable:<file>:<spider root>": "spider_unanswerable questions over the Spider databases, unanswerable samples",
-    "<path>.jsonl": "a native JSONL dataset (relative db_path resolves against the file's folder); also jsonl:<path>",
+    "<path>.jsonl or jsonl:<path>": "a native JSONL dataset (relative db_path resolves against the file's folder; "
+                                    "drift records are checked against the database)",
 }
 
 
@@ -97,7 +98,13 @@ def load_dataset(spec: str | os.PathLike = "embedded", *, limit: int | None = No
         path = s[len("jsonl:"):] if s.startswith("jsonl:") else s
         if not path:
             raise DatasetError(f"bad dataset spec {spec!r}: expected 'jsonl:<path>'")
-        samples = load_jsonl(Path(path).resolve())
+        file = Path(path).resolve()
+        samples = load_jsonl(file)
+        from .drift_check import drift_problems  # runs queries: only for drift records
+
+        problems = drift_problems(samples, file)
+        if problems:
+            raise DatasetError(f"invalid drift records in {file}", problems)
     else:
         kinds = "; ".join(_KINDS)
         raise DatasetError(f"unknown dataset spec {spec!r}; accepted forms: {kinds}")
