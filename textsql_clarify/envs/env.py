@@ -30,7 +30,7 @@ import numpy as np
 
 from ..database import get_sandbox
 from ..errors import ActionError
-from ..rewards.commitments import commitment_set, is_drift
+from ..rewards.commitments import commitment_set, drift_revision, is_drift
 from ..rewards.execution import is_empty_result
 from ..rewards.feedback import FeedbackJudge, default_judge
 from ..rewards.presets import resolve_preset, scalar_reward
@@ -216,7 +216,8 @@ class TextSQLClarifyEnv(gym.Env):
             category_mode=self.category_mode, seed=seed,
             gold_status="none" if s.gold_sql is None else "ok")
         self._scores: dict[str, Any] = {"ex": None, "ex_post": None, "fb": None,
-                                        "drift_recognised": None if s.drift is None else False}
+                                        "drift_recognised": None if s.drift is None else False,
+                                        "drift_revised": None if s.drift is None else False}
         return self._obs(), self._info({}, None, None)
 
     def _build_static(self, s: Sample) -> tuple:
@@ -477,8 +478,13 @@ class TextSQLClarifyEnv(gym.Env):
         if post:
             recognised = self._recognised(self._pre_sql, act.content)
             turn.commitment_drift = recognised
-            comps["drift"] = 1.0 if recognised else 0.0
+            # ``drift`` pays for the revision, and only when the revised SQL is also correct (docs/metrics.md)
+            revised = self._revised(s, self._pre_sql, act.content)
+            comps["drift_revised"] = None if revised is None else float(revised)
+            comps["drift"] = (None if revised is None or comps["ex"] is None
+                              else float(revised and comps["ex"] == 1))
             self._scores["drift_recognised"] = recognised
+            self._scores["drift_revised"] = revised
             self._scores["ex_post"] = comps["ex"]
         else:
             self._traj.gold_status = res.gold_status
@@ -517,6 +523,15 @@ class TextSQLClarifyEnv(gym.Env):
             return is_drift(commitment_set(pre_sql), commitment_set(post_sql))
         except Exception:  # noqa: BLE001 - an unparsable SQL shows no recognisable commitment change
             return False
+
+    def _revised(self, s: Sample, pre_sql: str | None, post_sql: str) -> bool | None:
+        """Whether the agent's post-drift SQL revised what the drift retracted (``drift_revision``), read
+        with the database schema; ``None`` when the gold pair is not an analysable drift."""
+        try:
+            return drift_revision(s.gold_sql, s.drift.post_gold_sql, pre_sql, post_sql, subtype=s.drift.subtype,
+                                  schema=self._sandbox.schema).revised
+        except Exception:  # noqa: BLE001 - a gold pair that cannot be analysed leaves the revision undefined
+            return None
 
     # ------------------------------------------------------------------ episode end, obs, info
     def _finish(self, reward: float, comps: dict, *, terminated: bool, truncated: bool, error: str | None):

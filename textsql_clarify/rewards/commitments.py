@@ -44,16 +44,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
+from scipy.optimize import linear_sum_assignment
 from sqlglot import exp
 
+from ..errors import SQLParseError
 from ..sqlschema import analysis_errors
-from .sql_canonical import canonical_sql, conjuncts, immediate_subqueries, prepare_sql
+from .sql_canonical import canonical_sql, conjuncts, immediate_subqueries, normalise_predicates, prepare_sql
 
 __all__ = [
     "Commitment", "KINDS", "FILTER_KINDS", "DRIFT_SUBTYPES", "commitment_set", "filtering_commitments",
-    "output_commitments", "literal_replacement", "is_drift", "drift_subtype",
+    "output_commitments", "literal_replacement", "is_drift", "drift_subtype", "DriftRevision", "drift_revision",
 ]
 
 #: unit kinds, in clause order (TIDE Table 5)
@@ -75,23 +78,37 @@ class Commitment:
             ``"LIMIT 10"``.
         structural_form: the same with every literal replaced by ``?``, e.g. ``"region.name = ?"``.
 
-    Two commitments are equal when all four fields are; the structural form is a function of the value
-    form, so this is TIDE's comparison of (scope, value form) per kind.
+        columns: the ``table.column`` names the unit reads in its own scope (not inside a masked subquery),
+            e.g. ``frozenset({"region.name"})``; used by :func:`drift_revision` to tell a retracted filter
+            that was only re-worded from one that was dropped. Not part of equality, hashing or order.
+
+    Two commitments are equal when their first four fields are; the structural form is a function of the
+    value form, so this is TIDE's comparison of (scope, value form) per kind.
     """
 
     scope: str
     kind: str
     value_form: str
     structural_form: str
+    columns: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
 
 #: mask of a subquery in a set operation's ORDER BY / LIMIT (not given a scope of its own)
 GENERIC = "@subquery"
 
 
+def _columns(node: exp.Expression) -> frozenset[str]:
+    """``table.column`` names read by ``node`` outside the subqueries inside it (lower case)."""
+    out = set()
+    for c in node.walk(prune=lambda x: x is not node and isinstance(x, (exp.Query, exp.Subquery))):
+        if isinstance(c, exp.Column) and not isinstance(c.this, exp.Star) and c.name:
+            out.add(f"{c.table}.{c.name}".lower() if c.table else c.name.lower())
+    return frozenset(out)
+
+
 def _unit(scope: str, kind: str, node: exp.Expression, label, prefix: str = "") -> Commitment:
     return Commitment(scope, kind, prefix + canonical_sql(node, subquery_label=label),
-                      prefix + canonical_sql(node, literals=False, subquery_label=label))
+                      prefix + canonical_sql(node, literals=False, subquery_label=label), _columns(node))
 
 
 def _select_item(e: exp.Expression) -> exp.Expression:
@@ -234,7 +251,7 @@ def commitment_set(sql: str, schema: Mapping | None = None) -> frozenset[Commitm
             :func:`~textsql_clarify.rewards.sql_canonical.prepare_sql`).
         TypeError: bad ``schema``.
     """
-    tree = prepare_sql(sql, schema).tree
+    tree = normalise_predicates(prepare_sql(sql, schema).tree)
     with analysis_errors(sql, "commitment set"):
         return _extract(tree)
 
@@ -271,15 +288,29 @@ def _literals(c: Commitment) -> list[str] | None:
     return list(m.groups()) if m else None
 
 
+def _literal_changes(a: Commitment, b: Commitment) -> int | None:
+    """How many literals differ between two units of one structural form (``None``: not alignable)."""
+    la, lb = _literals(a), _literals(b)
+    if la is None or lb is None or len(la) != len(lb):
+        return None
+    return sum(x != y for x, y in zip(la, lb))
+
+
 def literal_replacement(w_pre: frozenset[Commitment], w_post: frozenset[Commitment], *,
                         max_literal_changes: int = 1) -> bool:
-    """LitReplace of TIDE Alg. 1: exactly one filtering unit was replaced by one of the same scope, kind and
-    structural form (TIDE App. A), differing in at least 1 and at most ``max_literal_changes`` literals;
-    every other filter is unchanged.
+    """LitReplace of TIDE Alg. 1: the filtering units that changed were replaced, one for one, by units of the
+    same scope, kind and structural form (TIDE App. A), with between 1 and ``max_literal_changes`` literals
+    changed in all; every other filter is unchanged.
+
+    With the default (one literal) this is exactly one unit replaced by one that differs in one literal, as
+    Alg. 1 says. The one-for-one pairing matters for larger budgets only: ``x BETWEEN 2000 AND 2010`` is the
+    two units ``x >= 2000`` and ``x <= 2010`` (:func:`~textsql_clarify.rewards.sql_canonical.normalise_predicates`),
+    so moving both bounds replaces two units, two literals in all. Several candidate pairings of one
+    structural form are resolved by the fewest changed literals (scipy's assignment solver).
 
     Args:
         w_pre, w_post: W(y_pre) and W(y_post) (:func:`filtering_commitments`).
-        max_literal_changes: literals allowed to differ (Alg. 1: "one predicate literal changes").
+        max_literal_changes: literals allowed to differ in all (Alg. 1: "one predicate literal changes").
 
     Raises:
         ValueError: ``max_literal_changes < 1``.
@@ -287,16 +318,25 @@ def literal_replacement(w_pre: frozenset[Commitment], w_post: frozenset[Commitme
     if max_literal_changes < 1:
         raise ValueError(f"max_literal_changes must be >= 1, got {max_literal_changes}")
     removed, added = w_pre - w_post, w_post - w_pre
-    if len(removed) != 1 or len(added) != 1:
+    if not removed or len(removed) != len(added):
         return False
-    (a,), (b,) = removed, added
-    if (a.scope, a.kind, a.structural_form) != (b.scope, b.kind, b.structural_form):
-        return False
-    la, lb = _literals(a), _literals(b)
-    if la is None or lb is None or len(la) != len(lb):
-        return False
-    changed = sum(x != y for x, y in zip(la, lb))
-    return 1 <= changed <= max_literal_changes
+    groups: dict[tuple, tuple[list, list]] = {}
+    for side, units in ((0, removed), (1, added)):
+        for c in sorted(units):
+            groups.setdefault((c.scope, c.kind, c.structural_form), ([], []))[side].append(c)
+    total = 0
+    for olds, news in groups.values():
+        if len(olds) != len(news):
+            return False
+        big = max_literal_changes + 1  # an unalignable pair costs more than the whole budget
+        cost = np.array([[_literal_changes(a, b) if _literal_changes(a, b) is not None else big for b in news]
+                         for a in olds])
+        rows, cols = linear_sum_assignment(cost)
+        pair_costs = cost[rows, cols]
+        if (pair_costs < 1).any():  # a pair that differs in no literal is not a replacement
+            return False
+        total += int(pair_costs.sum())
+    return 1 <= total <= max_literal_changes
 
 
 def is_drift(pre: str | frozenset, post: str | frozenset, schema: Mapping | None = None) -> bool:
@@ -348,3 +388,99 @@ def drift_subtype(pre: str | frozenset, post: str | frozenset, schema: Mapping |
     if w_pre == w_post and not o_pre <= o_post:
         return "projection"
     return "reject"
+
+
+# ------------------------------------------------------------------------------- revision of a retraction
+#: which side of the commitment set each TIDE subtype edits (Alg. 1): W for value and constraint, O for projection
+_SUBTYPE_SIDE = {"value": FILTER_KINDS, "constraint": FILTER_KINDS,
+                 "projection": frozenset(KINDS) - FILTER_KINDS}
+
+
+@dataclass(frozen=True)
+class DriftRevision:
+    """How the agent's two queries handled one drift event, read against the gold pair (TIDE §2.2).
+
+    Attributes:
+        subtype: the drift's TIDE subtype (Alg. 1 on the gold pair): ``value``, ``constraint`` or
+            ``projection``.
+        retracted: R = S(gold_pre) \\ S(gold_post), the commitments the drift withdrew (never empty).
+        introduced: A = S(gold_post) \\ S(gold_pre), the commitments it brought in (empty for constraint).
+        uncommitted: R \\ S(y_pre): retracted units the agent's pre-drift SQL never held, so there was
+            nothing of them to revise.
+        surviving: retracted units still held after the drift: those in S(y_post), plus those whose
+            columns a unit of S(y_post) \\ S(gold_post) of the same scope and kind still reads (a
+            retracted ``amount > 2500`` re-worded as ``amount > 0`` was not dropped).
+        missing: A \\ S(y_post): introduced units the post-drift SQL does not carry.
+        recognised: TIDE's Rec(τ), S(y_pre) ⊄ S(y_post).
+    """
+
+    subtype: str
+    retracted: frozenset[Commitment]
+    introduced: frozenset[Commitment]
+    uncommitted: frozenset[Commitment]
+    surviving: frozenset[Commitment]
+    missing: frozenset[Commitment]
+    recognised: bool
+
+    @property
+    def revised(self) -> bool:
+        """The agent revised what the drift retracted: it held every retracted unit before the drift, holds
+        none of them after it, and carries every introduced unit. Implies :attr:`recognised` (R is never
+        empty)."""
+        return not (self.uncommitted or self.surviving or self.missing)
+
+
+def _agent_set(x: object, name: str, schema: Mapping | None) -> frozenset[Commitment]:
+    """An agent query's commitment set; a query that cannot be analysed commits to nothing."""
+    try:
+        return _as_set(x, name, schema)
+    except SQLParseError:
+        return frozenset()
+
+
+def drift_revision(gold_pre: str | frozenset, gold_post: str | frozenset, pred_pre: str | frozenset | None,
+                   pred_post: str | frozenset | None, *, subtype: str | None = None,
+                   schema: Mapping | None = None) -> DriftRevision:
+    """Did the agent's post-drift SQL revise what the drift retracted? (TIDE §2.2, App. A, Alg. 1)
+
+    The retracted units R and the introduced units A are the difference between the gold pair's commitment
+    sets (value forms, scope by scope). The agent revised the drift when (see :attr:`DriftRevision.revised`)
+    R ⊆ S(y_pre) (it had committed to what the user withdrew), no unit of R survives in S(y_post) (see
+    :attr:`DriftRevision.surviving`) and A ⊆ S(y_post). This is stronger than TIDE's Rec(τ), which any
+    change of the agent's SQL satisfies (``SELECT 1`` then ``SELECT 2``).
+
+    Args:
+        gold_pre, gold_post: the pre- and post-drift gold SQL (or their commitment sets).
+        pred_pre, pred_post: the agent's SQL before and after the drift utterance (or commitment sets);
+            ``None`` or a query that cannot be analysed commits to nothing.
+        subtype: the sample's TIDE subtype, checked against Alg. 1 on the gold pair; ``None`` reads it
+            from the gold pair.
+        schema: passed to :func:`commitment_set` for string inputs (resolves bare columns).
+
+    Returns:
+        :class:`DriftRevision`.
+
+    Raises:
+        SQLParseError: a gold query cannot be analysed.
+        ValueError: the gold pair is not a drift of TIDE's three subtypes (Alg. 1 gives ``not_drift`` or
+            ``reject``), or ``subtype`` is not the one Alg. 1 gives.
+        TypeError: an input is neither a string, ``None`` (agent side) nor a set of :class:`Commitment`.
+    """
+    g_pre, g_post = _as_set(gold_pre, "gold_pre", schema), _as_set(gold_post, "gold_post", schema)
+    found = drift_subtype(g_pre, g_post)
+    if found not in _SUBTYPE_SIDE:
+        raise ValueError(f"the gold pair is not a drift of a TIDE subtype: Algorithm 1 gives {found!r}")
+    if subtype is not None and subtype != found:
+        raise ValueError(f"subtype {subtype!r} does not match the gold pair: Algorithm 1 gives {found!r}")
+    y_pre = frozenset() if pred_pre is None else _agent_set(pred_pre, "pred_pre", schema)
+    y_post = frozenset() if pred_post is None else _agent_set(pred_post, "pred_post", schema)
+    retracted, introduced = g_pre - g_post, g_post - g_pre
+    side = _SUBTYPE_SIDE[found]
+    # Alg. 1 put every changed unit on the subtype's side; only there can a re-worded unit hide
+    extra = [u for u in y_post - g_post if u.kind in side and u.columns]
+    surviving = frozenset(
+        r for r in retracted
+        if r in y_post or (r.columns and any(u.scope == r.scope and u.kind == r.kind and u.columns & r.columns
+                                             for u in extra)))
+    return DriftRevision(found, retracted, introduced, retracted - y_pre, surviving, introduced - y_post,
+                         not y_pre <= y_post)

@@ -40,7 +40,8 @@ from ..sqlschema import (
 )
 
 __all__ = [
-    "PreparedQuery", "prepare_sql", "canonical_sql", "conjuncts", "immediate_subqueries", "GENERIC_SUBQUERY",
+    "PreparedQuery", "prepare_sql", "canonical_sql", "normalise_predicates", "conjuncts", "immediate_subqueries",
+    "GENERIC_SUBQUERY",
 ]
 
 
@@ -344,7 +345,10 @@ def prepare_sql(sql: str, schema: Mapping | None = None) -> PreparedQuery:
 _PLAIN_IDENT = re.compile(r"[a-z_][a-z0-9_]*")
 _QUERY_NODES = (exp.Query, exp.Subquery)
 _FLIP = {exp.GT: exp.LT, exp.LT: exp.GT, exp.GTE: exp.LTE, exp.LTE: exp.GTE}
-_NEGATE = {exp.EQ: exp.NEQ, exp.NEQ: exp.EQ, exp.GT: exp.LTE, exp.LTE: exp.GT, exp.LT: exp.GTE, exp.GTE: exp.LT}
+_NEGATE = {exp.EQ: exp.NEQ, exp.NEQ: exp.EQ, exp.GT: exp.LTE, exp.LTE: exp.GT, exp.LT: exp.GTE, exp.GTE: exp.LT,
+           exp.NullSafeEQ: exp.NullSafeNEQ, exp.NullSafeNEQ: exp.NullSafeEQ}
+#: operators whose two operands commute exactly in SQLite (``=``, ``<>``, ``IS``, ``IS NOT``, ``+``, ``*``)
+_SYMMETRIC = (exp.EQ, exp.NEQ, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Add, exp.Mul)
 #: binding strength of SQLite operators (higher binds tighter); other nodes are atoms
 _PRECEDENCE: dict[type, int] = {
     exp.Or: 1, exp.And: 2, exp.Not: 3,
@@ -491,7 +495,13 @@ def _canon(n: exp.Expression) -> exp.Expression:
             return _canon(exp.EQ(this=n.this, expression=items[0]))
         n.set("expressions", items)
         return n
-    if isinstance(n, (exp.EQ, exp.NEQ)):
+    if isinstance(n, (exp.NullSafeEQ, exp.NullSafeNEQ)) and (isinstance(n.this, exp.Null)
+                                                              or isinstance(n.expression, exp.Null)):
+        # ``NULL IS x`` -> ``x IS NULL``; ``NULL IS NOT x`` -> ``NOT x IS NULL`` (sqlglot's own spelling)
+        other = n.expression if isinstance(n.this, exp.Null) else n.this
+        is_null = exp.Is(this=other, expression=exp.Null())
+        return is_null if isinstance(n, exp.NullSafeEQ) else exp.Not(this=is_null)
+    if isinstance(n, _SYMMETRIC):
         if _key(n.this) > _key(n.expression):
             return type(n)(this=n.expression, expression=n.this)
         return n
@@ -590,6 +600,74 @@ def _text(n: exp.Expression) -> str:
                 else:
                     f.replace(plain)
     return n.sql(dialect=DIALECT, unsupported_level=ErrorLevel.IGNORE)
+
+
+#: nodes whose truth value :func:`normalise_predicates` rewrites (parentheses around them are redundant)
+_LOGIC = (exp.And, exp.Or, exp.Not, exp.Between, exp.Paren) + tuple(_NEGATE)
+
+
+def normalise_predicates(tree: exp.Expression) -> exp.Expression:
+    """Rewrite every condition of a prepared tree into one normal form, in place (TIDE App. A CanonValue:
+    "equivalent rewrites are one commitment"). Each step is exact in SQLite's three-valued logic, so the
+    value (1, 0 or NULL) of every rewritten expression is unchanged:
+
+    - ``x BETWEEN a AND b`` -> ``x >= a AND x <= b`` (SQLite documents the two as equivalent);
+    - NOT pushed down to the atoms (negation normal form): ``NOT (p AND q)`` -> ``NOT p OR NOT q`` and
+      ``NOT (p OR q)`` -> ``NOT p AND NOT q`` (De Morgan holds in Kleene logic), ``NOT NOT p`` -> ``p``,
+      ``NOT a = 1`` -> ``a <> 1`` (and ``<`` / ``>=``, ``>`` / ``<=``, ``IS`` / ``IS NOT`` likewise), so
+      ``x NOT BETWEEN a AND b`` -> ``x < a OR x > b``;
+    - parentheses around a logical operand are dropped (the canonical text puts back those that precedence
+      needs).
+
+    ``NOT`` stays in front of what has no negated operator (``NOT x IN (...)``, ``NOT x LIKE p``,
+    ``NOT EXISTS (...)``, ``NOT x IS NULL``). Run on the whole tree before its WHERE / HAVING are split into
+    conjuncts, so that ``x BETWEEN 1 AND 5`` and ``x >= 1 AND x <= 5`` give the same two units, and
+    ``NOT (a = 1 OR b = 2)`` the units ``a <> 1`` and ``b <> 2``. Subquery nodes are kept (not copied), so
+    callers that key subqueries by identity still find them; the one exception is a BETWEEN whose tested
+    operand holds a subquery, whose second use is a copy.
+
+    Args:
+        tree: a prepared tree (:func:`prepare_sql`); it is modified.
+
+    Returns:
+        The rewritten tree (the same root object when the root is a query).
+
+    Raises:
+        SQLParseError: sqlglot fails on the tree (:func:`~textsql_clarify.sqlschema.analysis_errors`).
+    """
+    with analysis_errors(tree, "predicate normal form"):
+        return _nnf(tree, False)
+
+
+def _nnf(n: exp.Expression, neg: bool) -> exp.Expression:
+    """``n`` (negated when ``neg``) in negation normal form; children are rewritten in place."""
+    while isinstance(n, exp.Paren) and isinstance(n.this, _LOGIC):
+        n = n.this
+    if isinstance(n, exp.Not):
+        return _nnf(n.this, not neg)
+    if isinstance(n, (exp.And, exp.Or)):
+        cls = type(n) if not neg else (exp.Or if isinstance(n, exp.And) else exp.And)
+        return cls(this=_nnf(n.this, neg), expression=_nnf(n.expression, neg))
+    if isinstance(n, exp.Between) and not n.args.get("symmetric"):
+        x, lo, hi = (_nnf(n.args[k], False) for k in ("this", "low", "high"))
+        if neg:
+            return exp.Or(this=exp.LT(this=x, expression=lo), expression=exp.GT(this=x.copy(), expression=hi))
+        return exp.And(this=exp.GTE(this=x, expression=lo), expression=exp.LTE(this=x.copy(), expression=hi))
+    for key, value in list(n.args.items()):
+        if isinstance(value, exp.Expression):
+            new = _nnf(value, False)
+            if new is not value:
+                n.set(key, new)
+        elif isinstance(value, list):
+            items = [_nnf(v, False) if isinstance(v, exp.Expression) else v for v in value]
+            if any(a is not b for a, b in zip(items, value)):
+                n.set(key, items)
+    if neg:
+        negated = _NEGATE.get(type(n))
+        if negated is not None and not n.args.get("negate"):
+            return negated(this=n.this, expression=n.expression)
+        return exp.Not(this=n)
+    return n
 
 
 def canonical_sql(node: exp.Expression, *, literals: bool = True,
