@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 
 import gymnasium as gym
 import pytest
@@ -17,6 +16,8 @@ from textsql_clarify.datasets import embedded_db_path, load_dataset, load_embedd
 from textsql_clarify.errors import DatasetError
 from textsql_clarify.rewards.cells import ResultTable, score_cells
 from textsql_clarify.samples import load_jsonl, write_jsonl
+
+from conftest import generous_bound
 
 
 def _record(**kw) -> dict:
@@ -44,11 +45,13 @@ def _env(**kw):
     "SELECT length(replace(hex(zeroblob(8000000 + n)),'0','1')) FROM r",
 ], ids=["printf-precision", "chained-calls", "heavy-rows"])
 def test_sql_respects_time_limit(sql):
+    # unguarded, each runs for seconds; a limit must stop it: the time limit or the value-size cap
+    # (overrun ratios: bench/bench_sandbox_limits.py)
     sb = SQLiteSandbox(embedded_db_path(), timeout_s=0.05)
-    t0 = time.perf_counter()
-    res = sb.execute(sql)
-    wall = time.perf_counter() - t0
-    assert wall < 0.5, (wall, res.error_kind)
+    with generous_bound(sql[:60], stop=sb.interrupt):
+        res = sb.execute(sql)
+    assert (res.error_kind == "timeout" and res.error_message == "interrupted after the 0.05 s time limit"
+            or res.error_kind == "runtime" and "value too large (limit" in res.error_message), res
 
 
 # --- "bad input cannot break it" -------------------------------------------------------------------
@@ -69,9 +72,11 @@ def test_step_scoring_time_is_bounded_for_long_failing_sql():
     # SQLite rejects this in < 1 ms ("Expression tree is too large"); component scoring is quadratic
     env = _env(timeout_s=0.5)
     sql = "SELECT 1 FROM students WHERE " + "s.a = 1 OR " * 2000 + "1 = 1"
-    t0 = time.perf_counter()
-    env.step(f"<sql>{sql}</sql>")
-    assert time.perf_counter() - t0 < 1.0
+    with generous_bound("one step on a 22,000-character OR chain"):
+        _, _, terminated, _, info = env.step(f"<sql>{sql}</sql>")
+    # the analysis cap fired: no component score, instead of a quadratic parse
+    assert terminated and info["reward_components"]["components"] is None
+    assert info["reward_components"]["ex"] == 0.0
 
 
 def test_zero_clarification_budget_refuses_clarify():

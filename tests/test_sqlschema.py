@@ -7,7 +7,6 @@ Every metric module that reads SQL (components, commitments, cells, retrieval) g
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 
 import pytest
@@ -25,6 +24,8 @@ from textsql_clarify.sqlschema import (
     MAX_ANALYSIS_CHARS, MAX_ANALYSIS_DEPTH, MAX_ANALYSIS_NODES, analysis_errors, parse_for_analysis, parse_sql,
     qualify_sql, read_schema, tree_size,
 )
+
+from conftest import generous_bound
 
 STUDENTS = {"students": {"id": "INT", "name": "TEXT", "age": "INT"}}
 ENTRY_POINTS = {
@@ -137,11 +138,11 @@ def test_long_or_chain_is_refused_before_parsing_by_every_entry_point(monkeypatc
         raise AssertionError("parsed a query that is too long to analyse")
 
     monkeypatch.setattr(sqlglot, "parse", no_parse)
-    t0 = time.perf_counter()
-    for name, fn in ENTRY_POINTS.items():
-        with pytest.raises(SQLParseError, match="too long to analyse: 66,034 characters > 20,000"):
-            fn(sql)
-    assert time.perf_counter() - t0 < 0.2  # it took 30 s per env step before the cap
+    # the refusal is the mechanism (no_parse proves sqlglot never ran); it took 30 s per env step before the cap
+    with generous_bound("refusing a 66,034-character OR chain in every entry point"):
+        for name, fn in ENTRY_POINTS.items():
+            with pytest.raises(SQLParseError, match="too long to analyse: 66,034 characters > 20,000"):
+                fn(sql)
 
 
 def test_node_and_depth_caps_refuse_before_qualify(monkeypatch):
