@@ -11,7 +11,7 @@ from sqlglot.errors import ErrorLevel, UnsupportedError
 
 from textsql_clarify.errors import SQLParseError
 from textsql_clarify.rewards.commitments import (
-    Commitment, commitment_set, drift_subtype, filtering_commitments, is_drift, literal_replacement,
+    Commitment, commitment_set, drift_revision, drift_subtype, filtering_commitments, is_drift, literal_replacement,
     output_commitments,
 )
 from textsql_clarify.sqlschema import parse_sql, read_schema
@@ -359,3 +359,241 @@ def test_all_bird_minidev_gold_queries(shared_data):
     assert failures == [] and changed == []
     # measured: 29 queries use TO_CHAR(x, fmt) and 1 uses DISTINCT ON; SQLite output cannot carry them
     assert not_respelled == 30
+
+
+# ------------------------------------------------------------- equivalent rewrites are one commitment
+EQUIVALENT = [
+    ("x NOT BETWEEN 1 AND 5", "x < 1 OR x > 5"),
+    ("x NOT BETWEEN 1 AND 5", "NOT (x >= 1 AND x <= 5)"),
+    ("x BETWEEN 1 AND 5", "x >= 1 AND x <= 5"),
+    ("x BETWEEN 1 AND 5", "5 >= x AND 1 <= x"),
+    ("1 = a", "a = 1"),
+    ("a + b > 3", "b + a > 3"),
+    ("a * 2 > 3", "2 * a > 3"),
+    ("NULL IS x", "x IS NULL"),
+    ("NULL IS NOT x", "x IS NOT NULL"),
+    ("NOT x IS NULL", "x IS NOT NULL"),
+    ("NOT (a = 1)", "a <> 1"),
+    ("a <> 1", "a != 1"),
+    ("NOT (a >= 1)", "a < 1"),
+    ("a IN (1, 2)", "a IN (2, 1)"),
+    ("x NOT IN (2, 1)", "NOT x IN (1, 2)"),
+    ("NOT NOT a = 1", "a = 1"),
+    ("NOT (NOT (a = 1))", "a = 1"),
+    ("NOT (a = 1 OR b = 2)", "a <> 1 AND b <> 2"),
+    ("NOT (a = 1 AND b = 2)", "a <> 1 OR b <> 2"),
+    ("x NOT LIKE 'A%'", "NOT x LIKE 'A%'"),
+]
+
+#: one real change each: a different predicate, never a respelling
+REAL_CHANGES = [
+    ("x BETWEEN 1 AND 5", "x BETWEEN 1 AND 6"),
+    ("x NOT BETWEEN 1 AND 5", "x BETWEEN 1 AND 5"),
+    ("x < 1 OR x > 5", "x <= 1 OR x > 5"),
+    ("a - b > 3", "b - a > 3"),
+    ("a / b > 3", "b / a > 3"),
+    ("a || b = 'xy'", "b || a = 'xy'"),
+    ("x IS NULL", "x IS NOT NULL"),
+    ("NOT (a = 1 AND b = 2)", "a <> 1 AND b <> 2"),
+    ("a IN (1, 2)", "a IN (1, 3)"),
+    ("a = 1", "a <> 1"),
+]
+
+
+def _where(cond: str) -> str:
+    return f"SELECT y FROM t WHERE {cond}"
+
+
+@pytest.mark.parametrize("a, b", EQUIVALENT)
+def test_equivalent_rewrites_are_one_commitment(a, b):
+    assert commitment_set(_where(a)) == commitment_set(_where(b))
+    assert not is_drift(_where(a), _where(b)) and not is_drift(_where(b), _where(a))
+    assert drift_subtype(_where(a), _where(b)) == "not_drift"
+
+
+@pytest.mark.parametrize("a, b", REAL_CHANGES)
+def test_real_changes_remain_drift(a, b):
+    assert commitment_set(_where(a)) != commitment_set(_where(b))
+    assert is_drift(_where(a), _where(b)) and is_drift(_where(b), _where(a))
+
+
+def _rows_per_condition(pairs):
+    """Run every condition on a table whose columns take NULL, negatives, zeros and strings: ``{cond: rows}``."""
+    import itertools
+    import sqlite3
+    con = sqlite3.connect(":memory:")
+    con.execute("CREATE TABLE t (y INTEGER, x, a, b)")
+    values = [None, -1, 0, 1, 2, 3, 5, 6, "A1", "x", "xy"]
+    rows = [(i, x, a, b) for i, (x, a, b) in enumerate(itertools.product(values, values, [None, 1, 2, "y"]))]
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", rows)
+    return {c: sorted(con.execute(_where(c)).fetchall()) for pair in pairs for c in pair}
+
+
+def test_equivalent_rewrites_return_the_same_rows_in_sqlite():
+    """Each equivalence the canonical form assumes is exact in SQLite, NULLs and mixed types included;
+    each real change returns other rows on the same table (so the test could fail)."""
+    rows = _rows_per_condition(EQUIVALENT + REAL_CHANGES)
+    assert [(a, b) for a, b in EQUIVALENT if rows[a] != rows[b]] == []
+    assert [(a, b) for a, b in REAL_CHANGES if rows[a] == rows[b]] == []
+
+
+def test_normal_form_keeps_the_value_of_a_boolean_select_item():
+    """The rewrites also hold where a condition is a value (0, 1 or NULL), not a filter."""
+    import sqlite3
+    con = sqlite3.connect(":memory:")
+    con.execute("CREATE TABLE t (x, a)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", [(None, None), (0, 1), (3, None), (7, 2), (None, 1)])
+    for a, b in [("NOT (x BETWEEN 1 AND 5)", "x < 1 OR x > 5"), ("NOT (x = 3 AND a = 1)", "x <> 3 OR a <> 1"),
+                 ("NULL IS x", "x IS NULL")]:
+        qa, qb = f"SELECT {a} FROM t", f"SELECT {b} FROM t"
+        assert con.execute(qa).fetchall() == con.execute(qb).fetchall()
+        assert commitment_set(qa) == commitment_set(qb)
+
+
+def test_two_bound_between_change_is_two_literals():
+    # the year range moved at both ends: two units replaced, one literal each (reject at Alg. 1's budget of 1)
+    assert literal_replacement(filtering_commitments(commitment_set(T4_PRE)),
+                               filtering_commitments(commitment_set(T4_PRE.replace("2000 AND 2010", "1990 AND 2020"))),
+                               max_literal_changes=2)
+    assert drift_subtype(T4_PRE, T4_PRE.replace("2000 AND 2010", "2000 AND 2020")) == "value"
+    # a removed bound with nothing in its place is not a literal replacement
+    assert drift_subtype(T4_PRE, T4_PRE.replace("c.year BETWEEN 2000 AND 2010", "c.year >= 2000")) == "constraint"
+
+
+# ---------------------------------------------------------------- drift revision (the drift reward's test)
+def _forms(units) -> set[str]:
+    return {c.value_form for c in units}
+
+
+def test_table4_models_revise_the_drift_though_their_sql_is_wrong():
+    """TIDE Table 4: both models delete the year predicate (DRR=True) and keep coaches.lost > coaches.won.
+    They revised what the drift retracted; the env still pays no drift reward, since postEX=False."""
+    pre = T4_PRE.replace("t.lost>t.won", "c.lost > c.won")
+    post = T4_POST.replace("t.lost>t.won", "c.lost > c.won")
+    r = drift_revision(T4_PRE, T4_POST, pre, post, subtype="constraint")
+    assert r.subtype == "constraint" and r.recognised and r.revised
+    assert _forms(r.retracted) == {"coaches.year >= 2000", "coaches.year <= 2010"} and r.introduced == frozenset()
+    # the gold pair itself, and its retraction re-worded as a weaker year filter: not dropped
+    assert drift_revision(T4_PRE, T4_POST, T4_PRE, T4_POST).revised
+    kept = drift_revision(T4_PRE, T4_POST, T4_PRE, T4_POST.replace("WHERE", "WHERE c.year >= 1900 AND"))
+    assert not kept.revised and _forms(kept.surviving) == {"coaches.year >= 2000", "coaches.year <= 2010"}
+
+
+def test_app_a_value_drift_needs_the_new_literal_and_not_the_old():
+    pre, post = "SELECT * FROM sales WHERE region = 'West'", "SELECT * FROM sales WHERE region = 'East'"
+    r = drift_revision(pre, post, pre, post)
+    assert r.subtype == "value" and r.revised
+    assert _forms(r.retracted) == {"sales.region = 'West'"} and _forms(r.introduced) == {"sales.region = 'East'"}
+    both = drift_revision(pre, post, pre, "SELECT * FROM sales WHERE region IN ('East', 'West')")
+    assert both.recognised and not both.revised and _forms(both.missing) == {"sales.region = 'East'"}
+    other = drift_revision(pre, post, pre, "SELECT * FROM sales WHERE region = 'North'")
+    assert other.recognised and not other.revised
+
+
+@pytest.mark.parametrize("name, pre, post", [
+    ("churn", "SELECT 1", "SELECT 2"),
+    ("pre-drift gold resubmitted", T4_PRE, T4_PRE),
+    ("post-drift gold for both turns", T4_POST, T4_POST),
+    ("churn, then the post-drift gold", "SELECT 1", T4_POST),
+    ("an unrelated query", T4_PRE, "SELECT coachID FROM coaches"),
+    ("unparsable after the drift", T4_PRE, "SELEC nothing"),
+])
+def test_policies_that_do_not_revise_the_retraction(name, pre, post):
+    r = drift_revision(T4_PRE, T4_POST, pre, post)
+    assert not r.revised, name
+    # TIDE's Rec(τ) is met by churn, by churn then gold and by the unrelated query: DRR alone cannot pay
+    assert r.recognised == (name in ("churn", "churn, then the post-drift gold", "an unrelated query",
+                                     "unparsable after the drift"))
+
+
+def test_drift_revision_checks_the_gold_pair_and_the_subtype():
+    with pytest.raises(ValueError, match="not_drift"):
+        drift_revision(T4_POST, T4_PRE, T4_POST, T4_PRE)  # adding the year filter back is not drift
+    with pytest.raises(ValueError, match="Algorithm 1 gives 'constraint'"):
+        drift_revision(T4_PRE, T4_POST, T4_PRE, T4_POST, subtype="value")
+    with pytest.raises(SQLParseError):
+        drift_revision("SELECT FROM", T4_POST, T4_PRE, T4_POST)
+    with pytest.raises(TypeError, match="pred_post"):
+        drift_revision(T4_PRE, T4_POST, T4_PRE, ["SELECT 1"])
+
+
+# ------------------------------------------------- the drift reward through gym.make, embedded drift samples
+@pytest.fixture(scope="module")
+def drift_samples():
+    from textsql_clarify.datasets import load_dataset
+    out = [s for s in load_dataset("embedded") if s.drift is not None]
+    assert len(out) == 6 and sorted(s.drift.subtype for s in out) == ["constraint"] * 2 + ["projection"] * 2 + [
+        "value"] * 2
+    return out
+
+
+@pytest.fixture(scope="module")
+def drift_env(drift_samples):
+    import gymnasium as gym
+
+    import textsql_clarify  # noqa: F401  (registers the env)
+    return gym.make("TextSQLClarify-v0", samples=drift_samples, reward_preset="drift", detailed_scores=False)
+
+
+def _play(env, sample, first: str, second: str):
+    """Two SQL turns around the drift utterance: ``(episode reward, post-drift components, scores)``."""
+    env.reset(options={"sample_id": sample.id})
+    _, r1, term, _, info = env.step(f"<sql>{first}</sql>")
+    assert not term and info["reward_components"].get("drift") is None  # the pre-drift turn pays no drift
+    _, r2, term, _, info = env.step(f"<sql>{second}</sql>")
+    assert term
+    return r1 + r2, info["reward_components"], info["scores"]
+
+
+def test_oracle_earns_the_drift_reward_on_every_embedded_drift_sample(drift_env, drift_samples):
+    got = [_play(drift_env, s, s.gold_sql, s.drift.post_gold_sql) for s in drift_samples]
+    assert [(c["ex"], c["drift"], c["drift_revised"]) for _, c, _ in got] == [(1.0, 1.0, 1.0)] * 6
+    assert [sc["drift_recognised"] for _, _, sc in got] == [True] * 6
+    assert [r for r, _, _ in got] == [2.5] * 6  # ex 1 + ex_post 1 + 0.5 × drift 1
+
+
+def _unrelated(samples, s):
+    """Another drift sample's post-drift gold on the same database: a real query, not this one's answer."""
+    others = [o for o in samples if o.id != s.id and o.db_id == s.db_id]
+    return others[0].drift.post_gold_sql
+
+
+_NON_REVISIONS = {
+    "churn": lambda ss, s: ("SELECT 1", "SELECT 2"),
+    "re-spelled pre-drift gold": lambda ss, s: (s.gold_sql, _respell(s.gold_sql)),
+    "pre-drift gold resubmitted": lambda ss, s: (s.gold_sql, s.gold_sql),
+    "post-drift gold for both turns": lambda ss, s: (s.drift.post_gold_sql, s.drift.post_gold_sql),
+    "churn, then the post-drift gold": lambda ss, s: ("SELECT 1", s.drift.post_gold_sql),
+    "unrelated query after the drift": lambda ss, s: (s.gold_sql, _unrelated(ss, s)),
+}
+
+
+@pytest.mark.parametrize("policy", sorted(_NON_REVISIONS))
+def test_policies_that_do_not_revise_earn_no_drift_reward(drift_env, drift_samples, policy):
+    comps = [_play(drift_env, s, *_NON_REVISIONS[policy](drift_samples, s))[1] for s in drift_samples]
+    assert [c["drift"] for c in comps] == [0.0] * 6
+    assert [c["drift_revised"] for c in comps] == [0.0] * 6
+
+
+def test_dropping_a_retraction_only_in_form_earns_no_drift_reward(drift_env, drift_samples):
+    """The retracted filter re-worded (``amount_eur > 0``) or the retracted columns kept next to the new one:
+    EX may pass (column supersets, a filter every row meets), the drift reward does not."""
+    by_id = {s.id: s for s in drift_samples}
+    s4, s5 = by_id["uni-drift-004"], by_id["uni-drift-005"]
+    reworded = s4.drift.post_gold_sql + " AND sh.amount_eur > 0"
+    kept = s5.drift.post_gold_sql.replace("SELECT p.hire_date", "SELECT p.hire_date, p.first_name, p.last_name")
+    _, c, sc = _play(drift_env, s4, s4.gold_sql, reworded)
+    assert sc["drift_recognised"] is True and c["ex"] == 1.0  # Rec(τ) holds and every grant is above 0
+    assert c["drift_revised"] == 0.0 and c["drift"] == 0.0
+    _, c, sc = _play(drift_env, s5, s5.gold_sql, kept)
+    assert sc["drift_recognised"] is False  # a pure addition: not even Rec(τ)
+    assert c["drift_revised"] == 0.0 and c["drift"] == 0.0
+
+
+def test_oracle_drr_stays_one(drift_samples):
+    from textsql_clarify.baselines.agents import OracleAgent
+    from textsql_clarify.baselines.rollout import evaluate
+    trajs, metrics = evaluate(drift_samples, OracleAgent(), progress=False, reward_preset="drift")
+    assert metrics["overall"]["DRR"] == {"value": 1.0, "n": 6}
+    assert metrics["overall"]["DRA"] == {"value": 1.0, "n": 6}
+    assert [t.scores["drift_revised"] for t in trajs] == [True] * 6

@@ -411,6 +411,8 @@ class DriftRevision:
             columns a unit of S(y_post) \\ S(gold_post) of the same scope and kind still reads (a
             retracted ``amount > 2500`` re-worded as ``amount > 0`` was not dropped).
         missing: A \\ S(y_post): introduced units the post-drift SQL does not carry.
+        collateral: (S(y_pre) \\ S(y_post)) \\ R: units the agent withdrew that the drift did not retract
+            (TIDE App. C: the post-drift SQL "leaves every commitment not targeted by the drift unchanged").
         recognised: TIDE's Rec(τ), S(y_pre) ⊄ S(y_post).
     """
 
@@ -420,14 +422,16 @@ class DriftRevision:
     uncommitted: frozenset[Commitment]
     surviving: frozenset[Commitment]
     missing: frozenset[Commitment]
+    collateral: frozenset[Commitment]
     recognised: bool
 
     @property
     def revised(self) -> bool:
-        """The agent revised what the drift retracted: it held every retracted unit before the drift, holds
-        none of them after it, and carries every introduced unit. Implies :attr:`recognised` (R is never
+        """The agent revised what the drift retracted, and only that: it held every retracted unit before the
+        drift, holds none of them after it, withdrew nothing else, and carries every introduced unit
+        (additions beyond A are allowed, as TIDE's test allows them). Implies :attr:`recognised` (R is never
         empty)."""
-        return not (self.uncommitted or self.surviving or self.missing)
+        return not (self.uncommitted or self.surviving or self.missing or self.collateral)
 
 
 def _agent_set(x: object, name: str, schema: Mapping | None) -> frozenset[Commitment]:
@@ -446,8 +450,9 @@ def drift_revision(gold_pre: str | frozenset, gold_post: str | frozenset, pred_p
     The retracted units R and the introduced units A are the difference between the gold pair's commitment
     sets (value forms, scope by scope). The agent revised the drift when (see :attr:`DriftRevision.revised`)
     R ⊆ S(y_pre) (it had committed to what the user withdrew), no unit of R survives in S(y_post) (see
-    :attr:`DriftRevision.surviving`) and A ⊆ S(y_post). This is stronger than TIDE's Rec(τ), which any
-    change of the agent's SQL satisfies (``SELECT 1`` then ``SELECT 2``).
+    :attr:`DriftRevision.surviving`), S(y_pre) \\ S(y_post) ⊆ R (it withdrew nothing else) and
+    A ⊆ S(y_post). This is stronger than TIDE's Rec(τ), which any change of the agent's SQL satisfies
+    (``SELECT 1`` then ``SELECT 2``).
 
     Args:
         gold_pre, gold_post: the pre- and post-drift gold SQL (or their commitment sets).
@@ -483,4 +488,4 @@ def drift_revision(gold_pre: str | frozenset, gold_post: str | frozenset, pred_p
         if r in y_post or (r.columns and any(u.scope == r.scope and u.kind == r.kind and u.columns & r.columns
                                              for u in extra)))
     return DriftRevision(found, retracted, introduced, retracted - y_pre, surviving, introduced - y_post,
-                         not y_pre <= y_post)
+                         (y_pre - y_post) - retracted, not y_pre <= y_post)
