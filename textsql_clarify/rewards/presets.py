@@ -11,8 +11,10 @@ Components (per turn):
 * ``feedback``: 1/0 FB of a feedback turn (ABISS §5.3); 0 for feedback on a solvable sample.
 * ``format``: -1 on a malformed or refused action, else 0 (TIDE App. D retry rule).
 * ``turn_penalty``: -1 on each clarification turn, else 0.
-* ``drift``: on the post-drift SQL turn, 1 if the agent's commitment set changed non-monotonically
-  (TIDE Rec(τ)), else 0.
+* ``drift``: on the post-drift SQL turn, 1 if that SQL is correct (post-drift ``ex`` 1) and revised what the
+  drift retracted (``commitments.drift_revision``: the retracted units dropped, nothing else withdrawn, the
+  introduced units carried), else 0; ``None`` when ``ex`` is. TIDE's Rec(τ) alone (any change) is the DRR
+  metric, never paid. ``drift_revised`` (the revision without correctness) is reported and not weightable.
 * ``cell_f1`` (and the other article scores): cell-level F1 of a SQL turn (article: cell precision and
   recall); ``None`` when undefined.
 * ``cell_f1_covered``: ``cell_f1 × column_recall``. Cell F1 alone counts only paired columns, so a query
@@ -32,7 +34,7 @@ PRESETS: dict[str, dict[str, float]] = {
     # partial credit on SQL turns: cell F1 scaled by column recall (so dropping gold columns does not pay),
     # same shaping as "shaped".
     "dense": {"cell_f1_covered": 1.0, "feedback": 1.0, "format": 0.1, "turn_penalty": 0.05},
-    # binary plus drift recognition on the post-drift SQL turn (TIDE DRR as a reward).
+    # binary plus a bonus for a correct post-drift SQL that revised what the drift retracted (docs/metrics.md).
     "drift": {"ex": 1.0, "feedback": 1.0, "drift": 0.5},
 }
 
