@@ -236,10 +236,13 @@ def test_many_same_bag_columns_match_without_blowup():
     gold = res([f"g{i}" for i in range(n_cols)], list(zip(*gold_cols)))
     pred = res([f"p{j}" for j in range(n_cols + 10)], [tuple(c[r] for c in pred_cols) for r in row_perm])
     t0 = time.perf_counter()
-    v = compare_results(pred, gold, ordered=False)
+    v = compare_results(pred, gold, ordered=False, max_extra_columns=None)  # the search alone, unbounded width
     assert time.perf_counter() - t0 < 10
     assert v.score == 1.0
     assert v.column_mapping == tuple(pred_order.index(i) for i in range(n_cols))
+    # under the default bound the 10 same-typed extra columns are too many guesses
+    v = compare_results(pred, gold, ordered=False)
+    assert v.status == "mismatch" and "10 extra column(s)" in v.reason
 
 
 def test_search_budget_gives_undetermined():
@@ -279,8 +282,18 @@ def test_shuffled_superset_matches_and_mutation_breaks(data, n_cols, n_extra, n_
     col_perm = data.draw(st.permutations(range(n_cols + n_extra)))
     row_perm = data.draw(st.permutations(range(n_rows)))
     pred_rows = [tuple(wide[r][j] for j in col_perm) for r in row_perm]
-    v = compare_results(res([f"p{j}" for j in col_perm], pred_rows), gold, ordered=False)
+    v = compare_results(res([f"p{j}" for j in col_perm], pred_rows), gold, ordered=False,
+                        max_extra_columns=None, max_extra_columns_single_row=None)
     assert v.score == 1.0
+    # under the default bound: a match exactly when few enough distinct extra columns share a gold column's
+    # value types (recounted here from the raw cells: number, text, NULL)
+    def types(col):
+        return sorted("n" if x is None else "s" if isinstance(x, str) else "d" for x in col)
+    gold_types = [types(c) for c in zip(*rows)]
+    distinct_extra = {c for c in zip(*extra) if types(c) in gold_types} if n_extra else set()
+    cap = 1 if n_rows == 1 else 3
+    bounded = compare_results(res([f"p{j}" for j in col_perm], pred_rows), gold, ordered=False)
+    assert bounded.score == (1.0 if len(distinct_extra) <= cap else 0.0), (bounded, distinct_extra)
     projected = sorted((tuple(r[j] for j in v.column_mapping) for r in pred_rows), key=repr)
     assert projected == sorted(rows, key=repr)
     # a value that occurs nowhere in gold, put into a gold column of one prediction row

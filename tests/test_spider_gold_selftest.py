@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from textsql_clarify.database import ExecutionResult, SQLiteSandbox
-from textsql_clarify.rewards.execution import compare_results, gold_is_ordered, is_empty_result, relaxed_ex
+from textsql_clarify.rewards.execution import compare_results, gold_is_ordered, is_empty_result, relaxed_ex, score_execution
 
 pytestmark = pytest.mark.realdata
 
@@ -21,6 +21,7 @@ def test_spider_dev_golds_match_themselves(spider_root):
     assert len(dev) == 1034
     sandboxes: dict[str, SQLiteSandbox] = {}
     statuses: Counter = Counter()
+    strict_statuses: Counter = Counter()
     permuted: Counter = Counter()
     no_rows = null_only = 0
     try:
@@ -33,6 +34,8 @@ def test_spider_dev_golds_match_themselves(spider_root):
             verdict = relaxed_ex(item["query"], item["query"], sb, gold_key=key)
             statuses[verdict.status] += 1
             gold = sb.execute_gold(key, item["query"])
+            # ex_strict too: the gold has the gold's columns, and its constant columns pair with themselves
+            strict_statuses[score_execution(gold, gold, item["query"], item["query"], sb, gold_key=key)[1].status] += 1
             assert gold.ok and not gold.truncated, (item["query"], gold)
             if is_empty_result(gold):
                 assert verdict.status == "gold_empty" and verdict.score is None, item["query"]
@@ -51,5 +54,6 @@ def test_spider_dev_golds_match_themselves(spider_root):
             sb.close()
     print(f"\nSpider dev gold self-test (n=1034): {dict(statuses)}; no rows {no_rows}, only NULLs {null_only}")
     assert statuses == Counter({"match": 935, "gold_empty": 99})
+    assert strict_statuses == Counter({"match": 935, "gold_empty": 99})
     assert (no_rows, null_only) == (89, 10)
     assert permuted == Counter({"match": 935})

@@ -15,7 +15,7 @@ from ..database import ExecutionResult, SQLiteSandbox
 from ..errors import SQLParseError
 from ..rewards.cells import ResultTable, column_origins, score_cells
 from ..rewards.components import score_components
-from ..rewards.execution import compare_results, gold_is_ordered
+from ..rewards.execution import EXOptions, gold_is_ordered, score_execution
 from ..rewards.retrieval import score_retrieval, tables_read
 
 
@@ -47,10 +47,11 @@ class SQLTurnScore:
     """What scoring one SQL turn produced.
 
     Attributes:
-        components: reward components (``ex``, and with detail on, ``cell_*``, ``column_*``,
+        components: reward components (``ex``, ``ex_strict``, and with detail on, ``cell_*``, ``column_*``,
             ``table_*``, ``components``); ``None`` where undefined.
         execution: ``{"error_kind", "error_message", "n_rows", "truncated", "elapsed_s"}`` of the agent's SQL.
-        gold_status: ``ok`` | ``empty`` | ``error`` | ``none`` (no gold SQL).
+        gold_status: ``ok`` | ``empty`` | ``error`` | ``nondeterministic`` (gold reads the clock or randomness)
+            | ``none`` (no gold SQL).
         flags: ceiling flags: ``gold_truncated``, ``pred_truncated``, ``keyless``, ``scorer_inconsistent``.
         ex_status: the EX verdict's status string.
     """
@@ -72,7 +73,8 @@ DETAIL_KEYS = ("cell_precision", "cell_recall", "cell_f1", "cell_f1_covered", "c
 
 
 def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, *, gold_key: str,
-                   detailed: bool = True, offered_tables: Iterable[str] | None = None) -> SQLTurnScore:
+                   detailed: bool = True, offered_tables: Iterable[str] | None = None,
+                   ex_options: EXOptions | None = None) -> SQLTurnScore:
     """Execute ``pred_sql`` and score it against ``gold_sql``.
 
     Args:
@@ -83,25 +85,30 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
         gold_key: cache key for the gold result (sample id, plus ``#post`` after a drift).
         detailed: also compute the article's families (cells, columns, components, retrieval).
         offered_tables: tables whose schema the agent was shown (retrieval precision); ``None`` = all.
+        ex_options: the EX policy options (:class:`~textsql_clarify.rewards.execution.EXOptions`); ``None``:
+            the defaults.
 
     Returns:
         A :class:`SQLTurnScore`. Never raises for bad SQL.
     """
     pred = sandbox.execute(pred_sql)
-    comps: dict[str, Any] = {"ex": None}
+    comps: dict[str, Any] = {"ex": None, "ex_strict": None}
     flags = {"pred_truncated": pred.truncated, "gold_truncated": False, "keyless": False,
              "scorer_inconsistent": False}
     if detailed:
         comps.update({k: None for k in DETAIL_KEYS})
     if gold_sql is None:
-        comps["ex"] = 0.0
+        comps["ex"] = comps["ex_strict"] = 0.0
         return SQLTurnScore(comps, _exec_info(pred), "none", flags, "no_gold")
     gold = sandbox.execute_gold(gold_key, gold_sql)
     flags["gold_truncated"] = gold.truncated
-    verdict = compare_results(pred, gold, ordered=_ordered(gold_sql))
-    comps["ex"] = verdict.score
-    # the verdict knows every reason a gold cannot be scored (fails, empty, truncated, no columns)
-    gold_status = {"gold_error": "error", "gold_empty": "empty"}.get(verdict.status, "ok")
+    # relaxed EX and ex_strict (rewards/execution.py: width bound, constant columns, ties, rounding)
+    verdict, strict_verdict = score_execution(pred, gold, pred_sql, gold_sql, sandbox, gold_key=gold_key,
+                                              options=ex_options)
+    comps["ex"], comps["ex_strict"] = verdict.score, strict_verdict.score
+    # the verdict knows every reason a gold cannot be scored (fails, empty, truncated, no columns, clock)
+    gold_status = {"gold_error": "error", "gold_empty": "empty",
+                   "gold_nondeterministic": "nondeterministic"}.get(verdict.status, "ok")
     if gold_status == "ok" and (not gold.ok or gold.truncated):
         gold_status = "error"
     if detailed and gold_status == "ok":

@@ -4,22 +4,31 @@ Two results are equivalent when the prediction, projected onto some one-to-one c
 columns, gives the gold's rows (ABISS App. A, tolerances 1 to 4):
 
 * row order is ignored (rows compare as bags), unless the gold SQL has a top-level ``ORDER BY``;
-  then the projected rows must come in the gold's order. Ties in the ``ORDER BY`` keys are not
-  special-cased: the sequences must match exactly as SQLite returned them;
+  then the projected rows must come in the gold's order. Under ``ORDER BY ... LIMIT`` the rows tied
+  with the last kept row are interchangeable (option ``limit_ties``, :class:`EXOptions`);
 * column names and column order are ignored;
-* column supersets pass: the prediction may have extra columns, provided that the projected bag of
-  rows equals the gold's bag. Multiplicity counts and nothing is deduplicated after projection,
-  else ``SELECT *`` would pass every single-column ``DISTINCT`` gold (case ex18);
+* column supersets pass, within a bound: the prediction may have extra columns, provided that the
+  projected bag of rows equals the gold's bag. Multiplicity counts and nothing is deduplicated after
+  projection, else ``SELECT *`` would pass every single-column ``DISTINCT`` gold (case ex18). The
+  tolerance exists for auxiliary columns (a key, a grouping column, the count a HAVING uses; ABISS
+  App. A), not for guessing: at most :data:`MAX_EXTRA_COLUMNS` extra columns, and
+  :data:`MAX_EXTRA_COLUMNS_SINGLE_ROW` when the gold has one row, count, where an extra column counts
+  only when it could stand for a gold column (its values have the same types as some gold column's;
+  identical columns count once). A prediction column whose SQL expression is a constant
+  (:func:`~textsql_clarify.rewards.ex_sql.projection_info`) never pairs with a gold column read from
+  data. ``ex_strict`` (:func:`score_execution`) allows no extra column at all;
 * numbers compare by value (``3 == 3.0``); floats are rounded to :data:`FLOAT_SIGNIFICANT_DIGITS`
   significant digits first, so sums taken in another order still match. Text never equals a
   number (``'3' != 3``). NULL only equals NULL, never ``0`` or ``''`` (ABISS App. A: NULL
   disagreements are non-equivalent; case ex13).
 
 Outcomes that are not the agent's doing are kept apart (score ``None``, left out of EX means):
-a gold that fails to execute (``gold_error``, case ex22) and a gold without data, i.e. no rows or
-only NULL cells (``gold_empty``, :func:`is_empty_result`: an empty prediction would "match" by
-chance, so such a sample can never earn reward and is counted apart as a ceiling on EX; case ex16
-shows why ``[]`` is not an answer while ``[(0,)]`` is).
+a gold that fails to execute (``gold_error``, case ex22), a gold whose result depends on the clock or
+on randomness (``gold_nondeterministic``: ``date('now')``, ``random()``, ...; option
+``exclude_nondeterministic_gold``) and a gold without data, i.e. no rows or only NULL cells
+(``gold_empty``, :func:`is_empty_result`: an empty prediction would "match" by chance, so such a sample
+can never earn reward and is counted apart as a ceiling on EX; case ex16 shows why ``[]`` is not an
+answer while ``[(0,)]`` is).
 
 Column matching is polynomial in practice: each gold column's candidates are the prediction's
 columns with the same bag of values (identical prediction columns merged into one class), then a
@@ -31,10 +40,13 @@ An ordered gold needs no search: each gold column must equal a prediction column
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import sqlite3
+import threading
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
@@ -43,11 +55,21 @@ from sqlglot.tokens import Tokenizer, TokenType
 from ..database import ExecutionResult, SQLiteSandbox
 from ..errors import SQLParseError
 from ..sqlschema import parse_sql
+from .ex_sql import ColumnInfo, gold_nondeterminism, limit_ties_query, projection_info
 
 #: Verdict statuses of :class:`EXVerdict`.
-STATUSES = ("match", "mismatch", "gold_empty", "gold_error", "pred_error", "undetermined")
+STATUSES = ("match", "mismatch", "gold_empty", "gold_error", "gold_nondeterministic", "pred_error", "undetermined")
 #: Statuses whose sample is left out of EX means (``score is None``).
-EXCLUDED_STATUSES = ("gold_empty", "gold_error")
+EXCLUDED_STATUSES = ("gold_empty", "gold_error", "gold_nondeterministic")
+#: Most extra prediction columns that could stand for a gold column (see :func:`extra_columns`) when the
+#: gold has two rows or more: room for a key, a grouping column and the aggregate a HAVING or ORDER BY
+#: uses (ABISS App. A's auxiliary columns), all three at once.
+MAX_EXTRA_COLUMNS = 3
+#: The same bound when the gold has exactly one row. Every extra column of a one-row answer is one more
+#: guess at a single cell: ``SELECT 0, 1, 2, 3`` (three extras) matched 82 of the 935 scorable Spider dev
+#: golds, ``count(*)`` of three tables 57. One extra keeps "which student has the highest GPA" answered
+#: with name and GPA (and with a key too: a number is no guess at a text cell).
+MAX_EXTRA_COLUMNS_SINGLE_ROW = 1
 #: Floats are compared after rounding to this many significant digits (relative resolution ~1e-12).
 FLOAT_SIGNIFICANT_DIGITS = 12
 #: Most row-level checks the column-matching search may make (rows x search nodes) before it
@@ -91,8 +113,73 @@ class EXVerdict:
 
     @property
     def counts_in_mean(self) -> bool:
-        """``False`` for ``gold_empty`` and ``gold_error`` samples, which EX means leave out."""
+        """``False`` for ``gold_empty``, ``gold_error`` and ``gold_nondeterministic`` samples, which EX means
+        leave out."""
         return self.score is not None
+
+
+@dataclass(frozen=True)
+class EXOptions:
+    """The policy options of relaxed EX; ``gym.make("TextSQLClarify-v0", ex_options={...})`` takes them as a
+    mapping (:meth:`from_mapping`). Defaults are the env's; ``docs/metrics.md`` argues each.
+
+    Attributes:
+        max_extra_columns: bound on extra prediction columns that could stand for a gold column, gold of
+            two rows or more (:data:`MAX_EXTRA_COLUMNS`); ``None``: unbounded (ABISS App. A as written).
+        max_extra_columns_single_row: the same for a one-row gold (:data:`MAX_EXTRA_COLUMNS_SINGLE_ROW`).
+        constant_columns: a prediction column whose SQL expression is constant never pairs with a gold
+            column read from data (:func:`~textsql_clarify.rewards.ex_sql.projection_info`).
+        limit_ties: under a gold ``ORDER BY ... LIMIT n``, any row whose ORDER BY keys equal those of the
+            last kept row may take its place, and tied rows may come in any order (public scorer bug
+            reports: the LIMIT keeps an arbitrary subset of the ties). Default ``True``.
+        round_to_gold_precision: a gold column ``ROUND(x, d)`` is compared at ``d`` decimals (SQLite's
+            ``round``) with a prediction column that does not round. Default ``True``.
+        exclude_nondeterministic_gold: a gold that reads the clock or randomness
+            (:func:`~textsql_clarify.rewards.ex_sql.gold_nondeterminism`) is ``gold_nondeterministic``:
+            score ``None``, left out of EX means, counted apart like an empty gold. Default ``True``.
+
+    Raises:
+        ValueError: a bound that is not ``None`` or an int >= 0, or a flag that is not a bool.
+    """
+
+    max_extra_columns: int | None = MAX_EXTRA_COLUMNS
+    max_extra_columns_single_row: int | None = MAX_EXTRA_COLUMNS_SINGLE_ROW
+    constant_columns: bool = True
+    limit_ties: bool = True
+    round_to_gold_precision: bool = True
+    exclude_nondeterministic_gold: bool = True
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name.startswith("max_"):
+                if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                    raise ValueError(f"ex option {f.name} must be None or an int >= 0, got {v!r}")
+            elif not isinstance(v, bool):
+                raise ValueError(f"ex option {f.name} must be a bool, got {v!r}")
+
+    @classmethod
+    def from_mapping(cls, options: "EXOptions | Mapping[str, Any] | None") -> "EXOptions":
+        """``None`` -> the defaults; an :class:`EXOptions` as is; a mapping of field names -> options.
+
+        Raises:
+            ValueError: an unknown option name (the message lists the known ones) or a bad value.
+        """
+        if options is None:
+            return cls()
+        if isinstance(options, cls):
+            return options
+        if not isinstance(options, Mapping):
+            raise ValueError(f"ex_options must be a mapping of option names, got {type(options).__name__}")
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(options) - set(names))
+        if unknown:
+            raise ValueError(f"unknown ex option(s) {unknown}; known: {names}")
+        return cls(**dict(options))
+
+
+#: The env's default options.
+DEFAULT_EX_OPTIONS = EXOptions()
 
 
 # -- ordered golds ---------------------------------------------------------------------------
@@ -222,29 +309,40 @@ def _search(gcols: list[tuple], pseqs: list[tuple], cands: list[list[int]], capa
     return None
 
 
-def _match_columns(gcols: list[tuple], pcols: list[tuple], ordered: bool, budget: int
+def _match_columns(gcols: list[tuple], pcols: list[tuple], ordered: bool, budget: int,
+                   pconst: frozenset[int] = frozenset(), gconst: frozenset[int] = frozenset()
                    ) -> tuple[str, tuple[int, ...] | None, str]:
-    """Find gold column -> prediction column, one-to-one. Returns (status, mapping, reason)."""
+    """Find gold column -> prediction column, one-to-one. Returns (status, mapping, reason).
+
+    A prediction column in ``pconst`` (constant SQL expression) may only pair with a gold column in
+    ``gconst`` (constant too)."""
     # Identical prediction columns form one class: trying one member stands for all of them.
     classes: dict[tuple, list[int]] = {}
     for j, col in enumerate(pcols):
-        classes.setdefault(col, []).append(j)
-    pseqs = list(classes)
+        classes.setdefault((col, j in pconst), []).append(j)
+    pseqs = [key[0] for key in classes]
+    const = [key[1] for key in classes]
     members = list(classes.values())
     if ordered:
-        index = {seq: c for c, seq in enumerate(pseqs)}
-        cands = [[index[g]] if g in index else [] for g in gcols]
+        index: dict[tuple, list[int]] = {}
+        for c, seq in enumerate(pseqs):
+            index.setdefault(seq, []).append(c)
+        cands = [[c for c in index.get(g, []) if not const[c] or i in gconst] for i, g in enumerate(gcols)]
     else:
         bag_of = [frozenset(Counter(seq).items()) for seq in pseqs]
         by_bag: dict[frozenset, list[int]] = {}
         for c, bag in enumerate(bag_of):
             by_bag.setdefault(bag, []).append(c)
-        cands = [by_bag.get(frozenset(Counter(g).items()), []) for g in gcols]
+        cands = [[c for c in by_bag.get(frozenset(Counter(g).items()), []) if not const[c] or i in gconst]
+                 for i, g in enumerate(gcols)]
         for i, cs in enumerate(cands):  # try the class holding the same position first
             cands[i] = sorted(cs, key=lambda c: (i not in members[c], members[c][0]))
     missing = [i for i, cs in enumerate(cands) if not cs]
     if missing:
         what = "sequence" if ordered else "bag"
+        if pconst and any(cs for cs in _unfiltered(gcols, pseqs, ordered, missing)):
+            return "mismatch", None, (f"only constant prediction columns (no value read from a table) have the "
+                                      f"{what} of values of gold column(s) {missing}")
         return "mismatch", None, f"no prediction column has the {what} of values of gold column(s) {missing}"
     if ordered:
         need = Counter(cs[0] for cs in cands)
@@ -270,6 +368,43 @@ def _match_columns(gcols: list[tuple], pcols: list[tuple], ordered: bool, budget
     return "match", tuple(mapping), "ordered rows match" if ordered else "bags of rows match"
 
 
+def _unfiltered(gcols: list[tuple], pseqs: list[tuple], ordered: bool, which: list[int]) -> list[bool]:
+    """For the reason only: would gold columns ``which`` have a candidate without the constant rule?"""
+    if ordered:
+        seqs = set(pseqs)
+        return [gcols[i] in seqs for i in which]
+    bags = {frozenset(Counter(seq).items()) for seq in pseqs}
+    return [frozenset(Counter(gcols[i]).items()) in bags for i in which]
+
+
+def _type_class(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, (int, float)):
+        return "number"
+    return type(v).__name__
+
+
+def extra_columns(gold_cols: Sequence[tuple], pred_cols: Sequence[tuple]) -> int:
+    """How many extra prediction columns could stand for a gold column (the quantity the width bound caps).
+
+    Counted over distinct columns (identical value sequences count once, so repeating a column adds
+    nothing), among the prediction columns whose bag of value types (NULL, number, text, blob) equals
+    some gold column's: only such a column can ever pair with a gold column (text never equals a number),
+    so only such a column is a guess. The result is the number of those distinct prediction columns
+    minus the number of distinct gold columns; a matching prediction uses exactly that many of them.
+
+    Args:
+        gold_cols, pred_cols: normalised columns (each a tuple of comparison keys, one per row).
+
+    Returns:
+        An int (negative when the prediction has fewer such columns than the gold, which then cannot match).
+    """
+    gtypes = {frozenset(Counter(map(_type_class, col)).items()) for col in gold_cols}
+    guesses = {col for col in pred_cols if frozenset(Counter(map(_type_class, col)).items()) in gtypes}
+    return len(guesses) - len(set(gold_cols))
+
+
 def is_empty_result(result: ExecutionResult) -> bool:
     """``True`` when a successful result carries no data: no rows, or rows whose every cell is NULL.
 
@@ -288,14 +423,18 @@ def is_empty_result(result: ExecutionResult) -> bool:
 
 
 # -- verdicts --------------------------------------------------------------------------------
-def _gold_verdict(gold: ExecutionResult) -> EXVerdict | None:
-    """The verdict decided by the gold alone (gold_error, gold_empty), or ``None``."""
+def _gold_verdict(gold: ExecutionResult, nondeterministic: str | None = None) -> EXVerdict | None:
+    """The verdict decided by the gold alone (gold_error, gold_nondeterministic, gold_empty), or ``None``."""
     if not gold.ok:
         return EXVerdict(None, "gold_error", f"gold failed to execute ({gold.error_kind}): {gold.error_message}")
     if gold.truncated:
         return EXVerdict(None, "gold_error", f"gold result truncated at {gold.row_count} rows: cannot compare")
     if not gold.columns:
         return EXVerdict(None, "gold_error", "gold returns no columns")
+    if nondeterministic:
+        return EXVerdict(None, "gold_nondeterministic",
+                         f"gold depends on the clock or on randomness ({nondeterministic}): "
+                         "excluded from EX, no reward")
     if not gold.rows:
         return EXVerdict(None, "gold_empty", "gold returns no rows: excluded from EX (ceiling), no reward")
     if is_empty_result(gold):
@@ -304,70 +443,321 @@ def _gold_verdict(gold: ExecutionResult) -> EXVerdict | None:
     return None
 
 
+def _compare(pred: ExecutionResult, gold: ExecutionResult, ordered: bool, search_budget: int,
+             pconst: frozenset[int], gconst: frozenset[int], max_extra: int | None, max_extra_single: int | None,
+             strict: bool) -> tuple[EXVerdict, bool]:
+    """:func:`compare_results`, plus whether the verdict came from column matching (a mismatch that the
+    tie and rounding options may still turn into a match)."""
+    early = _gold_verdict(gold)
+    if early is not None:
+        return early, False
+    if not pred.ok:
+        return EXVerdict(0.0, "pred_error", f"prediction failed ({pred.error_kind}): {pred.error_message}"), False
+    m, k = len(gold.columns), len(pred.columns)
+    if k < m:
+        return EXVerdict(0.0, "mismatch", f"prediction has {k} column(s), gold has {m}"), False
+    if strict and k != m:
+        return EXVerdict(0.0, "mismatch", f"prediction has {k} column(s), gold has {m} (strict: no extra column)"
+                         ), False
+    if pred.truncated:
+        return EXVerdict(0.0, "mismatch",
+                         f"prediction has more than {pred.row_count} rows, gold has {gold.row_count}"), False
+    if pred.row_count != gold.row_count:
+        return EXVerdict(0.0, "mismatch", f"prediction has {pred.row_count} row(s), gold has {gold.row_count}"), False
+    identity_ok = all(j not in pconst or j in gconst for j in range(m))
+    if k == m and identity_ok and pred.rows == gold.rows:  # fast path: a correct query's usual result
+        return EXVerdict(1.0, "match", "identical results", tuple(range(m))), False
+    gcols, g_changed = _columns(gold.rows)
+    pcols, p_changed = _columns(pred.rows)
+    if k > m:
+        cap = max_extra_single if gold.row_count == 1 else max_extra
+        if cap is not None:
+            extra = extra_columns(gcols, pcols)
+            if extra > cap:
+                rows = "a one-row gold" if gold.row_count == 1 else "a gold of several rows"
+                return EXVerdict(0.0, "mismatch", f"prediction has {extra} extra column(s) that could stand for gold "
+                                                  f"columns; at most {cap} allowed against {rows}"), False
+    if k == m and identity_ok and not ordered:  # fast path: the same columns in the same places, rows reordered
+        grows = list(zip(*gcols)) if g_changed else gold.rows
+        prows = list(zip(*pcols)) if p_changed else pred.rows
+        if Counter(prows) == Counter(grows):
+            return EXVerdict(1.0, "match", "bags of rows match", tuple(range(m))), False
+    status, mapping, reason = _match_columns(gcols, pcols, ordered, search_budget, pconst, gconst)
+    return EXVerdict(1.0 if status == "match" else 0.0, status, reason, mapping), status == "mismatch"
+
+
 def compare_results(pred: ExecutionResult, gold: ExecutionResult, *, ordered: bool,
-                    search_budget: int = DEFAULT_SEARCH_BUDGET) -> EXVerdict:
+                    search_budget: int = DEFAULT_SEARCH_BUDGET,
+                    pred_constant_columns: frozenset[int] = frozenset(),
+                    gold_constant_columns: frozenset[int] = frozenset(),
+                    max_extra_columns: int | None = MAX_EXTRA_COLUMNS,
+                    max_extra_columns_single_row: int | None = MAX_EXTRA_COLUMNS_SINGLE_ROW,
+                    strict: bool = False) -> EXVerdict:
     """Relaxed EX of two execution results (ABISS App. A; see the module docstring for the rules).
 
     Checked in this order: gold error or truncated gold (``gold_error``), empty gold
     (``gold_empty``), prediction error including timeout (``pred_error``), fewer prediction columns
-    than gold columns or a different row count, including a truncated prediction (``mismatch``),
-    then column matching (``match`` / ``mismatch`` / ``undetermined``).
+    than gold columns (under ``strict``, any other number of columns) or a different row count,
+    including a truncated prediction (``mismatch``), too many extra columns (``mismatch``,
+    :func:`extra_columns`), then column matching (``match`` / ``mismatch`` / ``undetermined``).
+
+    This works on results alone; :func:`score_execution` reads the SQL too (constant columns, ties,
+    rounding, nondeterministic golds) and is what the env uses.
 
     Args:
         pred: the prediction's result.
         gold: the gold's result.
         ordered: compare row sequences (gold has a top-level ORDER BY, :func:`gold_is_ordered`).
         search_budget: most row checks for the unordered column search.
+        pred_constant_columns: prediction columns whose SQL expression is constant
+            (:func:`~textsql_clarify.rewards.ex_sql.constant_columns`); they pair only with gold columns
+            in ``gold_constant_columns``. Empty (the default): every column counts as read from data.
+        gold_constant_columns: gold columns whose SQL expression is constant.
+        max_extra_columns: bound on :func:`extra_columns` for a gold of two rows or more; ``None``: unbounded.
+        max_extra_columns_single_row: the same for a one-row gold.
+        strict: no column superset at all: the prediction must have the gold's number of columns
+            (``ex_strict``). Names and column order are still ignored.
 
     Returns:
         EXVerdict; on a match ``column_mapping[i]`` is the prediction column paired with gold column ``i``.
     """
-    early = _gold_verdict(gold)
+    return _compare(pred, gold, ordered, search_budget, frozenset(pred_constant_columns),
+                    frozenset(gold_constant_columns), max_extra_columns, max_extra_columns_single_row, strict)[0]
+
+
+# -- rounding at the gold's precision ------------------------------------------------------------
+_ROUND_LOCAL = threading.local()
+
+
+def sqlite_round(values: Sequence[float], digits: int) -> list[float]:
+    """SQLite's ``round(x, digits)`` of each value, computed by SQLite itself (in memory) so that halves
+    round exactly as they do in a gold's ``ROUND``. Non-float values are returned unchanged."""
+    con = getattr(_ROUND_LOCAL, "con", None)
+    if con is None:
+        con = _ROUND_LOCAL.con = sqlite3.connect(":memory:")
+    out = list(values)
+    idx = [i for i, v in enumerate(values) if type(v) is float]
+    for start in range(0, len(idx), 400):
+        chunk = idx[start:start + 400]
+        sql = "SELECT round(column1, ?) FROM (VALUES " + ",".join("(?)" for _ in chunk) + ")"
+        got = con.execute(sql, [digits] + [values[i] for i in chunk]).fetchall()
+        for i, (r,) in zip(chunk, got):
+            out[i] = r
+    return out
+
+
+def _rounded_prediction(pred: ExecutionResult, gold: ExecutionResult, ginfo: Sequence[ColumnInfo],
+                        pinfo: Sequence[ColumnInfo] | None) -> ExecutionResult | None:
+    """The prediction with each unrounded float column rounded at the precision of a gold ``ROUND(x, d)``
+    column whose bag of values it then has (and no gold column's before rounding); ``None`` if none is."""
+    digits = {i: c.round_digits for i, c in enumerate(ginfo) if c.rounds and c.round_digits is not None}
+    if not digits or not pred.rows:
+        return None
+    gcols, _ = _columns(gold.rows)
+    gbags = [Counter(col) for col in gcols]
+    pcols = [list(col) for col in zip(*pred.rows)]
+    changed = False
+    for j, col in enumerate(pcols):
+        if (pinfo is not None and pinfo[j].rounds) or not any(type(v) is float for v in col):
+            continue
+        if Counter(map(normalise_value, col)) in gbags:
+            continue  # it already has some gold column's values
+        for d in sorted(set(digits.values())):
+            rounded = sqlite_round(col, d)
+            bag = Counter(map(normalise_value, rounded))
+            if any(gbags[i] == bag for i, dd in digits.items() if dd == d):
+                pcols[j] = rounded
+                changed = True
+                break
+    if not changed:
+        return None
+    return dataclasses.replace(pred, rows=tuple(zip(*pcols)))
+
+
+# -- ORDER BY ... LIMIT ties ---------------------------------------------------------------------
+def _tie_segments(ext: ExecutionResult, m: int, n_keys: int, offset: int, n: int) -> list[tuple[int, int, list]] | None:
+    """``(start, end, rows)`` per group of equal ORDER BY keys met by the kept window ``[offset, offset + n)``
+    of the tie-extended gold ``ext``: positions relative to the window and the group's rows (all of them,
+    inside and outside the window, normalised, gold columns only). ``None`` when no group has ties."""
+    rows = ext.rows
+    if len(rows) < offset + n or ext.truncated:
+        return None
+    keys = [tuple(map(normalise_value, r[m:m + n_keys])) for r in rows]
+    starts = [0] + [i for i in range(1, len(rows)) if keys[i] != keys[i - 1]] + [len(rows)]
+    segs = []
+    tied = False
+    for a, b in zip(starts, starts[1:]):
+        lo, hi = max(a, offset), min(b, offset + n)
+        if lo >= hi:
+            continue
+        tied |= b - a > 1
+        segs.append((lo - offset, hi - offset, [tuple(map(normalise_value, r[:m])) for r in rows[a:b]]))
+    return segs if tied else None
+
+
+def _tie_match(pcols: list[tuple], segs: list[tuple[int, int, list]], m: int, pconst: frozenset[int],
+               gconst: frozenset[int], budget: int) -> tuple[int, ...] | None:
+    """A one-to-one gold -> prediction column mapping under which each window segment of the prediction's
+    rows is a sub-bag of its tie group's rows (equal bags for groups wholly kept), or ``None``."""
+    gseg_cols = [[Counter(r[i] for r in rows) for (_, _, rows) in segs] for i in range(m)]
+    cands: list[list[int]] = []
+    for i in range(m):
+        cs = []
+        for j, col in enumerate(pcols):
+            if j in pconst and i not in gconst:
+                continue
+            if all(not (Counter(col[a:b]) - gseg_cols[i][s]) for s, (a, b, _) in enumerate(segs)):
+                cs.append(j)
+        if not cs:
+            return None
+        cands.append(cs)
+    group_bags = [Counter(rows) for (_, _, rows) in segs]
+    order = sorted(range(m), key=lambda i: len(cands[i]))
+    work = 0
+    chosen: dict[int, int] = {}
+
+    def full_check() -> bool:
+        for s, (a, b, _) in enumerate(segs):
+            got = Counter(tuple(pcols[chosen[i]][r] for i in range(m)) for r in range(a, b))
+            if got - group_bags[s]:
+                return False
+        return True
+
+    def dfs(depth: int) -> bool:
+        nonlocal work
+        if depth == m:
+            work += sum(b - a for a, b, _ in segs)
+            return work <= budget and full_check()
+        i = order[depth]
+        for j in cands[i]:
+            if j in chosen.values() or work > budget:
+                continue
+            chosen[i] = j
+            if dfs(depth + 1):
+                return True
+            del chosen[i]
+        return False
+
+    return tuple(chosen[i] for i in range(m)) if dfs(0) else None
+
+
+# -- the SQL-aware scorer ------------------------------------------------------------------------
+def _constant_set(info: Sequence[ColumnInfo] | None) -> frozenset[int]:
+    return frozenset() if info is None else frozenset(i for i, c in enumerate(info) if c.constant)
+
+
+def score_execution(pred: ExecutionResult, gold: ExecutionResult, pred_sql: str, gold_sql: str,
+                    sandbox: SQLiteSandbox | None = None, *, gold_key: str | None = None,
+                    options: EXOptions | Mapping[str, Any] | None = None,
+                    search_budget: int = DEFAULT_SEARCH_BUDGET) -> tuple[EXVerdict, EXVerdict]:
+    """Relaxed EX and strict EX of a prediction, reading the two SQL texts as well as their results.
+
+    On top of :func:`compare_results`: the gold is ``gold_nondeterministic`` when it reads the clock or
+    randomness (:func:`~textsql_clarify.rewards.ex_sql.gold_nondeterminism`); constant prediction columns
+    pair only with constant gold columns (:func:`~textsql_clarify.rewards.ex_sql.projection_info`; ``*``
+    expanded from ``sandbox.schema``; a query whose columns cannot be aligned counts as all data); a
+    column-matching mismatch is retried with unrounded prediction columns rounded at a gold ``ROUND``'s
+    precision (``round_to_gold_precision``) and then with the rows tied under the gold's ``ORDER BY ...
+    LIMIT`` (``limit_ties``; runs the tie-extended gold, cached under ``gold_key + "#ties"``).
+
+    Args:
+        pred, gold: the two results (the gold's as executed for ``gold_sql``).
+        pred_sql, gold_sql: the two SQL texts.
+        sandbox: the database (schema for ``*``, and the tie query); ``None``: no ``*`` expansion, no ties.
+        gold_key: cache key of the gold in ``sandbox`` (sample id), for the tie query.
+        options: :class:`EXOptions` or a mapping of its fields; ``None``: the defaults.
+        search_budget: most row checks for each column search.
+
+    Returns:
+        ``(relaxed, strict)``: two :class:`EXVerdict`; ``strict`` is ``ex_strict`` (the gold's number of
+        columns, no superset tolerance; bags or ordered as the gold says; the same options otherwise).
+
+    Raises:
+        ValueError: bad ``options``.
+    """
+    opts = EXOptions.from_mapping(options)
+    nondet = gold_nondeterminism(gold_sql) if opts.exclude_nondeterministic_gold else None
+    early = _gold_verdict(gold, nondet)
     if early is not None:
-        return early
-    if not pred.ok:
-        return EXVerdict(0.0, "pred_error", f"prediction failed ({pred.error_kind}): {pred.error_message}")
-    m, k = len(gold.columns), len(pred.columns)
-    if k < m:
-        return EXVerdict(0.0, "mismatch", f"prediction has {k} column(s), gold has {m}")
-    if pred.truncated:
-        return EXVerdict(0.0, "mismatch", f"prediction has more than {pred.row_count} rows, gold has {gold.row_count}")
-    if pred.row_count != gold.row_count:
-        return EXVerdict(0.0, "mismatch", f"prediction has {pred.row_count} row(s), gold has {gold.row_count}")
-    if k == m and pred.rows == gold.rows:  # fast path: a correct query's usual result
-        return EXVerdict(1.0, "match", "identical results", tuple(range(m)))
-    gcols, g_changed = _columns(gold.rows)
-    pcols, p_changed = _columns(pred.rows)
-    if k == m and not ordered:  # fast path: the same columns in the same places, rows reordered
-        grows = list(zip(*gcols)) if g_changed else gold.rows
-        prows = list(zip(*pcols)) if p_changed else pred.rows
-        if Counter(prows) == Counter(grows):
-            return EXVerdict(1.0, "match", "bags of rows match", tuple(range(m)))
-    status, mapping, reason = _match_columns(gcols, pcols, ordered, search_budget)
-    return EXVerdict(1.0 if status == "match" else 0.0, status, reason, mapping)
+        return early, early
+    try:
+        ordered = gold_is_ordered(gold_sql)
+    except SQLParseError as e:
+        v = EXVerdict(None, "gold_error", f"cannot tell whether the gold is ordered: {e.reason}")
+        return v, v
+    schema = sandbox.schema if sandbox is not None else None
+    pinfo = projection_info(pred_sql, schema, len(pred.columns)) if pred.ok and pred.columns else None
+    ginfo = projection_info(gold_sql, schema, len(gold.columns))
+    pconst = _constant_set(pinfo) if opts.constant_columns else frozenset()
+    gconst = _constant_set(ginfo)
+    lazy: dict[str, Any] = {}
+
+    def rounded() -> ExecutionResult | None:
+        if "rounded" not in lazy:
+            lazy["rounded"] = _rounded_prediction(pred, gold, ginfo, pinfo) if ginfo is not None else None
+        return lazy["rounded"]
+
+    def segments():
+        if "segs" not in lazy:
+            lazy["segs"] = None
+            tq = limit_ties_query(gold_sql) if sandbox is not None and ordered else None
+            if tq is not None:
+                ext = (sandbox.execute_gold(gold_key + "#ties", tq.sql) if gold_key is not None
+                       else sandbox.execute(tq.sql))
+                if ext.ok and len(ext.columns) == len(gold.columns) + tq.n_keys:
+                    lazy["segs"] = _tie_segments(ext, len(gold.columns), tq.n_keys, tq.offset, gold.row_count)
+        return lazy["segs"]
+
+    out = []
+    for strict in (False, True):
+        def run(p: ExecutionResult) -> tuple[EXVerdict, bool]:
+            return _compare(p, gold, ordered, search_budget, pconst, gconst, opts.max_extra_columns,
+                            opts.max_extra_columns_single_row, strict)
+
+        verdict, retry = run(pred)
+        candidates = [pred]
+        if retry and opts.round_to_gold_precision and rounded() is not None:
+            candidates.append(rounded())
+            v2, retry2 = run(rounded())
+            if v2.status == "match":
+                verdict, retry = EXVerdict(1.0, "match", v2.reason + " at the gold's ROUND precision",
+                                           v2.column_mapping), False
+            else:
+                retry = retry and retry2
+        if retry and opts.limit_ties and segments() is not None:
+            for p in candidates:
+                pcols, _ = _columns(p.rows)
+                mapping = _tie_match(pcols, segments(), len(gold.columns), pconst, gconst, search_budget)
+                if mapping is not None:
+                    verdict = EXVerdict(1.0, "match", "rows match, ties under ORDER BY ... LIMIT interchangeable"
+                                        + (" (at the gold's ROUND precision)" if p is not pred else ""), mapping)
+                    break
+        out.append(verdict)
+    return out[0], out[1]
 
 
-def relaxed_ex(pred_sql: str, gold_sql: str, sandbox: SQLiteSandbox, *, gold_key: str | None = None
-               ) -> EXVerdict:
-    """Execute gold and prediction in ``sandbox`` and score the prediction by relaxed EX.
+def relaxed_ex(pred_sql: str, gold_sql: str, sandbox: SQLiteSandbox, *, gold_key: str | None = None,
+               options: EXOptions | Mapping[str, Any] | None = None, strict: bool = False) -> EXVerdict:
+    """Execute gold and prediction in ``sandbox`` and score the prediction by relaxed EX
+    (:func:`score_execution`; ``strict=True`` gives ``ex_strict``).
 
     The gold runs first (through :meth:`SQLiteSandbox.execute_gold` when ``gold_key`` is given, so
     it is computed once per sample); when the gold alone decides the verdict (``gold_error``,
-    ``gold_empty``) the prediction is not run. A prediction that fails, including a timeout, is
-    ``pred_error`` with score 0.
+    ``gold_nondeterministic``, ``gold_empty``) the prediction is not run. A prediction that fails,
+    including a timeout, is ``pred_error`` with score 0.
 
     Raises:
         TypeError: ``pred_sql`` or ``gold_sql`` is not a ``str``.
+        ValueError: bad ``options``.
         SandboxClosedError: the sandbox was closed.
     """
     if not isinstance(pred_sql, str) or not isinstance(gold_sql, str):
         raise TypeError("pred_sql and gold_sql must be str")
+    opts = EXOptions.from_mapping(options)
     gold = sandbox.execute_gold(gold_key, gold_sql) if gold_key is not None else sandbox.execute(gold_sql)
-    early = _gold_verdict(gold)
+    early = _gold_verdict(gold, gold_nondeterminism(gold_sql) if opts.exclude_nondeterministic_gold else None)
     if early is not None:
         return early
-    try:
-        ordered = gold_is_ordered(gold_sql)
-    except SQLParseError as e:
-        return EXVerdict(None, "gold_error", f"cannot tell whether the gold is ordered: {e.reason}")
-    return compare_results(sandbox.execute(pred_sql), gold, ordered=ordered)
+    relaxed, strict_v = score_execution(sandbox.execute(pred_sql), gold, pred_sql, gold_sql, sandbox,
+                                        gold_key=gold_key, options=opts)
+    return strict_v if strict else relaxed
