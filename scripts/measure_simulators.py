@@ -18,8 +18,11 @@ Reported (each figure with its n; undefined figures are ``null``):
 * fact recall: share of probes with a fact whose reply contains it;
 * full-SQL leak rate (the whole gold SQL in a reply, :func:`~textsql_clarify.simulators.leakage.
   is_full_gold_leak`; must be 0), SQL-text rate, and partial leak rate (a reply names a schema identifier
-  that neither the question nor the clarification used, ``identifier:`` reasons of
-  :func:`~textsql_clarify.simulators.leakage.leakage_reasons`);
+  that neither the question, the hidden knowledge nor a clarification naming at most one new name
+  used, ``identifier:`` reasons of :func:`~textsql_clarify.simulators.leakage.leakage_reasons`);
+* with ``--milking``: the echo and identifier-listing probes of issue 8 played through ``gym.make``
+  (:func:`milking_report`): echoes labelled relevant on the ambiguous embedded samples, and leaks
+  (:func:`~textsql_clarify.simulators.leakage.gold_leaks`) on the embedded set and Spider dev;
 * FB judge agreement with the labels for the MiniLM and lexical judges: at the shipped threshold, at
   the best threshold on the whole set (calibration), and leave-one-out (threshold chosen on the other
   probes, then applied to the held-out one).
@@ -188,7 +191,8 @@ def run_user(user: Any, probes: Sequence[dict], samples: dict[str, Sample | None
         replies = user.respond(reqs)
         for (p, s), req, rep in zip(chunk, reqs, replies):
             reasons = leakage_reasons(rep.text, question=s.question, clarification=p["clarification"],
-                                      schema_identifiers=req.schema_identifiers, gold_sql=s.gold_sql)
+                                      schema_identifiers=req.schema_identifiers, gold_sql=s.gold_sql,
+                                      hidden_knowledge=s.hidden_knowledge)
             rows.append({
                 "id": p["id"], "source": "mmsql" if "mmsql" in p else "embedded", "label": p["label"],
                 "pred": rep.label, "reply": rep.text, "fact_hit": fact_hit(rep.text, p.get("fact", "")),
@@ -225,6 +229,147 @@ def relevancy_report(rows: Sequence[dict]) -> dict:
                          "identifiers": dict(Counter(i for r in rows for i in r["identifier_leaks"]))},
         "leak_rejections": sum(r["leak_rejections"] for r in rows),
     }
+
+
+# ----------------------------------------------------------------------------- milking probes (issue 8)
+
+#: Clarifications that repeat the question or add only stock words (``{q}``: the question, ``{qs}``:
+#: it without its final punctuation, ``{rev}``: its words reversed). None may be labelled relevant.
+ECHO_PROBES = {
+    "verbatim": "{q}",
+    "clarify_wrap": "Can you clarify: {qs}?",
+    "what_mean": "What do you mean?",
+    "mean_wrap": "What do you mean by \"{qs}\"?",
+    "confirm_wrap": "Just to be sure, you are asking: {qs}, right?",
+    "reordered": "Do you mean {rev}?",
+}
+
+
+def echo_probe_texts(question: str) -> dict[str, str]:
+    """The :data:`ECHO_PROBES` clarifications for one question, by probe kind."""
+    qs = question.strip().rstrip("?.! ")
+    rev = " ".join(reversed(qs.split()))
+    return {k: t.format(q=question.strip(), qs=qs, rev=rev) for k, t in ECHO_PROBES.items()}
+
+
+def identifier_probe_texts(sample: Sample) -> dict[str, str]:
+    """Clarifications that enumerate schema identifiers (the leak probes of issue 8), by probe kind.
+
+    ``all_columns*`` list every column name of the database (three phrasings), ``all_tables*`` every
+    table name (two phrasings), ``gold_table_columns`` every column of the tables the gold query reads,
+    ``which_of_these`` the columns of the gold's tables again as a "which of these" choice; names are
+    written as the schema spells them.
+    """
+    from textsql_clarify.simulators.leakage import gold_exposure
+
+    sch = read_schema(sample.db_path)
+    cols = list(dict.fromkeys(c for cs in sch.values() for c in cs))
+    tables = list(sch)
+    gold_tables = gold_exposure(sample.gold_sql)[1]
+    gcols = list(dict.fromkeys(c for t, cs in sch.items() if t.lower() in gold_tables for c in cs)) or cols
+    return {
+        "all_columns": "Should the answer show " + ", ".join(cols) + "?",
+        "all_columns_want": "Do you want " + ", ".join(cols) + " in the result?",
+        "all_columns_which": "Which of these columns: " + ", ".join(cols) + "?",
+        "all_tables": "Is this about " + ", ".join(tables) + "?",
+        "all_tables_want": "Do you want the " + ", ".join(tables) + " in the result?",
+        "gold_table_columns": "Do you want " + ", ".join(gcols) + " in the result?",
+        "which_of_these": "Which of these columns: " + ", ".join(gcols) + "?",
+    }
+
+
+class _RecordingUser:
+    """Wraps a simulated user and keeps the last reply it gave (to read labels through ``gym.make``)."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.last = None
+
+    def respond(self, batch):
+        out = self.inner.respond(batch)
+        self.last = out[-1] if out else None
+        return out
+
+
+def _hk_returned(reply: str, knowledge: str) -> bool:
+    """The reply states the hidden knowledge: it repeats at least half of its content words."""
+    hk = set(fbm.content_words(knowledge))
+    return bool(hk) and len(hk & set(fbm.content_words(reply))) >= 0.5 * len(hk)
+
+
+def milking_report(samples: Sequence[Sample], user: Any, *, echo: bool = True, identifiers: bool = True) -> dict:
+    """Play the milking probes through ``gym.make("TextSQLClarify-v0", samples=..., simulator=user)``.
+
+    Echo probes run on the ambiguous samples: per kind, how many replies are labelled ``relevant`` and how
+    many state the hidden knowledge (:func:`_hk_returned`). Identifier probes run on every sample with a
+    gold SQL: per kind, how many replies leak (:func:`~textsql_clarify.simulators.leakage.gold_leaks`: a
+    gold output column, table or value that neither the question nor the hidden knowledge contains).
+
+    Returns:
+        ``{"echo": {kind: {"n", "relevant", "hk_returned", "ids"}}, "identifier": {kind: {"n", "leaks",
+        "ids", "examples"}}, "identifier_any": {"n", "leaks"}}`` (counts; ``ids`` of the failures).
+    """
+    import gymnasium as gym
+
+    import textsql_clarify  # noqa: F401 - registers the env
+    from textsql_clarify.simulators.leakage import gold_leaks
+
+    rec = _RecordingUser(user)
+    env = gym.make("TextSQLClarify-v0", samples=list(samples), simulator=rec, detailed_scores=False)
+    out: dict[str, Any] = {"echo": {}, "identifier": {}}
+
+    def ask(s: Sample, text: str):
+        env.reset(options={"sample_id": s.id})
+        env.step(json.dumps({"type": "clarify", "content": text}))
+        return rec.last
+
+    if echo:
+        for s in samples:
+            if s.group != "ambiguous":
+                continue
+            for kind, text in echo_probe_texts(s.question).items():
+                r = out["echo"].setdefault(kind, {"n": 0, "relevant": 0, "hk_returned": 0, "ids": []})
+                rep = ask(s, text)
+                r["n"] += 1
+                rel = rep.label == "relevant"
+                hk = _hk_returned(rep.text, s.hidden_knowledge)
+                r["relevant"] += rel
+                r["hk_returned"] += hk
+                if rel or hk:
+                    r["ids"].append(s.id)
+    if identifiers:
+        any_leak: dict[str, bool] = {}
+        for s in samples:
+            if s.gold_sql is None:
+                continue
+            for kind, text in identifier_probe_texts(s).items():
+                r = out["identifier"].setdefault(kind, {"n": 0, "leaks": 0, "ids": [], "examples": []})
+                rep = ask(s, text)
+                leaks = gold_leaks(rep.text, question=s.question, hidden_knowledge=s.hidden_knowledge,
+                                   gold_sql=s.gold_sql)
+                r["n"] += 1
+                any_leak[s.id] = any_leak.get(s.id, False) or bool(leaks)
+                if leaks:
+                    r["leaks"] += 1
+                    r["ids"].append(s.id)
+                    if len(r["examples"]) < 5:
+                        r["examples"].append({"id": s.id, "reply": rep.text, "leaks": leaks})
+        out["identifier_any"] = {"n": len(any_leak), "leaks": sum(any_leak.values())}
+    env.close()
+    return out
+
+
+def print_milking(name: str, rep: dict) -> None:
+    """Print one :func:`milking_report`."""
+    print(f"\n== milking probes, {name}")
+    for kind, v in rep["echo"].items():
+        print(f"  echo {kind:<18} relevant {v['relevant']}/{v['n']}   hidden knowledge returned "
+              f"{v['hk_returned']}/{v['n']}")
+    for kind, v in rep["identifier"].items():
+        print(f"  identifiers {kind:<18} leaks {v['leaks']}/{v['n']}")
+    if "identifier_any" in rep:
+        a = rep["identifier_any"]
+        print(f"  identifiers, any probe: samples with a leak {a['leaks']}/{a['n']}")
 
 
 # ----------------------------------------------------------------------------- FB judge
@@ -353,6 +498,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     ap.add_argument("--transformers-model", default=None, help="model spec (default: the simulator's default)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--council", nargs="*", default=None, help="also measure a CouncilFeedbackJudge of these specs")
+    ap.add_argument("--milking", action="store_true",
+                    help="also play the echo and identifier-listing probes through gym.make (embedded, Spider dev)")
     ap.add_argument("--probes", default=str(CLARIFICATION_PROBES),
                     help="clarification probe JSONL (default: tests/fixtures/probe_clarifications.jsonl)")
     args = ap.parse_args(argv)
@@ -378,6 +525,15 @@ def main(argv: Sequence[str] | None = None) -> dict:
     rep.update(model="rule-based", seconds=round(time.perf_counter() - t0, 2), rows=rows)
     result["simulators"]["rule_based"] = rep
     print_user("rule-based user", rep)
+    if args.milking:
+        from textsql_clarify.datasets import load_dataset
+
+        result["milking"] = {"embedded": milking_report(load_embedded(), RuleBasedUser())}
+        print_milking("rule-based user, embedded", result["milking"]["embedded"])
+        if data_root is not None and (data_root / "spider_dev" / "dev.json").is_file():
+            spider = load_dataset(f"spider:{data_root / 'spider_dev'}")
+            result["milking"]["spider_dev"] = milking_report(spider, RuleBasedUser(), echo=False)
+            print_milking(f"rule-based user, Spider dev ({len(spider)} samples)", result["milking"]["spider_dev"])
 
     if not args.no_transformers:
         try:

@@ -113,7 +113,9 @@ def test_spider_dev_all_gold_queries(spider_root):
         assert [f.kind for f in frags].count("columns") == 1
         assert all(f.kind in FRAGMENT_KINDS for f in frags)
         for f in frags:
-            r = leakage_reasons(f.text, question="", clarification="", schema_identifiers=(), gold_sql=q)
+            # no SQL text and not the gold (a filter names its value: the guard licenses values per reply)
+            r = [x for x in leakage_reasons(f.text, question="", clarification="", schema_identifiers=(),
+                                            gold_sql=q) if not x.startswith("value:")]
             if r:
                 leaks.append((q, f, r))
         m = re.search(r"\bLIMIT\s+(\d+)\s*;?\s*$", q, re.IGNORECASE)

@@ -118,3 +118,74 @@ def test_real_spider_questions_and_gold(spider_root):
             self_leaks.append((d["question"], own))
     assert missed_sql == []
     assert self_leaks == []
+
+
+# ----------------------------------------------------------------------------- issue 8: enumeration probes
+
+from textsql_clarify.simulators.leakage import (  # noqa: E402
+    LICENSE_LIMIT, PROBE_LIMIT, gold_exposure, gold_leaks, is_identifier_probe, named_identifiers,
+)
+
+# Spider dev, concert_singer: "Show name, country, age for all singers ordered by age ..."
+SINGER_Q = "Show name, country, age for all singers ordered by age from the oldest to the youngest."
+SINGER_GOLD = "SELECT name ,  country ,  age FROM singer WHERE country = 'France' ORDER BY age DESC"
+
+
+def test_named_identifiers_counts_names_once_and_skips_what_is_known():
+    ids = ("singer", "singer_id", "name", "song_name", "StuID", "stu_id", "age", "is_male")
+    # song_name counts once (its "name" is inside it); StuID / stu_id are one name; age is in the question
+    assert named_identifiers("the song_name, StuID or stu_id, and the age?", ids, known="How old, by age?") == \
+        ["song_name", "stuid"]
+    assert named_identifiers("Is it about is_male?", ids) == ["is_male"]
+    assert named_identifiers("nothing here", ids) == []
+
+
+def test_identifier_probe_is_more_than_two_new_names():
+    assert (LICENSE_LIMIT, PROBE_LIMIT) == (1, 2)
+    ids = IDS + ("song_release_year", "is_male")
+    q = "How old is each singer?"
+    assert not is_identifier_probe("Do you want the country too?", question=q, schema_identifiers=ids)
+    assert not is_identifier_probe("The home_city or the country?", question=q, schema_identifiers=ids)
+    assert is_identifier_probe("Which of these: name, country, song_name, is_male?", question=q,
+                               schema_identifiers=ids)
+    # names the hidden knowledge already holds are not counted
+    assert not is_identifier_probe("Which of these: name, country, song_name?", question=q,
+                                   hidden_knowledge="I mean the song_name, by country.", schema_identifiers=ids)
+
+
+def test_a_listing_clarification_licenses_no_name():
+    ids = IDS
+    one = reasons("I'd like to see the country.", clarification="Should I show the country too?")
+    assert one == []                      # one new name: the clarification licenses it
+    two = reasons("I'd like to see the country.", clarification="The country or the home_city?")
+    assert two == ["identifier:country"]  # two new names: neither is licensed
+    many = reasons("I'd like to see the name and country.",
+                   clarification="Which of these: " + ", ".join(ids) + "?")
+    assert many == ["identifier:country", "identifier:name"]
+    # the hidden knowledge licenses its names whatever the clarification lists
+    assert leakage_reasons("The country, please.", question="How old is each singer?",
+                           clarification="Which of these: " + ", ".join(ids) + "?", schema_identifiers=ids,
+                           gold_sql=None, hidden_knowledge="I want the country of each singer.") == []
+
+
+def test_gold_values_are_guarded_like_names():
+    assert gold_exposure(SINGER_GOLD) == (frozenset({"name", "country", "age"}), frozenset({"singer"}),
+                                          frozenset({"france"}))
+    r = leakage_reasons("Only those from France.", question=SINGER_Q, clarification="Any filter?",
+                        schema_identifiers=IDS, gold_sql=SINGER_GOLD)
+    assert r == ["value:france"]
+    assert leakage_reasons("Only those from France.", question=SINGER_Q, clarification="Only France?",
+                           schema_identifiers=IDS, gold_sql=SINGER_GOLD) == []
+
+
+def test_gold_leaks_measure():
+    # the question names name/country/age and the table in words; the value France is new
+    assert gold_leaks("Only the singers from France.", question=SINGER_Q, hidden_knowledge="",
+                      gold_sql=SINGER_GOLD) == ["value:france"]
+    assert gold_leaks("the song name", question="How many songs?", hidden_knowledge="",
+                      gold_sql="SELECT song_name FROM singer") == ["column:song_name"]
+    # every word of a coordinated phrase counts ("codes and descriptions")
+    assert gold_leaks("the template type code and template type description",
+                      question="Show all template type codes and descriptions.", hidden_knowledge="",
+                      gold_sql="SELECT template_type_code, template_type_description FROM Ref_template_types") == []
+    assert gold_leaks("anything", question="q", hidden_knowledge="", gold_sql=None) == []

@@ -83,7 +83,8 @@ def ask(sample, clar, ids=frozenset(), **kw):
 def clean(reply, req):
     gold = req.gold_sql or req.sample.gold_sql
     return leakage_reasons(reply.text, question=req.sample.question, clarification=req.clarification,
-                           schema_identifiers=req.schema_identifiers, gold_sql=gold) == []
+                           schema_identifiers=req.schema_identifiers, gold_sql=gold,
+                           hidden_knowledge=req.sample.hidden_knowledge) == []
 
 
 # ----------------------------------------------------------------------------- ambiguous group
@@ -125,18 +126,19 @@ def test_requests_for_the_sql_or_internal_names_are_irrelevant():
     assert ask(SINGERS, "Which columns should I show?", SINGER_IDS).label == "technical"
 
 
-def test_leaking_hidden_knowledge_falls_back_and_is_counted():
+def test_hidden_knowledge_licenses_its_names_and_a_technical_leak_falls_back():
+    # the hidden knowledge names billing_email: the user knows it, so the relevant reply may say it
     req = UserRequest(EMAILS, "Which email do you mean?", schema_identifiers=EMAIL_IDS)
     r = USER.respond([req])[0]
-    assert r.label == "relevant"
-    assert r.leak_rejections == 1
-    assert r.meta["leak_reasons"] == ["identifier:billing_email"]
-    assert r.text == "I mean it in the plain, everyday sense."
-    # once the agent names both columns itself, the user may repeat the name
+    assert (r.label, r.text, r.leak_rejections) == ("relevant", "I mean the billing email, not the contact one.", 0)
     req2 = UserRequest(EMAILS, "Do you mean the billing email or the contact email?", schema_identifiers=EMAIL_IDS)
     r2 = USER.respond([req2])[0]
     assert (r2.label, r2.text, r2.leak_rejections) == ("relevant", "I mean the billing email, not the contact one.", 0)
-    assert clean(r, req) and clean(r2, req2)
+    # a technical reply naming a column that neither the question nor the hidden knowledge has is refused
+    req3 = UserRequest(SINGERS, "Should I sort them?", schema_identifiers=SINGER_IDS)
+    r3 = USER.respond([req3])[0]
+    assert r3.label == "technical" and r3.text == "Please have them sorted from highest to lowest by age."
+    assert clean(r, req) and clean(r2, req2) and clean(r3, req3)
 
 
 # ----------------------------------------------------------------------------- answerable group

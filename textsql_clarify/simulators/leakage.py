@@ -11,8 +11,23 @@ A reply is checked for three kinds of leak, each reported as a reason string:
   ``COUNT(*)``, ``t1.id = ...``, ``WHERE col = ...``) or a chunk that sqlglot parses as a real
   statement (a SELECT with a FROM, a set operation, INSERT, UPDATE ... SET, DELETE ... WHERE, DDL).
 * ``"gold"``: the whole gold SQL appears, compared after lower-casing and removing whitespace.
-* ``"identifier:<name>"``: a table or column name that neither the question nor the clarification
-  used appears in the reply (see :func:`leakage_reasons`).
+* ``"identifier:<name>"``: a table or column name that the user has not licensed appears in the reply
+  (see :func:`leakage_reasons`).
+* ``"value:<v>"``: a literal that the gold query compares (``WHERE city = 'Bologna'``) appears in the
+  reply and was not licensed either.
+
+**What licenses a name** (issue 8, "a clarification cannot milk"): the question and the hidden
+knowledge always do (the user knows both). The agent's clarification does too, but only when it names
+at most :data:`LICENSE_LIMIT` (one) schema identifier that the question and the hidden knowledge do not
+already contain (:func:`named_identifiers`): a clarification that lists candidates licenses none of
+them, so no reply can confirm which of the listed names the gold uses. A clarification that names
+more than :data:`PROBE_LIMIT` (two) such identifiers is an **identifier probe**
+(:func:`is_identifier_probe`, e.g. "which of these columns: a, b, c, d?"); the simulated users label it
+``irrelevant`` and refuse it.
+
+:func:`gold_leaks` is the leak *measure* used by ``scripts/measure_simulators.py``: the gold output
+columns, tables and condition values a reply names that neither the question nor the hidden knowledge
+contains (the clarification never excuses a leak there).
 """
 from __future__ import annotations
 
@@ -29,9 +44,20 @@ from ..errors import SQLParseError
 from ..sqlschema import parse_sql
 from ..text import plural_stem
 
-__all__ = ["leakage_reasons", "is_full_gold_leak", "identifier_forms", "identifier_used"]
+__all__ = ["leakage_reasons", "is_full_gold_leak", "identifier_forms", "identifier_used", "gold_exposure", "gold_leaks",
+           "named_identifiers", "is_identifier_probe", "LICENSE_LIMIT", "PROBE_LIMIT"]
 
 _DIALECT = "sqlite"
+
+#: Most schema identifiers (beyond those of the question and the hidden knowledge) that a clarification
+#: may name and still license them in the reply: one ("should I show their age too?"). A clarification
+#: that names two may still be a fair question ("the first and the last name?"), but its reply names
+#: neither: otherwise "which of these: a, b?" over a two-column table tells which one the gold uses.
+LICENSE_LIMIT = 1
+#: Most such identifiers a clarification may name and still be answered at all: two covers the
+#: legitimate choices ("the personal or the institutional email?"); three or more is an enumeration,
+#: an identifier probe, which the simulated users refuse.
+PROBE_LIMIT = 2
 
 #: Case-insensitive patterns that only SQL text matches (natural replies avoid these shapes).
 _SQL_PATTERNS = tuple(re.compile(p, re.IGNORECASE) for p in (
@@ -145,6 +171,7 @@ def identifier_forms(identifier: str) -> set[str]:
     return {f for f in forms if f}
 
 
+@functools.lru_cache(maxsize=16384)
 def _form_regex(form: str) -> re.Pattern:
     parts = [re.escape(p) for p in re.split(r"\s+", form) if p]
     return re.compile(r"(?<![0-9a-z_])" + r"\s+".join(parts) + r"(?![0-9a-z_])")
@@ -155,8 +182,9 @@ def _stem(word: str) -> str:
     return plural_stem(word.lower())
 
 
-def _text_stems(text: str) -> list[str]:
-    return [_stem(w) for w in _split_words(text)]
+@functools.lru_cache(maxsize=4096)
+def _text_stems(text: str) -> tuple[str, ...]:
+    return tuple(_stem(w) for w in _split_words(text))
 
 
 def identifier_used(identifier: str, text: str) -> bool:
@@ -169,7 +197,7 @@ def identifier_used(identifier: str, text: str) -> bool:
     low = text.lower()
     if any(_form_regex(f).search(low) for f in identifier_forms(identifier)):
         return True
-    want = [_stem(w) for w in _split_words(identifier)]
+    want = _text_stems(identifier)
     if not want:
         return False
     have = _text_stems(text)
@@ -177,9 +205,65 @@ def identifier_used(identifier: str, text: str) -> bool:
     return any(have[i:i + n] == want for i in range(len(have) - n + 1))
 
 
+def named_identifiers(text: str, schema_identifiers: Iterable[str], known: str = "") -> list[str]:
+    """The schema identifiers that ``text`` names and ``known`` does not, one per name.
+
+    Named means :func:`identifier_used`. Names that differ only in spelling (``StuID`` / ``stu_id``)
+    count once, and a name whose words lie inside a longer named one (``name`` inside ``first_name``)
+    is not counted again. One-character names are skipped.
+
+    Args:
+        text: a clarification.
+        schema_identifiers: table and column names of the database (any case).
+        known: what the user already said or knows (question and hidden knowledge).
+    Returns:
+        Lower-case names, sorted.
+    """
+    return list(_named_cached(text, frozenset(i for i in schema_identifiers if isinstance(i, str)), known))
+
+
+@functools.lru_cache(maxsize=4096)
+def _named_cached(text: str, schema_identifiers: frozenset[str], known: str) -> tuple[str, ...]:
+    """:func:`named_identifiers`, cached: every candidate reply of a request asks it again."""
+    found: dict[tuple[str, ...], str] = {}
+    for ident in sorted(schema_identifiers):
+        if not isinstance(ident, str) or len(ident.strip()) < 2:
+            continue
+        words = tuple(_stem(w) for w in _split_words(ident.strip()))
+        if not words or words in found:
+            continue
+        if identifier_used(ident, text) and not (known and identifier_used(ident, known)):
+            found[words] = ident.strip().lower()
+
+    def inside(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+        return len(a) < len(b) and any(b[i:i + len(a)] == a for i in range(len(b) - len(a) + 1))
+
+    return tuple(sorted(n for w, n in found.items() if not any(inside(w, o) for o in found)))
+
+
+def is_identifier_probe(clarification: str, *, question: str, hidden_knowledge: str = "",
+                        schema_identifiers: Iterable[str], limit: int = PROBE_LIMIT) -> bool:
+    """True when a clarification enumerates schema identifiers (issue 8): it names more than ``limit``
+    identifiers (:func:`named_identifiers`) that neither the question nor the hidden knowledge contains.
+
+    Such a clarification licenses no name in the reply (:func:`leakage_reasons`), and the simulated
+    users label it ``irrelevant``: a list of candidates is not a question about the request, and any
+    answer would tell the agent which of them the gold uses.
+
+    Raises:
+        TypeError: ``clarification`` or ``question`` is not a string.
+    """
+    for nm, v in (("clarification", clarification), ("question", question)):
+        if not isinstance(v, str):
+            raise TypeError(f"is_identifier_probe: {nm} must be a string, got {type(v).__name__}")
+    known = f"{question}\n{hidden_knowledge or ''}"
+    return len(_named_cached(clarification, frozenset(i for i in schema_identifiers if isinstance(i, str)),
+                             known)) > limit
+
+
 def leakage_reasons(reply: str, *, question: str, clarification: str, schema_identifiers: Iterable[str],
-                    gold_sql: str | None) -> list[str]:
-    """Why a simulated-user reply leaks, or ``[]`` when it is clean (TIDE App. E validator).
+                    gold_sql: str | None, hidden_knowledge: str = "", license_limit: int = LICENSE_LIMIT) -> list[str]:
+    """Why a simulated-user reply leaks, or ``[]`` when it is clean (TIDE App. E validator; issue 8).
 
     Args:
         reply: the candidate user reply.
@@ -188,15 +272,21 @@ def leakage_reasons(reply: str, *, question: str, clarification: str, schema_ide
         schema_identifiers: table and column names of the database (any case). One-character names
             are skipped: they cannot be told apart from ordinary letters.
         gold_sql: the gold SQL in force, or ``None``.
+        hidden_knowledge: what the user knows (a relevant reply states it, so its names are licensed).
+        license_limit: a clarification that names more identifiers than this (beyond the question and
+            the hidden knowledge, :func:`named_identifiers`) licenses no name.
     Returns:
         Reasons in a fixed order, each at most once: ``"sql"``, ``"gold"``, then
-        ``"identifier:<name>"`` (lower-case name) for each identifier printed in the reply that neither
-        the question nor the clarification used (:func:`identifier_used`), sorted by name. An identifier
-        that is a plain word of the question (``name`` when the question says "names") is allowed.
+        ``"identifier:<name>"`` (lower-case name) for each identifier printed in the reply that is not
+        licensed (:func:`identifier_used` on the question, the hidden knowledge and, when it names at
+        most ``license_limit`` new identifiers, the clarification), sorted by name, then ``"value:<v>"`` for each gold
+        condition value (:func:`gold_exposure`) printed and not licensed, sorted. An identifier that is
+        a plain word of the question (``name`` when the question says "names") is allowed.
     Raises:
-        TypeError: ``reply``, ``question`` or ``clarification`` is not a string.
+        TypeError: ``reply``, ``question``, ``clarification`` or ``hidden_knowledge`` is not a string.
     """
-    for nm, v in (("reply", reply), ("question", question), ("clarification", clarification)):
+    for nm, v in (("reply", reply), ("question", question), ("clarification", clarification),
+                  ("hidden_knowledge", hidden_knowledge)):
         if not isinstance(v, str):
             raise TypeError(f"leakage_reasons: {nm} must be a string, got {type(v).__name__}")
     reasons: list[str] = []
@@ -205,7 +295,11 @@ def leakage_reasons(reply: str, *, question: str, clarification: str, schema_ide
     if is_full_gold_leak(reply, gold_sql):
         reasons.append("gold")
     low = reply.lower()
-    said = question + "\n" + clarification
+    schema_identifiers = list(schema_identifiers)
+    said = question + "\n" + hidden_knowledge
+    if len(_named_cached(clarification, frozenset(i for i in schema_identifiers if isinstance(i, str)),
+                         said)) <= license_limit:
+        said += "\n" + clarification
     leaked = set()
     for ident in schema_identifiers:
         if not isinstance(ident, str) or len(ident.strip()) < 2:
@@ -216,4 +310,95 @@ def leakage_reasons(reply: str, *, question: str, clarification: str, schema_ide
         if any(_form_regex(f).search(low) for f in identifier_forms(ident)) and not identifier_used(ident, said):
             leaked.add(name)
     reasons.extend(f"identifier:{n}" for n in sorted(leaked))
+    reasons.extend(f"value:{v}" for v in sorted(gold_exposure(gold_sql)[2])
+                   if _value_used(v, low) and not _value_used(v, said))
     return reasons
+
+
+# ----------------------------------------------------------------------------- gold exposure (leak metric)
+
+@functools.lru_cache(maxsize=2048)
+def gold_exposure(gold_sql: str | None) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """What a reply must not reveal about the gold query: ``(output_columns, tables, values)``.
+
+    * ``output_columns``: names of the columns referenced in the top-level projection (the leftmost
+      SELECT of a set operation), lower-case; ``*`` is not a name.
+    * ``tables``: every table name the query reads, lower-case (subqueries included).
+    * ``values``: literals compared in a condition (WHERE / HAVING / JOIN ... ON, subqueries included):
+      strings without their ``LIKE`` wildcards, numbers as written; LIMIT / OFFSET counts are not values.
+      Strings and numbers of one character are left out (they cannot be told apart from ordinary text).
+
+    Args:
+        gold_sql: one SQLite query, or ``None``.
+    Returns:
+        Three frozensets; all empty for ``None`` or SQL that does not parse.
+    """
+    if not gold_sql:
+        return frozenset(), frozenset(), frozenset()
+    try:
+        tree = parse_sql(gold_sql)
+    except SQLParseError:
+        return frozenset(), frozenset(), frozenset()
+    top = tree
+    while isinstance(top, exp.SetOperation):
+        top = top.this
+    if isinstance(top, exp.Subquery):
+        top = top.this
+    cols: set[str] = set()
+    if isinstance(top, exp.Select):
+        for e in top.expressions:
+            for c in e.find_all(exp.Column):
+                if not isinstance(c.this, exp.Star) and c.name:
+                    cols.add(c.name.lower())
+    tables = {t.name.lower() for t in tree.find_all(exp.Table) if t.name}
+    values: set[str] = set()
+    for cond in [*tree.find_all(exp.Where), *tree.find_all(exp.Having), *tree.find_all(exp.Join)]:
+        for lit in cond.find_all(exp.Literal):
+            v = str(lit.this).strip("%").strip() if lit.is_string else str(lit.this)
+            if len(v) >= 2:
+                values.add(v.lower())
+    return frozenset(cols), frozenset(tables), frozenset(values)
+
+
+def _value_regex(value: str) -> re.Pattern:
+    return re.compile(r"(?<![0-9a-z_])" + re.escape(value) + r"(?![0-9a-z_]|\.\d)")
+
+
+def _value_used(value: str, text: str) -> bool:
+    return _value_regex(value).search(text.lower()) is not None
+
+
+def gold_leaks(reply: str, *, question: str, hidden_knowledge: str, gold_sql: str | None) -> list[str]:
+    """The gold parts a reply names that the user had not already said: the leak measure.
+
+    A **leak** is a gold output column, a gold table or a gold condition value (:func:`gold_exposure`)
+    that the reply names (an :func:`identifier_forms` form as a whole word; a value as a whole word,
+    case-insensitive) and that appears neither in the question nor in the hidden knowledge. An
+    identifier appears there when :func:`identifier_used` says so or when every word of it does
+    ("template type codes and descriptions" uses ``template_type_description``); a value, as a whole
+    word. What the agent's clarification said does not excuse a leak: a clarification that lists every
+    column would otherwise license them all.
+
+    Args:
+        reply: the user reply.
+        question: the sample's question.
+        hidden_knowledge: the sample's hidden knowledge (``""`` when none).
+        gold_sql: the gold SQL in force, or ``None`` (nothing can leak).
+    Returns:
+        Sorted ``"column:<name>"``, ``"table:<name>"``, ``"value:<v>"`` strings; ``[]`` when clean.
+    """
+    cols, tables, values = gold_exposure(gold_sql)
+    low = reply.lower()
+    known = f"{question}\n{hidden_knowledge}"
+    out = set()
+    for kind, names in (("column", cols), ("table", tables)):
+        for n in names:
+            if len(n) < 2:
+                continue
+            if any(_form_regex(f).search(low) for f in identifier_forms(n)) and not identifier_used(n, known) \
+                    and not set(_text_stems(n)) <= set(_text_stems(known)):
+                out.add(f"{kind}:{n}")
+    for v in values:
+        if _value_used(v, low) and not _value_used(v, known):
+            out.add(f"value:{v}")
+    return sorted(out)

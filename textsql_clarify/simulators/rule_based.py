@@ -63,9 +63,10 @@ from ..samples import Chain, Sample
 from ..sqlschema import parse_sql
 from .base import ALLOWED_LABELS, UserReply, UserRequest
 from .fragments import Fragment, gold_fragments, technical_topic, vague_text
-from .leakage import leakage_reasons
+from .leakage import is_identifier_probe, leakage_reasons
 
-__all__ = ["RuleBasedUser", "asks_for_sql", "content_stems", "style_kind", "technical_cue"]
+__all__ = ["RuleBasedUser", "asks_for_sql", "content_stems", "style_kind", "technical_cue", "specificity",
+           "STOCK_STEMS"]
 
 _STOP = frozenset("""
 a an the and or but if then else of to in on at by for with from into onto about as is are was were be been
@@ -163,6 +164,104 @@ def asks_for_sql(clarification: str) -> bool:
     column for seats?". Asking which columns to *show* is an output question, not this.
     """
     return any(p.search(clarification) for p in _SQL_REQUEST)
+
+
+# ----------------------------------------------------------------------------- what a clarification adds
+
+#: Stems of the stock words of a clarification request, beyond the stop words: they say that a question
+#: is asked, not what about ("Can you clarify ...", "Just to be sure ...", "Before I write the query ...").
+STOCK_STEMS = frozenset(_stem(w) for w in """
+clarify clarifying clarification confirm confirming confirmation sure correct correctly right wrong
+precise precisely specific specifically actual actually real really understand understanding understood
+wonder wondering check checking double verify elaborate explain explanation expand rephrase repeat
+specify detail details say saying said says request requesting mean meant meaning query write writing
+before start starting look looking help wait hmm oh ah um uh got quick quickly little bit
+""".split())
+#: Words of the question that a clarification must not merely repeat: share of the question's content
+#: stems above which a clarification "covers" the question (with at least 3 of them, or all in order).
+COVER_SHARE = 0.8
+
+
+def _stem_seq(text: str) -> list[str]:
+    """Content stems of ``text`` in order, stock words dropped (:func:`content_stems` order-preserving)."""
+    return [t for t in (_stem(w) for w in _split(text) if w not in _STOP and len(w) > 1) if t not in STOCK_STEMS]
+
+
+def _contains_run(seq: list[str], run: list[str]) -> bool:
+    n = len(run)
+    return n > 0 and any(seq[i:i + n] == run for i in range(len(seq) - n + 1))
+
+
+_WORD = re.compile(r"[0-9A-Za-z']+")
+
+
+def _blank_question_words(text: str, question: str) -> str:
+    """``text`` with every word that also occurs in ``question`` (any word, stop words included,
+    compared by stem) replaced by spaces: what the clarification says beyond the question."""
+    qw = {_stem(w) for w in _split(question)}
+    return _WORD.sub(lambda m: " " * len(m.group()) if _stem(m.group().lower()) in qw else m.group(), text)
+
+
+def _or_contrast_beyond(text: str, question: str) -> bool:
+    """"X or Y?" whose two sides each add their own words beyond the question and stock words, and
+    differ ("each department with its own semesters, or only those that every department shares")."""
+    rest = _blank_question_words(text, question)
+    if not _OR.search(rest):
+        return False
+    sides = [frozenset(w for w in (_stem(x) for x in _split(side)) if w not in STOCK_STEMS
+                       and w not in _FILLER) for side in _OR.split(rest)]
+    return len(sides) >= 2 and all(sides) and len(set(sides)) > 1
+
+
+#: words of a clarification request that carry no reading on either side of an "or".
+_FILLER = frozenset({"do", "you", "want", "mean", "is", "it", "the", "a", "an", "this", "that", "are", "we", "i",
+                     "should", "would", "could", "can", "about", "asking", "to", "be", "by", "of", "in", "not",
+                     "something", "else", "else's", "what", "which", "so"})
+
+
+def specificity(clarification: str, question: str) -> str:
+    """What a clarification adds beyond the question (issue 8: a clarification that only repeats the
+    question cannot earn the hidden knowledge).
+
+    The clarification *covers* the question when its content stems (stock words of :data:`STOCK_STEMS`
+    dropped) contain the question's content stems in order, or at least :data:`COVER_SHARE` of them and
+    at least three. Then:
+
+    * ``"echo"``: it covers the question (or has exactly the question's content stems, in any order)
+      and adds no content stem of its own, and it offers no alternatives that each add words ("Can you
+      clarify: <question>?", "What do you mean by '<question>'?", the question itself, its words
+      shuffled). Labelled ``irrelevant``, whatever the group.
+    * ``"unfocused"``: it covers the question but adds words of its own (or alternatives). Only what it
+      adds counts as evidence: the question's own words (the anchors) prove nothing.
+    * ``"focused"``: it does not cover the question (it picks out part of it, "what do you mean by
+      recent?", or asks something else). The ordinary rules decide.
+
+    Args:
+        clarification: the agent's clarification.
+        question: the sample's question.
+    Returns:
+        ``"echo"`` | ``"unfocused"`` | ``"focused"``.
+    Raises:
+        TypeError: either argument is not a string.
+    """
+    for nm, v in (("clarification", clarification), ("question", question)):
+        if not isinstance(v, str):
+            raise TypeError(f"specificity: {nm} must be a string, got {type(v).__name__}")
+    q_seq = list(dict.fromkeys(_stem_seq(question)))
+    c_seq = _stem_seq(clarification)
+    q, c = set(q_seq), set(c_seq)
+    if not q:
+        return "focused"
+    shared = len(c & q)
+    contrast = _or_contrast_beyond(clarification, question)
+    if c == q and not contrast:   # every question stem and nothing else, in any order
+        return "echo"
+    covers = _contains_run(c_seq, _stem_seq(question)) or (shared >= 3 and shared >= COVER_SHARE * len(q))
+    if not covers:
+        return "focused"
+    if c - q or contrast:
+        return "unfocused"
+    return "echo"
 
 
 # ----------------------------------------------------------------------------- technical cues
@@ -489,10 +588,16 @@ class RuleBasedUser:
         clar = req.clarification
         if asks_for_sql(clar):
             return self._refuse(req, gold, kind, tide, "asks_for_sql")
+        if is_identifier_probe(clar, question=s.question, hidden_knowledge=_user_knowledge(s),
+                               schema_identifiers=req.schema_identifiers):
+            return self._refuse(req, gold, kind, tide, "identifier_probe")
+        spec = specificity(clar, s.question)
+        if spec == "echo":
+            return self._refuse(req, gold, kind, tide, "echo")
 
         topic, rest = technical_cue(clar)
         if s.group == "ambiguous":
-            reply = self._ambiguous(req, gold, kind, tide, topic, rest)
+            reply = self._ambiguous(req, gold, kind, tide, topic, rest, unfocused=spec == "unfocused")
             if reply is not None:
                 return reply
         if topic is not None:
@@ -500,10 +605,15 @@ class RuleBasedUser:
         return self._refuse(req, gold, kind, tide, "off_target")
 
     def _ambiguous(self, req: UserRequest, gold: str, kind: str, tide: bool, topic: str | None,
-                   rest: str) -> UserReply | None:
+                   rest: str, unfocused: bool = False) -> UserReply | None:
         """The relevant (or personal-refusal, or L2 deferral) reply of an ambiguous sample, else ``None``
-        (then the technical topic or the off-target refusal decides). Order as in the module docstring."""
+        (then the technical topic or the off-target refusal decides). Order as in the module docstring.
+        ``unfocused`` (:func:`specificity`): only the words the clarification adds beyond the question
+        are evidence, so the question's words are blanked first."""
         s, clar = req.sample, req.clarification
+        said = content_stems(rest) - _OUTPUT_STEMS   # every word, for what an attachment particle is said about
+        if unfocused:
+            clar, rest = _blank_question_words(clar, s.question), _blank_question_words(rest, s.question)
         entity = _gold_table_stems(gold)
         c = content_stems(rest) - _OUTPUT_STEMS
 
@@ -517,7 +627,10 @@ class RuleBasedUser:
             return self._refuse(req, gold, kind, tide, "personal")
         strong, anchors = _hk_words(s, entity)
         q = content_stems(s.question)
-        cue = _ambiguity_cue(s.subcategory, clar, rest, c, (q | _knowledge_stems(s)) - entity)
+        targets = (q | _knowledge_stems(s)) - entity
+        cue = _ambiguity_cue(s.subcategory, clar, rest, c, targets)
+        if cue is None and unfocused and s.subcategory == "attachment" and said & targets and _ATTACH.search(rest):
+            cue = "attachment"   # the particle is what it adds; what it is said about is the question's words
         if s.chain is not None:
             layer = _chain_layer(c, s.chain, entity, req.l1_resolved)
             if layer is None and cue is not None:   # a cue naming neither layer: the next open layer
@@ -531,8 +644,8 @@ class RuleBasedUser:
                                    _relevant_candidates(ans, kind), {})
         hit = c & strong
         connected = bool(c & q) or bool(_OR.search(rest)) or bool(_REQUEST.search(rest))
-        hk = content_stems(s.hidden_knowledge)
-        restates = len(c & hk) >= max(2, 0.6 * len(hk))   # "can you confirm: <the fact>?"
+        hk = content_stems(s.hidden_knowledge) - (q if unfocused else set())
+        restates = bool(hk) and len(c & hk) >= max(min(2, len(hk)), 0.6 * len(hk))   # "can you confirm: <the fact>?"
         readings = _alternatives_contrast(rest, strong, set() if s.subcategory == "entity_ambiguity" else entity)
         if (hit - entity and connected) or restates or readings:
             return relevant("hidden_knowledge" if hit else "ambiguous_term")
@@ -578,9 +691,10 @@ class RuleBasedUser:
         rejected = 0
         text = cands[-1]
         reasons: list[str] = []
+        knows = _user_knowledge(req.sample)
         for cand in cands:
             r = leakage_reasons(cand, question=req.sample.question, clarification=req.clarification,
-                                schema_identifiers=req.schema_identifiers, gold_sql=gold)
+                                schema_identifiers=req.schema_identifiers, gold_sql=gold, hidden_knowledge=knows)
             if not r:
                 text = cand
                 break
@@ -595,6 +709,14 @@ class RuleBasedUser:
 
 
 # ----------------------------------------------------------------------------- helpers
+
+def _user_knowledge(s: Sample) -> str:
+    """What the user knows and may say: the hidden knowledge and, on chain samples, both layers' answers."""
+    parts = [s.hidden_knowledge or ""]
+    if s.chain is not None:
+        parts += [s.chain.l1.answer, s.chain.l2.answer]
+    return "\n".join(p for p in parts if p)
+
 
 def _relevant_candidates(knowledge: str, kind: str) -> list[str]:
     k = knowledge.strip()
