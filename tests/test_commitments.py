@@ -597,3 +597,49 @@ def test_oracle_drr_stays_one(drift_samples):
     assert metrics["overall"]["DRR"] == {"value": 1.0, "n": 6}
     assert metrics["overall"]["DRA"] == {"value": 1.0, "n": 6}
     assert [t.scores["drift_revised"] for t in trajs] == [True] * 6
+
+
+_ATOM = st.one_of(
+    st.builds(lambda c, op, v: f"{c} {op} {v}", st.sampled_from(["x", "a"]),
+              st.sampled_from(["=", "<>", "<", "<=", ">", ">=", "!="]), st.integers(-1, 6)),
+    st.builds(lambda c, lo, hi, neg: f"{c} {'NOT ' if neg else ''}BETWEEN {lo} AND {hi}",
+              st.sampled_from(["x", "a"]), st.integers(-1, 3), st.integers(2, 6), st.booleans()),
+    st.builds(lambda c, neg: f"{c} IS {'NOT ' if neg else ''}NULL", st.sampled_from(["x", "a"]), st.booleans()),
+    st.builds(lambda c: f"NULL IS {c}", st.sampled_from(["x", "a"])),
+)
+_CONDITION = st.recursive(_ATOM, lambda inner: st.one_of(
+    st.builds(lambda p: f"NOT ({p})", inner),
+    st.builds(lambda p, q, op: f"({p}) {op} ({q})", inner, inner, st.sampled_from(["AND", "OR"]))), max_leaves=6)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_CONDITION)
+def test_normal_form_returns_the_same_rows_as_the_condition(cond):
+    """normalise_predicates is exact: the canonical text of the rewritten WHERE selects the same rows in
+    SQLite as the condition as written, on a table with NULLs (three-valued logic)."""
+    import sqlite3
+
+    from textsql_clarify.rewards.sql_canonical import canonical_sql, normalise_predicates, prepare_sql
+    tree = normalise_predicates(prepare_sql(_where(cond)).tree)
+    rewritten = canonical_sql(tree.args["where"].this)
+    con = sqlite3.connect(":memory:")
+    con.execute("CREATE TABLE t (y INTEGER, x, a)")
+    vals = [None, -1, 0, 1, 2, 3, 5, 6, 7]
+    con.executemany("INSERT INTO t VALUES (?, ?, ?)", [(i * 10 + j, x, a) for i, x in enumerate(vals)
+                                                       for j, a in enumerate(vals)])
+    assert (sorted(con.execute(_where(cond)).fetchall())
+            == sorted(con.execute(f"SELECT y FROM t WHERE {rewritten}").fetchall())), (cond, rewritten)
+    assert "BETWEEN" not in rewritten and "NOT (" not in rewritten
+
+
+def test_between_spelled_out_is_not_recognised_as_drift(drift_env, drift_samples):
+    """A re-spelling that writes BETWEEN as two comparisons and swaps operands: no Rec(τ), no drift reward."""
+    def spell(sql):
+        t = parse_sql(sql)
+        for b in list(t.find_all(exp.Between)):
+            b.replace(exp.paren(exp.and_(exp.LTE(this=b.args["low"].copy(), expression=b.this.copy()),
+                                         exp.GTE(this=b.args["high"].copy(), expression=b.this.copy()))))
+        return t.sql(dialect="sqlite")
+    assert any("BETWEEN" in s.gold_sql for s in drift_samples)
+    got = [_play(drift_env, s, s.gold_sql, spell(s.gold_sql)) for s in drift_samples]
+    assert [(sc["drift_recognised"], c["drift"]) for _, c, sc in got] == [(False, 0.0)] * 6
