@@ -549,3 +549,67 @@ def test_heldout_probe_file_is_well_formed_and_never_leaks_sql():
             "missing_user_knowledge", "conflicting_knowledge"} <= subs
     assert {"answerable_without_evidence", "answerable_with_evidence"} <= subs
     assert sum(emb[r["sample_id"]].group == "unanswerable" for r in recs) >= 5
+
+
+# ----------------------------------------------------------------------------- issue 8: no milking
+
+import importlib.util  # noqa: E402
+
+from textsql_clarify.simulators.rule_based import added_stems, specificity  # noqa: E402
+
+_MS_SPEC = importlib.util.spec_from_file_location(
+    "measure_simulators", Path(__file__).resolve().parents[1] / "scripts" / "measure_simulators.py")
+MS = importlib.util.module_from_spec(_MS_SPEC)
+_MS_SPEC.loader.exec_module(MS)
+
+
+def test_specificity_judges_what_the_clarification_adds():
+    q = "Which courses does every student of the Mathematics department take?"
+    assert specificity(q, q) == "echo"
+    assert specificity("Can you clarify: which courses does every student of the Mathematics department take?",
+                       q) == "echo"
+    assert specificity("What do you mean by 'take mathematics department student courses'?", q) == "echo"
+    assert specificity("What do you mean?", q) == "focused"            # says nothing at all (refused anyway)
+    assert specificity("What do you mean by courses?", q) == "focused"  # picks out one word
+    # covers the question but adds its own words, or alternatives that each add words
+    assert specificity("Just to clarify: do you want the courses that every Mathematics student takes, "
+                       "i.e. the intersection?", q) == "unfocused"
+    assert specificity("Do you want each department with its own semesters, or only the semesters that every "
+                       "department teaches in?", "what semesters do all the departments teach in?") == "unfocused"
+    assert specificity("What makes a professor senior?", "who are the senior professors?") == "focused"
+    assert added_stems("Can you clarify: list recent courses?", "list recent courses") == set()
+    assert added_stems("What time period counts as recent?", "list recent courses") == {"time", "period", "count"}
+
+
+def test_echoes_and_listing_probes_through_gym_make_on_the_embedded_set():
+    from textsql_clarify.datasets import load_embedded
+    samples = load_embedded()
+    rep = MS.milking_report(samples, RuleBasedUser())
+    assert {k: v["n"] for k, v in rep["echo"].items()} == {k: 24 for k in MS.ECHO_PROBES}
+    # issue 8 asked for at most 5 % of the 24 ambiguous samples; none is
+    assert {k: (v["relevant"], v["hk_returned"]) for k, v in rep["echo"].items()} == {k: (0, 0) for k in MS.ECHO_PROBES}
+    assert {k: v["n"] for k, v in rep["identifier"].items()} == {k: 36 for k in rep["identifier"]}
+    assert {k: v["leaks"] for k, v in rep["identifier"].items()} == {k: 0 for k in rep["identifier"]}
+
+
+def test_the_oracle_clarification_stays_relevant_on_every_ambiguous_embedded_sample():
+    from textsql_clarify.baselines.agents import _clarification_for
+    from textsql_clarify.datasets import load_embedded
+    amb = [s for s in load_embedded() if s.group == "ambiguous" and s.chain is None]
+    assert len(amb) >= 18
+    for s in amb:
+        sch = read_schema(s.db_path)
+        ids = frozenset(list(sch) + [c for cs in sch.values() for c in cs])
+        r = ask(s, _clarification_for(s), ids)
+        assert r.label == "relevant", s.id
+        assert r.text.rstrip(".").lower().endswith(s.hidden_knowledge.strip().rstrip(".").lower()[-20:]), s.id
+
+
+def test_listing_probes_leak_nothing_on_spider_dev(spider_root):
+    from textsql_clarify.datasets import load_dataset
+    samples = load_dataset(f"spider:{spider_root}")[:150]
+    rep = MS.milking_report(samples, RuleBasedUser(), echo=False)
+    assert rep["identifier_any"] == {"n": 150, "leaks": 0}
+    r = ask(samples[0], MS.identifier_probe_texts(samples[0])["all_columns"],
+            frozenset(x.lower() for x in MS.schema_identifiers(samples[0])))
+    assert (r.label, r.meta["reason"]) == ("irrelevant", "identifier_probe")

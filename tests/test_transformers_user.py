@@ -188,6 +188,58 @@ def test_abiss_protocol_has_no_route_and_no_reroute():
     assert (r.route, r.label, r.layer) == (None, "relevant", "L2")
 
 
+# -- issue 8: a clarification cannot milk the transformers user either (same rules as the rule-based user)
+
+@pytest.mark.parametrize("clar, why", [
+    ("Which singers are young?", "echo"),                                  # the question verbatim
+    ("Can you clarify: which singers are young?", "echo"),                 # a stock wrapper
+    ("Do you mean young singers?", "echo"),                                # the question's words, reordered
+    ("Should the answer show name, country, song_name, age, is_male?", "identifier_probe"),
+    ("Which of these columns: singer_id, name, country, song_name, song_release_year?", "identifier_probe"),
+])
+def test_echoes_and_identifier_probes_skip_the_models_and_are_refused(clar, why):
+    m = FakeModel("a", default=("relevant", "technical", "irrelevant"))
+    s = _sample()
+    r = _sim(m, protocol="tide").respond([_req(s, clar)])[0]
+    assert m.calls == []
+    assert (r.label, r.route, r.text) == ("irrelevant", "una", refusal_reply(s.question))
+    assert r.meta["refused"] == why and r.meta["skipped_models"] is True
+
+
+def test_unfocused_clarification_cannot_be_voted_relevant():
+    # covers the question and adds a word that is no hidden knowledge: the model's "relevant" is not allowed
+    m = FakeModel("a", default=("relevant", "technical", "irrelevant"))
+    r = _sim(m).respond([_req(_sample(), "Which singers are young, banana?")])[0]
+    assert r.meta["no_relevant"] == "unfocused" and r.label == "technical"
+    # the same cover with a hidden-knowledge word is still relevant
+    r2 = _sim(FakeModel("b", default=("relevant", "technical", "irrelevant"))).respond(
+        [_req(_sample(), "Which singers are young: younger than thirty?")])[0]
+    assert "no_relevant" not in r2.meta and r2.label == "relevant"
+
+
+def test_model_reply_naming_listed_columns_is_rejected():
+    # two new names in the clarification license neither: a model reply that picks one is regenerated,
+    # then the vague fallback is used; the hidden knowledge still licenses its own names
+    m = FakeModel("a", default=("technical", "relevant", "irrelevant"),
+                  reply=lambda fact, clar, k: "The country, please.")
+    s = _sample(gold_sql="SELECT name, country FROM singer WHERE age < 30")
+    r = _sim(m, max_regenerations=1).respond([_req(s, "Should I show the country or the song_name?")])[0]
+    assert r.leak_rejections == 2 and "identifier:country" in r.meta["rejection_reasons"]
+    assert "country" not in r.text.lower()
+    m2 = FakeModel("b", default=("relevant", "technical", "irrelevant"),
+                   reply=lambda fact, clar, k: "The country of the singer, please.")
+    s2 = _sample(hidden_knowledge="Young means younger than thirty; I want each singer's country.")
+    r2 = _sim(m2).respond([_req(s2, "What age counts as young?")])[0]
+    assert (r2.text, r2.leak_rejections) == ("The country of the singer, please.", 0)
+
+
+def test_prompts_forbid_confirming_listed_names():
+    from textsql_clarify.simulators.prompts import answer_task, label_task
+    a = answer_task(label="technical", question="q", clarification="c", fact="f").instruction
+    assert "never confirm or pick any of the names the clarification lists" in a
+    assert "only repeats the question" in label_task(question="q", clarification="c").instruction
+
+
 def test_leakage_guard_regenerates_then_falls_back():
     m = FakeModel("a", default=("relevant", "technical", "irrelevant"),
                   reply=lambda fact, clar, k: "SELECT name FROM singer WHERE age < 30")

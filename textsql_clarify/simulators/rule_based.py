@@ -66,7 +66,7 @@ from .fragments import Fragment, gold_fragments, technical_topic, vague_text
 from .leakage import is_identifier_probe, leakage_reasons
 
 __all__ = ["RuleBasedUser", "asks_for_sql", "content_stems", "style_kind", "technical_cue", "specificity",
-           "STOCK_STEMS"]
+           "added_stems", "user_knowledge", "STOCK_STEMS"]
 
 _STOP = frozenset("""
 a an the and or but if then else of to in on at by for with from into onto about as is are was were be been
@@ -217,6 +217,14 @@ def _or_contrast_beyond(text: str, question: str) -> bool:
 _FILLER = frozenset({"do", "you", "want", "mean", "is", "it", "the", "a", "an", "this", "that", "are", "we", "i",
                      "should", "would", "could", "can", "about", "asking", "to", "be", "by", "of", "in", "not",
                      "something", "else", "else's", "what", "which", "so"})
+
+
+def added_stems(clarification: str, question: str) -> set[str]:
+    """Content stems that ``clarification`` adds beyond ``question``: stems not in the question and not
+    stock words (:data:`STOCK_STEMS`). ``"Can you clarify: list recent courses?"`` against
+    ``"list recent courses"`` -> ``set()``; ``"What time period counts as recent?"`` -> ``{"time",
+    "period", "count"}``."""
+    return set(_stem_seq(clarification)) - set(_stem_seq(question))
 
 
 def specificity(clarification: str, question: str) -> str:
@@ -588,7 +596,7 @@ class RuleBasedUser:
         clar = req.clarification
         if asks_for_sql(clar):
             return self._refuse(req, gold, kind, tide, "asks_for_sql")
-        if is_identifier_probe(clar, question=s.question, hidden_knowledge=_user_knowledge(s),
+        if is_identifier_probe(clar, question=s.question, hidden_knowledge=user_knowledge(s),
                                schema_identifiers=req.schema_identifiers):
             return self._refuse(req, gold, kind, tide, "identifier_probe")
         spec = specificity(clar, s.question)
@@ -691,7 +699,7 @@ class RuleBasedUser:
         rejected = 0
         text = cands[-1]
         reasons: list[str] = []
-        knows = _user_knowledge(req.sample)
+        knows = user_knowledge(req.sample)
         for cand in cands:
             r = leakage_reasons(cand, question=req.sample.question, clarification=req.clarification,
                                 schema_identifiers=req.schema_identifiers, gold_sql=gold, hidden_knowledge=knows)
@@ -710,7 +718,7 @@ class RuleBasedUser:
 
 # ----------------------------------------------------------------------------- helpers
 
-def _user_knowledge(s: Sample) -> str:
+def user_knowledge(s: Sample) -> str:
     """What the user knows and may say: the hidden knowledge and, on chain samples, both layers' answers."""
     parts = [s.hidden_knowledge or ""]
     if s.chain is not None:

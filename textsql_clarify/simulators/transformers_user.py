@@ -4,7 +4,11 @@
 way ABISS §5.2 describes, with TIDE §4.2 / App. E's router as an option:
 
 1. **Stage 1, the label.** Unanswerable samples skip the models and get a direct refusal
-   (``irrelevant``). For the others every council model labels the clarification ``relevant`` |
+   (``irrelevant``), and so do two kinds of clarification that cannot be milked (issue 8, the same
+   rules as the rule-based user): an identifier probe (:func:`~.leakage.is_identifier_probe`: more than
+   two schema names the question and the hidden knowledge lack) and an echo of the question
+   (:func:`~.rule_based.specificity`); ``meta["refused"]`` says which. A clarification that covers
+   the question and adds no hidden-knowledge word (``"unfocused"``) cannot be voted ``relevant``. For the others every council model labels the clarification ``relevant`` |
    ``technical`` | ``irrelevant``, restricted to the labels its group allows (:data:`~.base.ALLOWED_LABELS`:
    answerable -> technical / irrelevant; ambiguous -> all three). A model's vote is the allowed label
    whose word is most likely after the few-shot prompt (one batched forward pass per model; scoring
@@ -21,8 +25,10 @@ way ABISS §5.2 describes, with TIDE §4.2 / App. E's router as an option:
 3. **Stage 2, the answer.** Every model that voted the winning label writes a one-line answer from the
    fact, in the style of the original question (``irrelevant``: a polite refusal). One padded
    ``generate`` per model for the whole batch.
-4. **Leakage guard.** :func:`~.leakage.leakage_reasons` rejects replies with SQL, the gold SQL, or a
-   schema identifier that neither the question nor the clarification used (and empty replies). A
+4. **Leakage guard.** :func:`~.leakage.leakage_reasons` rejects replies with SQL, the gold SQL, a
+   schema identifier or a gold condition value that the user has not licensed (the question and the
+   hidden knowledge always license their names; the clarification only when it names at most one new
+   schema name), and empty replies. It runs on every model reply and on the templated fallbacks. A
    rejected reply is regenerated up to ``max_regenerations`` times (sampled with a fixed seed, a
    technical fact replaced by its :func:`~.fragments.vague_text`), then replaced by a templated reply
    built from the fact (:func:`~.prompts.fallback_reply`). Every rejection is counted.
@@ -47,7 +53,8 @@ from .base import ALLOWED_LABELS, UserReply, UserRequest
 from .fragments import Fragment, gold_fragments, technical_topic, vague_text
 from .grounding import Grounder, best_matches, default_grounder, split_facts
 from .hf_models import DEFAULT_MODEL, GenerationBackend, load_backend
-from .leakage import leakage_reasons
+from .leakage import is_identifier_probe, leakage_reasons
+from .rule_based import added_stems, content_stems, specificity, user_knowledge
 from .prompts import (JUDGE_OPTIONS, LABEL_OPTIONS, answer_task, clean_reply, fallback_reply, judge_task, label_task,
                       refusal_reply, render)
 
@@ -95,6 +102,10 @@ class _Work:
     @property
     def question(self) -> str:
         return self.req.sample.question
+
+    @property
+    def knows(self) -> str:
+        return user_knowledge(self.req.sample)
 
     @property
     def clarification(self) -> str:
@@ -188,8 +199,10 @@ class TransformersUserSimulator:
         work). ``UserReply.leak_rejections`` counts the rejected replies of all council models for
         that request; ``meta`` holds ``votes``, ``tie``, ``fact``, ``fragment_kind``, ``candidates``,
         ``fallback`` (and ``fallback_leak`` when even the template names an identifier),
-        ``rejection_reasons``, ``rerouted``, ``grounding``, ``answered_by``; unanswerable samples get
-        ``skipped_models``. An empty batch gives ``[]``.
+        ``rejection_reasons``, ``rerouted``, ``grounding``, ``answered_by``; unanswerable samples,
+        identifier probes and echoes get ``skipped_models`` and ``refused`` (``"unanswerable"`` |
+        ``"identifier_probe"`` | ``"echo"``); an unfocused clarification gets ``no_relevant``. An empty
+        batch gives ``[]``.
 
         Raises:
             TypeError: an element is not a :class:`UserRequest`.
@@ -203,9 +216,22 @@ class TransformersUserSimulator:
                 raise ValueError(f"batch[{k}]: sample {r.sample.id!r} has group {r.sample.group!r}; "
                                  f"expected one of {list(ALLOWED_LABELS)}")
         works = [self._prepare(k, r) for k, r in enumerate(batch)]
-        active = [w for w in works if w.req.sample.group != "unanswerable"]
         for w in works:
             if w.req.sample.group == "unanswerable":
+                w.meta["refused"] = "unanswerable"
+            elif is_identifier_probe(w.clarification, question=w.question, hidden_knowledge=w.knows,
+                                     schema_identifiers=w.schema_ids):
+                w.meta["refused"] = "identifier_probe"
+            else:
+                spec = specificity(w.clarification, w.question)
+                if spec == "echo":
+                    w.meta["refused"] = "echo"
+                elif spec == "unfocused" and not (added_stems(w.clarification, w.question)
+                                                  & content_stems(w.knows)):
+                    w.meta["no_relevant"] = "unfocused"   # only repeats the question: cannot be relevant
+        active = [w for w in works if "refused" not in w.meta]
+        for w in works:
+            if "refused" in w.meta:
                 w.label, w.text = "irrelevant", refusal_reply(w.question)
                 w.route = "una" if self.protocol == "tide" else None
                 w.meta["skipped_models"] = True
@@ -274,6 +300,8 @@ class TransformersUserSimulator:
                              shared_prefix=rendered[0].shared_prefix)
             for w, row in zip(active, scores):
                 allowed = ALLOWED_LABELS[w.req.sample.group]
+                if "no_relevant" in w.meta:
+                    allowed = tuple(lab for lab in allowed if lab != "relevant")
                 by_label = dict(zip(LABEL_OPTIONS, row))
                 # most likely allowed label; an exact tie goes to irrelevant (conservative, ABISS §5.2)
                 w.votes.append(max(allowed, key=lambda lab: (by_label[lab], lab == "irrelevant")))
@@ -353,7 +381,7 @@ class TransformersUserSimulator:
         if not text:
             return ["empty"]
         return leakage_reasons(text, question=w.question, clarification=w.clarification,
-                               schema_identifiers=w.schema_ids, gold_sql=w.gold)
+                               schema_identifiers=w.schema_ids, gold_sql=w.gold, hidden_knowledge=w.knows)
 
     def _retry_fact(self, w: _Work) -> str | None:
         if w.label == "technical" and w.fragment is not None and w.fragment.sql:
