@@ -285,8 +285,8 @@ def test_ceilings_counted_overall_and_per_breakdown():
         traj("e", "ambiguous", scores={"ex": 1, "gold_truncated": False}),
     ]
     res = aggregate(ts)
-    assert res["ceilings"] == {"gold_error": 1, "gold_empty": 1, "gold_truncated": 1, "pred_truncated": 1,
-                               "keyless": 1, "scorer_inconsistent": 1}
+    assert res["ceilings"] == {"gold_error": 1, "gold_empty": 1, "gold_nondeterministic": 0, "gold_truncated": 1,
+                               "pred_truncated": 1, "keyless": 1, "scorer_inconsistent": 1}
     assert res["by_group"]["ambiguous"]["ceilings"]["scorer_inconsistent"] == 1
     assert res["by_group"]["ambiguous"]["ceilings"]["gold_error"] == 0
     assert list(res["by_difficulty"]) == ["easy", "hard", "unknown"]

@@ -299,12 +299,29 @@ def sample_from_dict(
 
     if problems:
         return None, problems
+    prov = dict(prov)  # the flag goes on the sample's copy, not on the caller's record
+    flag_nondeterministic_gold(prov, gold, drift)
     return Sample(
         id=vals["id"], db_id=vals["db_id"], db_path=db_path, question=vals["question"], group=group,
         subcategory=sub, gold_sql=gold, hidden_knowledge=hk, evidence=tuple(evidence), premise_flaw=flaw,
         style=style, difficulty=diff, interpretations=tuple(interps), chain=chain, drift=drift,
         provenance=dict(prov),
     ), []
+
+
+def flag_nondeterministic_gold(provenance: dict, gold_sql: str | None, drift: DriftEvent | None = None) -> None:
+    """Load-time flag: when the gold SQL (or the post-drift gold) reads the clock or randomness
+    (``date('now')``, ``random()``, ...; :func:`textsql_clarify.rewards.ex_sql.gold_nondeterminism`), set
+    ``provenance["gold_nondeterministic"]`` (or ``"post_gold_nondeterministic"``) to what it uses. Such a gold
+    is scored ``gold_nondeterministic`` and left out of EX means, like an empty gold (``docs/metrics.md``).
+    Modifies ``provenance`` in place."""
+    from .rewards.ex_sql import gold_nondeterminism  # sqlglot work, only when a sample is built
+
+    for key, sql in (("gold_nondeterministic", gold_sql),
+                     ("post_gold_nondeterministic", drift.post_gold_sql if drift is not None else None)):
+        reason = gold_nondeterminism(sql) if sql else None
+        if reason:
+            provenance[key] = reason
 
 
 def load_jsonl(path: str | os.PathLike, *, db_root: str | os.PathLike | None = None,

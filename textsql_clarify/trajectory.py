@@ -59,7 +59,8 @@ class Trajectory:
             ``truncated``.
         predicted_category: the agent's classification-phase label, if any.
         gold_status: ``ok`` | ``empty`` (gold returns no rows: a ceiling) | ``error`` (gold fails:
-            invalid sample) | ``none`` (no gold SQL: unanswerable).
+            invalid sample) | ``nondeterministic`` (gold reads the clock or randomness: left out of EX)
+            | ``none`` (no gold SQL: unanswerable).
         scores: final per-episode scores: ``ex`` (pre-drift or only SQL), ``ex_post`` (after drift),
             ``fb``, ``cell_f1`` ... (``None`` where undefined).
         seed: the reset seed.

@@ -31,7 +31,8 @@ import numpy as np
 from ..database import get_sandbox
 from ..errors import ActionError
 from ..rewards.commitments import commitment_set, drift_revision, is_drift
-from ..rewards.execution import is_empty_result
+from ..rewards.ex_sql import gold_nondeterminism
+from ..rewards.execution import EXOptions, is_empty_result
 from ..rewards.feedback import FeedbackJudge, default_judge
 from ..rewards.presets import resolve_preset, scalar_reward
 from ..samples import Sample
@@ -53,7 +54,7 @@ _EPISODE_STATE = (
 _GET_STATE = operator.attrgetter(*_EPISODE_STATE)
 
 #: components present in every step's ``info["reward_components"]``; ``None`` = not applicable this turn.
-BASE_COMPONENTS = {"ex": None, "feedback": None, "format": 0.0, "turn_penalty": 0.0}
+BASE_COMPONENTS = {"ex": None, "ex_strict": None, "feedback": None, "format": 0.0, "turn_penalty": 0.0}
 
 #: A hook that limits the schema shown: ``(sample, all_table_names) -> table names to show``.
 SchemaTablesHook = Callable[[Sample, Sequence[str]], Iterable[str]]
@@ -78,6 +79,15 @@ class TextSQLClarifyEnv(gym.Env):
         timeout_s: time limit per query, seconds; row_cap: maximum rows fetched per query.
         feedback_judge: FB judge (default :func:`textsql_clarify.rewards.feedback.default_judge`).
         max_action_chars: longer actions are malformed.
+        ex_options: relaxed EX policy options, a mapping of
+            :class:`~textsql_clarify.rewards.execution.EXOptions` fields (``docs/metrics.md``): ``limit_ties``
+            (default ``True``: rows tied with the last row kept by a gold ``ORDER BY ... LIMIT`` are
+            interchangeable), ``round_to_gold_precision`` (default ``True``: a gold ``ROUND(x, d)`` column is
+            compared at ``d`` decimals with a prediction column that does not round),
+            ``exclude_nondeterministic_gold`` (default ``True``: a gold reading the clock or randomness is
+            ``gold_nondeterministic``, left out of EX like an empty gold), ``max_extra_columns`` (3) and
+            ``max_extra_columns_single_row`` (1): the column-superset bound, ``constant_columns`` (``True``).
+            E.g. ``gym.make("TextSQLClarify-v0", ex_options={"limit_ties": False})``.
 
     Raises:
         ValueError: bad option values; DatasetError: the dataset cannot be loaded.
@@ -91,7 +101,7 @@ class TextSQLClarifyEnv(gym.Env):
                  classification_phase: bool = False, protocol: str = "f",
                  schema_tables: SchemaTablesHook | None = None, detailed_scores: bool = True,
                  timeout_s: float = 5.0, row_cap: int = 10_000, feedback_judge: FeedbackJudge | None = None,
-                 max_action_chars: int = MAX_ACTION_CHARS, render_mode: str | None = None):
+                 max_action_chars: int = MAX_ACTION_CHARS, render_mode: str | None = None, ex_options: Any = None):
         self.samples: list[Sample] = episode_samples(dataset, samples, limit)
         if not self.samples:
             raise ValueError("the env needs at least one sample")
@@ -130,6 +140,7 @@ class TextSQLClarifyEnv(gym.Env):
         self.weights = resolve_preset(reward_preset)
         self.simulator = make_simulator(simulator)
         self.feedback_judge = feedback_judge or default_judge()
+        self.ex_options = EXOptions.from_mapping(ex_options)
         self.max_action_chars = max_action_chars
         # worst case: classification (+retry), (malformed + clarify) x budget, final (+retry), twice with drift
         self.max_turns = 2 * (2 * (max_clarifications + 1) + 2) + 2
@@ -215,7 +226,7 @@ class TextSQLClarifyEnv(gym.Env):
             protocol=self.protocol if s.chain is not None else "f",  # p only changes chain samples
             category_mode=self.category_mode, seed=seed,
             gold_status="none" if s.gold_sql is None else "ok")
-        self._scores: dict[str, Any] = {"ex": None, "ex_post": None, "fb": None,
+        self._scores: dict[str, Any] = {"ex": None, "ex_strict": None, "ex_post": None, "fb": None,
                                         "drift_recognised": None if s.drift is None else False,
                                         "drift_revised": None if s.drift is None else False}
         return self._obs(), self._info({}, None, None)
@@ -472,7 +483,7 @@ class TextSQLClarifyEnv(gym.Env):
         s = self._sample
         post = self._drift_done
         res = score_sql_turn(act.content, self._gold, self._sandbox, gold_key=self._gold_key,
-                             detailed=self.detailed_scores, offered_tables=self._offered)
+                             detailed=self.detailed_scores, offered_tables=self._offered, ex_options=self.ex_options)
         comps = dict(res.components)
         turn = Turn(self._turn - 1, self._phase, "sql", act.content, execution=res.execution)
         if post:
@@ -489,6 +500,7 @@ class TextSQLClarifyEnv(gym.Env):
         else:
             self._traj.gold_status = res.gold_status
             self._scores["ex"] = comps["ex"]
+            self._scores["ex_strict"] = comps["ex_strict"]
             for k, v in res.flags.items():
                 self._scores[k] = v
             if self.detailed_scores:
@@ -533,6 +545,10 @@ class TextSQLClarifyEnv(gym.Env):
         except Exception:  # noqa: BLE001 - a gold pair that cannot be analysed leaves the revision undefined
             return None
 
+    def _nondeterministic(self, gold_sql: str) -> bool:
+        """The gold reads the clock or randomness and EX leaves it out (``exclude_nondeterministic_gold``)."""
+        return self.ex_options.exclude_nondeterministic_gold and gold_nondeterminism(gold_sql) is not None
+
     # ------------------------------------------------------------------ episode end, obs, info
     def _finish(self, reward: float, comps: dict, *, terminated: bool, truncated: bool, error: str | None):
         s = self._sample
@@ -545,15 +561,16 @@ class TextSQLClarifyEnv(gym.Env):
             # no SQL at all: EX 0, unless the gold itself cannot be scored (invalid / ceiling: None)
             gold = self._sandbox.execute_gold(s.id, s.gold_sql)
             self._traj.gold_status = "error" if (not gold.ok or gold.truncated) else (
+                "nondeterministic" if self._nondeterministic(s.gold_sql) else
                 "empty" if is_empty_result(gold) else "ok")
             if self._traj.gold_status == "ok":
-                sc["ex"] = 0.0
+                sc["ex"] = sc["ex_strict"] = 0.0
         if s.drift is not None and sc["ex_post"] is None and self._traj.outcome != "sql":
             # the post-drift request was never answered (no SQL after the drift, or no SQL at all): 0,
             # so DEA / DRA count the episode (TIDE Table 2) instead of silently dropping it; a post-drift
             # gold that fails or returns nothing stays None (invalid / ceiling), as for ``ex``
             post_gold = self._sandbox.execute_gold(s.id + "#post", s.drift.post_gold_sql)
-            if post_gold.ok and not is_empty_result(post_gold):
+            if post_gold.ok and not is_empty_result(post_gold) and not self._nondeterministic(s.drift.post_gold_sql):
                 sc["ex_post"] = 0.0
         if s.group == "unanswerable" and sc["fb"] is None:
             sc["fb"] = 0.0

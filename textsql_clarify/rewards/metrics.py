@@ -31,7 +31,7 @@ from ..taxonomy import GROUPS, PREMISE_FLAWS, SUBCATEGORIES, group_of
 from ..trajectory import ACTION_TYPES, Trajectory
 
 OUTCOMES = ("sql", "feedback", "abstain", "truncated")
-GOLD_STATUSES = ("ok", "empty", "error", "none")
+GOLD_STATUSES = ("ok", "empty", "error", "nondeterministic", "none")
 PROTOCOLS = ("f", "p")
 RELEVANCY_LABELS = ("relevant", "technical", "irrelevant")
 LAYERS = ("L1", "L2")
@@ -42,7 +42,7 @@ SAMPLE_TYPES = ("chain_only", "drift_only", "joint")
 #: metric names by source family, in report order. ``components.<set>.precision|recall`` are added
 #: per component set found in the run (article: "Component: where the SQL went wrong").
 FAMILIES: dict[str, tuple[str, ...]] = {
-    "abiss": ("EX", "EX_post", "FB", "Rec", "Cls", "AIR", "turns"),
+    "abiss": ("EX", "EX_strict", "EX_post", "FB", "Rec", "Cls", "AIR", "turns"),
     "tide": ("DEA", "AR", "L1-IR", "L2-IR^p", "JIR", "DRR", "DRA"),
     "premisesql": ("SQL_behaviour", "DET", "TYPE", "GEN", "VAL"),
     "article": ("table_recall", "table_precision", "spurious_tables", "column_precision", "column_recall",
@@ -51,11 +51,12 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 #: every fixed metric name, in report order.
 METRICS: tuple[str, ...] = tuple(m for names in FAMILIES.values() for m in names)
 #: ceiling counters reported next to the numbers (article: "Ceilings are counted, never corrected").
-CEILINGS = ("gold_error", "gold_empty", "gold_truncated", "pred_truncated", "keyless", "scorer_inconsistent")
+CEILINGS = ("gold_error", "gold_empty", "gold_nondeterministic", "gold_truncated", "pred_truncated", "keyless",
+            "scorer_inconsistent")
 #: breakdown name -> output key.
 BREAKDOWNS = ("group", "subcategory", "difficulty", "drift_subtype", "sample_type")
 
-_BINARY_SCORES = ("ex", "ex_post", "fb")
+_BINARY_SCORES = ("ex", "ex_strict", "ex_post", "fb")
 _UNIT_SCORES = ("cell_precision", "cell_recall", "cell_f1", "column_precision", "column_recall",
                 "table_recall", "table_precision")
 _FLAG_SCORES = ("gold_truncated", "pred_truncated", "keyless", "scorer_inconsistent")
@@ -219,7 +220,8 @@ def _layers(t: Trajectory) -> set[str]:
 
 def _abiss(t: Trajectory) -> dict[str, float | None]:
     s = t.scores
-    out: dict[str, float | None] = {"EX": _f(s.get("ex")), "EX_post": _f(s.get("ex_post")), "FB": _f(s.get("fb"))}
+    out: dict[str, float | None] = {"EX": _f(s.get("ex")), "EX_strict": _f(s.get("ex_strict")),
+                                    "EX_post": _f(s.get("ex_post")), "FB": _f(s.get("fb"))}
     classified = t.predicted_category is not None or any(x.phase == "classification" for x in t.turns)
     rec = cls = None
     if classified:
@@ -306,6 +308,8 @@ def trajectory_metrics(t: Trajectory, *, original: bool = False) -> dict[str, fl
     * ``EX`` = ``scores.ex`` (ABISS §5.3, App. A): the env's convention, 1/0 on solvable samples with a
       valid gold (a non-SQL outcome is 0), 0 for SQL on an unanswerable sample, ``None`` otherwise
       (including empty/failing gold, counted as ceilings). ``EX_post`` = ``scores.ex_post`` (drift).
+      ``EX_strict`` = ``scores.ex_strict`` (ours): the same SQL and denominator as ``EX``, scored with no
+      column superset (``docs/metrics.md``).
     * ``FB`` = ``scores.fb`` (ABISS §5.3): judge verdict on unanswerable samples, 0 for feedback on a
       solvable one.
     * ``Rec`` / ``Cls`` (ABISS §5.3): over episodes that ran the classification phase (a predicted label,
@@ -387,7 +391,9 @@ def count_ceilings(trajectories: Sequence[Trajectory]) -> dict[str, int]:
     """Ceiling counts (article: "Ceilings are counted, never corrected"), in trajectories.
 
     ``gold_error``: gold SQL fails (``gold_status == "error"``, an invalid sample); ``gold_empty``: gold
-    returns no rows; ``gold_truncated`` / ``pred_truncated``: a result cut at the row cap; ``keyless``:
+    returns no rows; ``gold_nondeterministic``: gold reads the clock or randomness (``date('now')``,
+    ``random()``), left out of EX like an empty gold; ``gold_truncated`` / ``pred_truncated``: a result
+    cut at the row cap; ``keyless``:
     rows scored without a usable row key; ``scorer_inconsistent``: the cell scores and exact EX disagree
     (article: EX kept "as a test of the scorer"). Flags that are ``None`` or missing count as not set.
     """
@@ -397,6 +403,7 @@ def count_ceilings(trajectories: Sequence[Trajectory]) -> dict[str, int]:
             continue
         c["gold_error"] += t.gold_status == "error"
         c["gold_empty"] += t.gold_status == "empty"
+        c["gold_nondeterministic"] += t.gold_status == "nondeterministic"
         for flag in _FLAG_SCORES:
             c[flag] += t.scores.get(flag) is True
     return c
@@ -424,7 +431,8 @@ def aggregate(trajectories: Sequence[Trajectory | Mapping[str, Any]], *,
 
             {"n_trajectories": N, "n_by_protocol": {"f": k, "p": k},
              "overall": {metric: {"value": v, "n": n}},
-             "ceilings": {"gold_error": k, "gold_empty": k, "gold_truncated": k, "pred_truncated": k,
+             "ceilings": {"gold_error": k, "gold_empty": k, "gold_nondeterministic": k, "gold_truncated": k,
+                          "pred_truncated": k,
                           "keyless": k, "scorer_inconsistent": k},
              "by_group" | "by_subcategory" | "by_difficulty" | "by_drift_subtype" | "by_sample_type":
                  {key: {"n_trajectories": k, "metrics": {metric: {"value", "n"}}, "ceilings": {...}}},

@@ -8,6 +8,8 @@ Components (per turn):
 
 * ``ex``: 1/0 relaxed EX of a SQL turn against the gold in force (ABISS §5.3, App. A); 0 for SQL on an
   unanswerable sample; ``None`` when the gold is empty or fails (ceiling / invalid sample).
+* ``ex_strict``: 1/0 strict EX of a SQL turn: the gold's number of columns (no column superset), rows as bags
+  or in order as the gold says, the same options as ``ex`` otherwise; ``None`` exactly where ``ex`` is.
 * ``feedback``: 1/0 FB of a feedback turn (ABISS §5.3); 0 for feedback on a solvable sample.
 * ``format``: -1 on a malformed or refused action, else 0 (TIDE App. D retry rule).
 * ``turn_penalty``: -1 on each clarification turn, else 0.
@@ -29,6 +31,8 @@ from typing import Mapping
 PRESETS: dict[str, dict[str, float]] = {
     # EX on SQL, FB on feedback, nothing else: 0 for the wrong terminal action type.
     "binary": {"ex": 1.0, "feedback": 1.0},
+    # binary with strict EX: the answer's columns are the gold's, no extra column tolerated.
+    "strict": {"ex_strict": 1.0, "feedback": 1.0},
     # binary plus small shaping: malformed actions and each clarification cost a little.
     "shaped": {"ex": 1.0, "feedback": 1.0, "format": 0.1, "turn_penalty": 0.05},
     # partial credit on SQL turns: cell F1 scaled by column recall (so dropping gold columns does not pay),
@@ -40,7 +44,8 @@ PRESETS: dict[str, dict[str, float]] = {
 
 
 #: every component a preset may weight (numeric ones; ``components`` is a nested dict, not weightable).
-COMPONENTS = ("ex", "feedback", "format", "turn_penalty", "classification", "drift", "cell_precision", "cell_recall",
+COMPONENTS = ("ex", "ex_strict", "feedback", "format", "turn_penalty", "classification", "drift",
+              "cell_precision", "cell_recall",
               "cell_f1", "cell_f1_covered", "column_precision", "column_recall", "table_recall", "table_precision",
               "spurious_tables")
 

@@ -7,6 +7,10 @@ It follows the two-stage protocol of ABISS §5.2 with rules in place of the mode
    an unanswerable one always gets an ``irrelevant`` refusal, since no clarification makes it solvable.
    A request for the SQL itself, the schema or table/column names is ``irrelevant`` (ABISS §5.2
    "attempts to extract the ground truth SQL"; TIDE App. E *Una*: database-internal identifiers).
+   So is an identifier probe (more than two schema names the question and the hidden knowledge lack,
+   :func:`~.leakage.is_identifier_probe`) and an echo of the question (:func:`specificity`: it covers
+   the question and adds nothing but stock words); an ``unfocused`` clarification (covers the question,
+   adds words) is judged on the words it adds only (issue 8).
 2. **Answer.** Relevant answers state the hidden knowledge (or the chosen chain layer's answer);
    technical answers state one atomic gold-SQL fragment in words (TIDE App. E, :mod:`.fragments`);
    irrelevant answers are refusals. Every reply passes the leakage guard (:mod:`.leakage`); a reply that
