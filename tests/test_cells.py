@@ -480,3 +480,24 @@ def test_spider_dev_every_gold_against_itself(spider_root):
     # single-row exception), 12 empty results with a computed column, and the 14 golds with a constant
     # computed column over several rows that the article's guard alone scored below 1.0
     assert exact_pairs == {"one row": 260, "constant column, several rows": 14, "no rows": 12}
+
+
+def test_same_origin_columns_of_a_self_join_pair_by_their_values():
+    # a table read twice (T1.name, T2.name): both columns resolve to singer.name, so origin alone cannot say
+    # which is which; the one-to-one assignment by value overlap does (issue 8: a swapped self-join answer
+    # scored cell F1 0.0 with EX 1 when the first same-origin column took the first reference column)
+    origins = ("singer.name", "singer.name")
+    ref = _table(("a", "b"), [("Ann", "Bob"), ("Cid", "Dee"), ("Eve", "Fay")], origins)
+    swapped = _table(("b", "a"), [("Bob", "Ann"), ("Dee", "Cid"), ("Fay", "Eve")], origins)
+    s = score_cells(swapped, ref)
+    assert [(p.candidate_index, p.reference_index, p.how) for p in s.pairs] == [(1, 0, "origin"), (0, 1, "origin")]
+    assert (s.cell_precision, s.cell_recall, s.column_precision, s.column_recall) == (1.0, 1.0, 1.0, 1.0)
+    # identical values on both columns: the tie keeps the output order
+    same = _table(("a", "b"), [("Ann", "Ann")], origins)
+    assert [(p.candidate_index, p.reference_index) for p in score_cells(same, same).pairs] == [(0, 0), (1, 1)]
+    # three candidate columns of one origin against two reference columns: the best two pair, one is left over
+    three = _table(("x", "y", "z"), [("Zed", "Bob", "Ann"), ("Zed", "Dee", "Cid"), ("Zed", "Fay", "Eve")],
+                   origins + ("singer.name",))
+    s = score_cells(three, ref)
+    assert [(p.candidate_index, p.reference_index) for p in s.pairs] == [(2, 0), (1, 1)]
+    assert s.column_precision == pytest.approx(2 / 3) and s.cell_recall == 1.0

@@ -241,7 +241,16 @@ def test_dense_preset_does_not_pay_for_dropping_a_gold_column(samples):
     _, r, _, _, info = env.step("<sql>SELECT c.title FROM courses c</sql>")
     comps = info["reward_components"]
     assert comps["ex"] == 0.0 and comps["cell_f1"] == 1.0  # the article's cell F1 only sees paired columns
-    assert comps["column_recall"] == 0.5 and comps["cell_f1_covered"] == 0.5 and r == 0.5
+    assert comps["column_recall"] == 0.5 and comps["cell_f1_covered"] == 0.5
+    # the dense preset pays sql_partial (rewards/dense.py): the gold is ordered and this query has none of its
+    # ORDER BY keys, so the order factor is 0
+    assert comps["sql_partial"] == 0.0 and r == 0.0
+    env.reset(options={"sample_id": s.id})
+    _, r, _, _, info = env.step("<sql>SELECT c.title FROM courses c LEFT JOIN student_courses sc ON sc.course_id = "
+                                "c.course_id GROUP BY c.course_id, c.title ORDER BY COUNT(sc.student_id) DESC</sql>")
+    # the same query with the gold's join, grouping and order but without the count column: rows 1, content 1,
+    # order 1, columns F1(precision 1, recall 1/2) = 2/3
+    assert info["reward_components"]["cell_f1_covered"] == 0.5 and r == pytest.approx(2 / 3)
 
 
 def test_custom_preset_rejects_unknown_component(samples):

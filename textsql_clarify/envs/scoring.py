@@ -15,6 +15,7 @@ from ..database import ExecutionResult, SQLiteSandbox
 from ..errors import SQLParseError
 from ..rewards.cells import ResultTable, column_origins, score_cells
 from ..rewards.components import score_components
+from ..rewards.dense import score_partial
 from ..rewards.execution import EXOptions, gold_is_ordered, score_execution
 from ..rewards.retrieval import score_retrieval, tables_read
 
@@ -47,8 +48,8 @@ class SQLTurnScore:
     """What scoring one SQL turn produced.
 
     Attributes:
-        components: reward components (``ex``, ``ex_strict``, and with detail on, ``cell_*``, ``column_*``,
-            ``table_*``, ``components``); ``None`` where undefined.
+        components: reward components (``ex``, ``ex_strict``, and with detail on, ``cell_*``, ``sql_partial``,
+            ``column_*``, ``table_*``, ``components``); ``None`` where undefined.
         execution: ``{"error_kind", "error_message", "n_rows", "truncated", "elapsed_s"}`` of the agent's SQL.
         gold_status: ``ok`` | ``empty`` | ``error`` | ``nondeterministic`` (gold reads the clock or randomness)
             | ``none`` (no gold SQL).
@@ -68,8 +69,8 @@ def _exec_info(r: ExecutionResult) -> dict[str, Any]:
             "truncated": r.truncated, "elapsed_s": round(r.elapsed_s, 6)}
 
 
-DETAIL_KEYS = ("cell_precision", "cell_recall", "cell_f1", "cell_f1_covered", "column_precision", "column_recall",
-               "table_recall", "table_precision", "spurious_tables", "components")
+DETAIL_KEYS = ("cell_precision", "cell_recall", "cell_f1", "cell_f1_covered", "sql_partial", "column_precision",
+               "column_recall", "table_recall", "table_precision", "spurious_tables", "components")
 
 
 def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, *, gold_key: str,
@@ -126,11 +127,15 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
                 f1 = 0.0
             comps.update(cell_precision=cs.cell_precision, cell_recall=recall, cell_f1=f1,
                          column_precision=cs.column_precision, column_recall=cs.column_recall)
+            # sql_partial (rewards/dense.py): 1 for the strict match, else capped and gated partial credit
+            comps["sql_partial"] = score_partial(pred_sql, gold_sql, cand, ref, cs, ordered=_ordered(gold_sql),
+                                                 exact=strict_verdict.score == 1.0, schema=schema).score
             flags["keyless"] = bool(cs.keyless)
             flags["scorer_inconsistent"] = bool(cs.scorer_inconsistent)
         else:
             # nothing returned: recall and F1 are 0 (reference cells exist, none matched); precision undefined
-            comps.update(cell_precision=None, cell_recall=0.0, cell_f1=0.0, column_precision=None, column_recall=0.0)
+            comps.update(cell_precision=None, cell_recall=0.0, cell_f1=0.0, column_precision=None, column_recall=0.0,
+                         sql_partial=0.0)
         f1, cr = comps["cell_f1"], comps["column_recall"]
         comps["cell_f1_covered"] = None if f1 is None or cr is None else f1 * cr
         try:

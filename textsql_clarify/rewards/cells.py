@@ -8,7 +8,9 @@ The output family replaces all-or-nothing execution accuracy with two questions,
 Pipeline (each step cites the article, ``002_839439527a6c50bd.txt``):
 
 1. Pair the columns (article: "Pairing the columns"). First by origin: the same resolved
-   ``table.column`` on both sides is proof and pairs with no threshold (precision = recall = 1.0).
+   ``table.column`` on both sides is proof and pairs with no threshold (precision = recall = 1.0). When an
+   origin names several columns (a table read twice in a self-join), which is which is decided by values:
+   the one-to-one assignment maximising multiset value overlap (``linear_sum_assignment``; ours, issue 8).
    Then, among what is left, by the overlap of distinct values, best ``min(P, R)`` first. Two guards
    apply to this inferred step only: the threshold is on ``min(P, R)``, not F1, and a reference column
    needs at least two distinct values. Our extension to the second guard: a reference column below it
@@ -52,6 +54,7 @@ __all__ = [
     "ResultShapeError",
     "ResultTable",
     "column_origins",
+    "paired_rows",
     "score_cells",
 ]
 
@@ -342,6 +345,47 @@ def _columns_of(table: ResultTable, decimals: int | None) -> list[list]:
     return [_normalise_column(col, decimals) for col in zip(*table.rows)]
 
 
+def _bag_overlap(a: list, b: list) -> float:
+    """Multiset overlap of two columns' values, ``|bag(a) & bag(b)| / max(|a|, |b|)`` in ``[0, 1]``."""
+    if not a or not b:
+        return 0.0
+    return sum((Counter(a) & Counter(b)).values()) / max(len(a), len(b))
+
+
+def _origin_pairs(c_origins: tuple, r_origins: tuple, ccols: list[list], rcols: list[list]) -> list[tuple[int, int]]:
+    """Origin pairs ``(candidate index, reference index)`` (article: "Pairing the columns"; self-joins: ours).
+
+    Columns with the same resolved ``table.column`` pair with no threshold. When an origin names several
+    columns on a side (a table read twice, ``T1.name`` and ``T2.name`` of a self-join), which candidate
+    column is which reference column is decided by their values: the one-to-one assignment maximising the
+    summed multiset overlap (:func:`_bag_overlap`, ``scipy.optimize.linear_sum_assignment``), ties going to
+    the pairing that keeps the output order. A correct self-join answer with its two columns swapped so pairs
+    each column with the column holding its values.
+    """
+    by_c: dict[str, list[int]] = defaultdict(list)
+    by_r: dict[str, list[int]] = defaultdict(list)
+    for i, o in enumerate(c_origins):
+        if o is not None:
+            by_c[o].append(i)
+    for j, o in enumerate(r_origins):
+        if o is not None:
+            by_r[o].append(j)
+    out: list[tuple[int, int]] = []
+    for o, cs in by_c.items():
+        rs = by_r.get(o)
+        if not rs:
+            continue
+        if len(cs) == 1 or len(rs) == 1:  # one column on a side: the first of the other side, in order
+            out.append((cs[0], rs[0]))
+            continue
+        score = np.array([[_bag_overlap(ccols[i], rcols[j]) for j in rs] for i in cs], dtype=float)
+        # position tie-break, smaller than any overlap difference a result of up to 10^6 rows can make
+        tie = np.array([[1e-9 if a == b else 0.0 for b in range(len(rs))] for a in range(len(cs))])
+        rows, cols = linear_sum_assignment(score + tie, maximize=True)
+        out.extend((cs[a], rs[b]) for a, b in zip(rows, cols))
+    return out
+
+
 def _pair_columns(cand: ResultTable, ref: ResultTable, ccols: list[list], rcols: list[list],
                   policy: CellPolicy) -> list[ColumnPair]:
     """Origin pairs first (no threshold), then overlap and exact-set pairs best ``min(P, R)`` first (article:
@@ -351,15 +395,10 @@ def _pair_columns(cand: ResultTable, ref: ResultTable, ccols: list[list], rcols:
     used_c: set[int] = set()
     used_r: set[int] = set()
     if cand.origins is not None and ref.origins is not None:
-        for i, o in enumerate(cand.origins):
-            if o is None:
-                continue
-            for j, r in enumerate(ref.origins):
-                if j not in used_r and r == o:
-                    pairs.append(ColumnPair(i, j, "origin", 1.0, 1.0))
-                    used_c.add(i)
-                    used_r.add(j)
-                    break
+        for i, j in _origin_pairs(cand.origins, ref.origins, ccols, rcols):
+            pairs.append(ColumnPair(i, j, "origin", 1.0, 1.0))
+            used_c.add(i)
+            used_r.add(j)
     c_sets = {i: set(ccols[i]) for i in range(len(ccols)) if i not in used_c}
     options = []
     for j in range(len(rcols)):
@@ -552,3 +591,30 @@ def score_cells(candidate: ResultTable, reference: ResultTable, policy: CellPoli
         keyless=keyless, exact_match=bool(exact), scorer_inconsistent=inconsistent,
         key_selectivity=selectivity, matched_cells=hits, oversized_shelves=oversized,
     )
+
+
+def paired_rows(candidate: ResultTable, reference: ResultTable, pairs: Sequence[ColumnPair],
+                policy: CellPolicy = CellPolicy()) -> tuple[list[tuple], list[tuple]]:
+    """Both results' rows projected onto the paired columns, in pair order, values normalised as in scoring.
+
+    Args:
+        candidate, reference: the two results :func:`score_cells` compared.
+        pairs: :attr:`CellScores.pairs` of that comparison.
+        policy: the same policy (its ``float_decimals`` normalises the values).
+
+    Returns:
+        ``(candidate_rows, reference_rows)``: lists of tuples of length ``len(pairs)``, in each result's own
+        row order (used by :mod:`.dense` for whole-row multiplicity and row order; ours, not the article's).
+
+    Raises:
+        ResultShapeError: a pair's index is out of range for its table.
+    """
+    for p in pairs:
+        if not (0 <= p.candidate_index < len(candidate.columns) and 0 <= p.reference_index < len(reference.columns)):
+            raise ResultShapeError(f"pair {tuple(p)} is out of range for {len(candidate.columns)} candidate and "
+                                   f"{len(reference.columns)} reference columns")
+    ccols = _columns_of(candidate, policy.float_decimals)
+    rcols = _columns_of(reference, policy.float_decimals)
+    cand = list(zip(*(ccols[p.candidate_index] for p in pairs))) if pairs else [()] * len(candidate.rows)
+    ref = list(zip(*(rcols[p.reference_index] for p in pairs))) if pairs else [()] * len(reference.rows)
+    return cand, ref

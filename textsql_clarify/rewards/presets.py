@@ -20,7 +20,10 @@ Components (per turn):
 * ``cell_f1`` (and the other article scores): cell-level F1 of a SQL turn (article: cell precision and
   recall); ``None`` when undefined.
 * ``cell_f1_covered``: ``cell_f1 × column_recall``. Cell F1 alone counts only paired columns, so a query
-  that drops a hard gold column keeps F1 1.0; scaling by column recall removes that shortcut for RL.
+  that drops a hard gold column keeps F1 1.0; scaling by column recall removes that shortcut. Kept as a
+  metric; the ``dense`` preset no longer weights it (order, duplicates, truncation and width still paid).
+* ``sql_partial``: 1 for the strict execution match, else capped partial credit: rows x columns x order x
+  content with gates for errors of form (width, row window, set operation, duplicates); ``rewards/dense.py``.
 """
 from __future__ import annotations
 
@@ -35,9 +38,9 @@ PRESETS: dict[str, dict[str, float]] = {
     "strict": {"ex_strict": 1.0, "feedback": 1.0},
     # binary plus small shaping: malformed actions and each clarification cost a little.
     "shaped": {"ex": 1.0, "feedback": 1.0, "format": 0.1, "turn_penalty": 0.05},
-    # partial credit on SQL turns: cell F1 scaled by column recall (so dropping gold columns does not pay),
-    # same shaping as "shaped".
-    "dense": {"cell_f1_covered": 1.0, "feedback": 1.0, "format": 0.1, "turn_penalty": 0.05},
+    # partial credit on SQL turns: sql_partial (rewards/dense.py: 1 for the exact answer, capped partial
+    # credit that ranks honest near-misses above hacks), same shaping as "shaped".
+    "dense": {"sql_partial": 1.0, "feedback": 1.0, "format": 0.1, "turn_penalty": 0.05},
     # binary plus a bonus for a correct post-drift SQL that revised what the drift retracted (docs/metrics.md).
     "drift": {"ex": 1.0, "feedback": 1.0, "drift": 0.5},
 }
@@ -46,8 +49,8 @@ PRESETS: dict[str, dict[str, float]] = {
 #: every component a preset may weight (numeric ones; ``components`` is a nested dict, not weightable).
 COMPONENTS = ("ex", "ex_strict", "feedback", "format", "turn_penalty", "classification", "drift",
               "cell_precision", "cell_recall",
-              "cell_f1", "cell_f1_covered", "column_precision", "column_recall", "table_recall", "table_precision",
-              "spurious_tables")
+              "cell_f1", "cell_f1_covered", "sql_partial", "column_precision", "column_recall", "table_recall",
+              "table_precision", "spurious_tables")
 
 
 def resolve_preset(preset: str | Mapping[str, float]) -> dict[str, float]:
