@@ -48,9 +48,8 @@ PRESETS: dict[str, dict[str, float]] = {
 
 #: every component a preset may weight (numeric ones; ``components`` is a nested dict, not weightable).
 COMPONENTS = ("ex", "ex_strict", "feedback", "format", "turn_penalty", "classification", "drift",
-              "cell_precision", "cell_recall",
-              "cell_f1", "cell_f1_covered", "sql_partial", "column_precision", "column_recall", "table_recall",
-              "table_precision", "spurious_tables")
+              "cell_precision", "cell_recall", "cell_f1", "cell_f1_covered", "sql_partial", "column_precision",
+              "column_recall", "table_recall", "table_precision", "spurious_tables")
 
 
 def resolve_preset(preset: str | Mapping[str, float]) -> dict[str, float]:
