@@ -1,6 +1,7 @@
 """Relaxed EX (ABISS App. A): each rule, and generalisations of each kind in ../shared/cases."""
 from __future__ import annotations
 
+import json
 import random
 import sqlite3
 import time
@@ -301,3 +302,185 @@ def test_shuffled_superset_matches_and_mutation_breaks(data, n_cols, n_extra, n_
     broken = [list(r) for r in pred_rows]
     broken[0][target] = "never-in-gold"
     assert compare_results(res(["p"] * len(col_perm), broken), gold, ordered=False).score == 0.0
+
+
+# -- width bound and constant columns (issue 8: EX that cannot be hit by width) --------------
+@pytest.fixture
+def games(tmp_path: Path):
+    path = tmp_path / "games.sqlite"
+    con = sqlite3.connect(path)
+    con.executescript("""
+        CREATE TABLE team(id INTEGER PRIMARY KEY, name TEXT, city TEXT, wins INTEGER, rating REAL,
+                          a INTEGER, b INTEGER, c INTEGER, d INTEGER);
+        INSERT INTO team VALUES (1,'owls','oslo',3,2.345,10,100,7,0),(2,'cats','rome',5,1.115,20,200,8,0),
+                                (3,'bats','oslo',5,4.5,30,300,9,0),(4,'rats','lima',1,3.25,40,400,6,1);
+    """)
+    con.commit()
+    con.close()
+    with SQLiteSandbox(path, timeout_s=0.5) as sb:
+        yield sb
+
+
+@pytest.mark.parametrize("pred", [
+    "SELECT " + ", ".join(str(i) for i in range(1701)),        # the issue's hack: one row of constants
+    "SELECT 0, 1, 2, 3, 4",                                     # four extras, all constants
+    "SELECT 4",                                                 # one constant, the right value
+    "SELECT a, b FROM (SELECT 3 AS a, 4 AS b)",                 # constants through a derived table
+    "WITH c(x) AS (SELECT 4) SELECT x FROM c",                  # through a CTE
+    "SELECT * FROM (SELECT 3, 4)",                              # star over constants is expanded
+    "SELECT 4 FROM team LIMIT 1",                               # a constant read once per row
+    "SELECT (SELECT 4)",                                        # a constant scalar subquery
+    "SELECT 4 UNION SELECT 4",                                  # a compound of constants
+    "SELECT (SELECT count(*) FROM team), (SELECT max(wins) FROM team), (SELECT min(wins) FROM team)",
+])
+def test_width_and_constant_hacks_fail(games, pred):
+    gold = "SELECT count(*) FROM team"  # one row: (4,)
+    assert relaxed_ex(pred, gold, games).score == 0.0, pred
+    assert relaxed_ex(pred, gold, games, strict=True).score == 0.0, pred
+
+
+def test_data_columns_pass_where_constants_fail(games):
+    gold = "SELECT count(*) FROM team"
+    assert relaxed_ex("SELECT count(*), max(wins) FROM team", gold, games).score == 1.0  # one extra
+    assert relaxed_ex("SELECT count(id) FROM team", gold, games, strict=True).score == 1.0
+    v = relaxed_ex("SELECT 4, max(wins) FROM team", gold, games)
+    assert v.status == "mismatch" and "constant" in v.reason
+    # the syntactic rule cannot see arithmetic constants built from data: the width bound still caps them
+    assert relaxed_ex("SELECT max(rowid) - max(rowid) + 4 FROM team", gold, games).score == 1.0
+    assert relaxed_ex("SELECT max(id)-max(id)+3, max(id)-max(id)+4, max(id)-max(id)+5 FROM team",
+                      gold, games).score == 0.0
+    # a constant gold column pairs with a constant prediction column
+    assert relaxed_ex("SELECT 'yes', count(*) FROM team", "SELECT 'yes', count(*) FROM team", games).score == 1.0
+
+
+def test_wide_select_star_is_bounded(games):
+    gold = "SELECT name FROM team"  # text gold: only text extras (city) could stand for it
+    assert relaxed_ex("SELECT * FROM team", gold, games).score == 1.0
+    gold = "SELECT wins FROM team"  # numeric gold: id, rating, a, b, c, d are 6 numeric extras
+    v = relaxed_ex("SELECT * FROM team", gold, games)
+    assert v.status == "mismatch" and "6 extra column(s)" in v.reason and "at most 3" in v.reason
+    assert relaxed_ex("SELECT wins, a, b, c FROM team", gold, games).score == 1.0
+    assert relaxed_ex("SELECT wins, a, b, c, d FROM team", gold, games).score == 0.0
+    # identical columns count once: repeating a column buys nothing and costs nothing
+    assert relaxed_ex("SELECT wins, id, id, id, id, a, a FROM team", gold, games).score == 1.0
+    assert relaxed_ex("SELECT wins, wins, wins, wins, wins FROM team", gold, games).score == 1.0
+
+
+def test_extra_column_count():
+    from textsql_clarify.rewards.execution import extra_columns
+    g = [(1, 2)]
+    assert extra_columns(g, [(1, 2), (3, 4), (3, 4)]) == 1          # a repeated column counts once
+    assert extra_columns(g, [(1, 2), ("a", "b"), ("c", "d")]) == 0  # text cannot stand for numbers
+    assert extra_columns(g, [(1, 2), (None, 5), (5, 6)]) == 1       # other mix of types: no candidate
+    assert extra_columns([(1,), ("x",)], [(1,), ("x",), (2,), ("y",)]) == 2
+
+
+# -- ex_strict ---------------------------------------------------------------------------------
+def test_ex_strict(games):
+    gold = "SELECT name, wins FROM team WHERE city = 'oslo'"
+    assert relaxed_ex("SELECT wins, name FROM team WHERE city = 'oslo'", gold, games, strict=True).score == 1.0
+    assert relaxed_ex("SELECT id, name, wins FROM team WHERE city = 'oslo'", gold, games).score == 1.0
+    v = relaxed_ex("SELECT id, name, wins FROM team WHERE city = 'oslo'", gold, games, strict=True)
+    assert v.status == "mismatch" and "strict" in v.reason
+    ordered = "SELECT name FROM team ORDER BY rating"
+    assert relaxed_ex("SELECT name FROM team ORDER BY rating DESC", ordered, games, strict=True).score == 0.0
+
+
+# -- limit_ties --------------------------------------------------------------------------------
+def test_limit_ties(games):
+    gold = "SELECT name FROM team ORDER BY wins DESC LIMIT 1"  # cats and bats both have 5 wins
+    kept = games.execute(gold).rows[0][0]
+    other = ({"cats", "bats"} - {kept}).pop()
+    pred = f"SELECT name FROM team WHERE name = '{other}'"
+    v = relaxed_ex(pred, gold, games)
+    assert v.score == 1.0 and "ties" in v.reason
+    assert relaxed_ex(pred, gold, games, options={"limit_ties": False}).score == 0.0
+    assert relaxed_ex("SELECT name FROM team WHERE name = 'owls'", gold, games).score == 0.0  # not tied
+    assert relaxed_ex(f"SELECT name, wins FROM team WHERE name = '{other}'", gold, games).score == 1.0
+    # two kept rows: the first (5 wins) is tied too; the 3-win row is not interchangeable with the 1-win one
+    gold2 = "SELECT name FROM team ORDER BY wins DESC LIMIT 3"
+    assert relaxed_ex("SELECT name FROM team WHERE wins >= 3 ORDER BY wins DESC, name", gold2, games).score == 1.0
+    assert relaxed_ex("SELECT name FROM team WHERE wins >= 3 ORDER BY wins DESC, name DESC", gold2, games).score == 1.0
+    assert relaxed_ex("SELECT name FROM team WHERE wins <> 3 ORDER BY wins DESC", gold2, games).score == 0.0
+    # ordinals and aliases in the ORDER BY resolve to the key
+    gold3 = "SELECT name, wins AS w FROM team ORDER BY w DESC LIMIT 1"
+    assert relaxed_ex(f"SELECT name, wins FROM team WHERE name = '{other}'", gold3, games).score == 1.0
+
+
+# -- round_to_gold_precision -------------------------------------------------------------------
+def test_round_to_gold_precision(games):
+    gold = "SELECT name, ROUND(rating, 2) FROM team"
+    assert relaxed_ex("SELECT name, rating FROM team", gold, games).score == 1.0
+    assert relaxed_ex("SELECT name, rating FROM team", gold, games, options={"round_to_gold_precision": False}
+                      ).score == 0.0
+    assert relaxed_ex("SELECT name, ROUND(rating, 1) FROM team", gold, games).score == 0.0  # it rounds otherwise
+    assert relaxed_ex("SELECT name, rating + 0.01 FROM team", gold, games).score == 0.0
+    # SQLite's own rounding of halves: 1.115 is 1.1149999... in binary, SQLite gives 1.12 (Python round: 1.11)
+    from textsql_clarify.rewards.execution import sqlite_round
+    assert sqlite_round([1.115, 2.345, 7, "x"], 2) == [games.execute("SELECT round(1.115, 2)").rows[0][0],
+                                                       games.execute("SELECT round(2.345, 2)").rows[0][0], 7, "x"]
+    assert relaxed_ex("SELECT avg(rating) FROM team", "SELECT round(avg(rating), 1) FROM team", games).score == 1.0
+
+
+# -- nondeterministic golds --------------------------------------------------------------------
+@pytest.mark.parametrize("gold", [
+    "SELECT name FROM team ORDER BY random() LIMIT 1", "SELECT date('now')",
+    "SELECT name FROM team WHERE julianday('now') > 0", "SELECT current_timestamp",
+    "SELECT strftime('%Y', 'now')", "SELECT abs(random()) % 2",
+])
+def test_nondeterministic_gold_excluded(games, gold):
+    v = relaxed_ex(gold, gold, games)
+    assert v.status == "gold_nondeterministic" and v.score is None and not v.counts_in_mean and v.reward == 0.0
+    kept = relaxed_ex(gold, gold, games, options={"exclude_nondeterministic_gold": False})
+    assert kept.status != "gold_nondeterministic"
+
+
+def test_now_as_a_plain_string_is_deterministic(games):
+    from textsql_clarify.rewards.ex_sql import gold_nondeterminism
+    assert gold_nondeterminism("SELECT name FROM team WHERE city = 'now'") is None
+    assert gold_nondeterminism("SELECT name FROM team") is None
+
+
+def test_nondeterministic_gold_flagged_at_load_time(tmp_path):
+    from textsql_clarify.samples import load_jsonl
+    db = tmp_path / "t.sqlite"
+    sqlite3.connect(db).executescript("CREATE TABLE t(x INTEGER); INSERT INTO t VALUES (1);")
+    rec = {"id": "s1", "db_id": "t", "db_path": str(db), "question": "q", "group": "answerable",
+           "subcategory": "answerable_without_evidence", "gold_sql": "SELECT x FROM t WHERE date('now') > '2000'"}
+    plain = {**rec, "id": "s2", "gold_sql": "SELECT x FROM t"}
+    (tmp_path / "d.jsonl").write_text(json.dumps(rec) + "\n" + json.dumps(plain) + "\n")
+    s1, s2 = load_jsonl(tmp_path / "d.jsonl")
+    assert s1.provenance["gold_nondeterministic"] == "DATE('now')" and "gold_nondeterministic" not in s2.provenance
+
+
+# -- options and the env -----------------------------------------------------------------------
+def test_ex_options_validation():
+    from textsql_clarify.rewards.execution import EXOptions
+    assert EXOptions.from_mapping(None) == EXOptions() and EXOptions().limit_ties and EXOptions().max_extra_columns == 3
+    with pytest.raises(ValueError, match="unknown ex option"):
+        EXOptions.from_mapping({"limit_tie": True})
+    with pytest.raises(ValueError, match="bool"):
+        EXOptions.from_mapping({"limit_ties": 1})
+    with pytest.raises(ValueError, match="int >= 0"):
+        EXOptions.from_mapping({"max_extra_columns": -1})
+
+
+def test_env_reports_ex_strict_and_takes_ex_options():
+    import gymnasium as gym
+    import textsql_clarify  # noqa: F401  (registers the env)
+    env = gym.make("TextSQLClarify-v0", reward_preset="strict", detailed_scores=False)
+    sample = next(s for s in env.unwrapped.samples
+                  if s.group == "answerable" and s.drift is None and not gold_is_ordered(s.gold_sql))
+    _, info = env.reset(options={"sample_id": sample.id})
+    assert info["reward_components"] == {}
+    _, r, term, _, info = env.step("<clarify>which one?</clarify>")
+    assert info["reward_components"]["ex_strict"] is None and info["reward_components"]["ex"] is None
+    # the gold plus one column that stands for none of the gold's: relaxed EX 1, strict EX 0, and the
+    # strict preset pays the strict one
+    _, r, term, _, info = env.step(f"<sql>SELECT *, 'extra' FROM ({sample.gold_sql})</sql>")
+    comps = info["reward_components"]
+    assert term and comps["ex"] == 1.0 and comps["ex_strict"] == 0.0 and r == 0.0
+    assert info["scores"]["ex_strict"] == comps["ex_strict"]
+    env.close()
+    with pytest.raises(ValueError, match="unknown ex option"):
+        gym.make("TextSQLClarify-v0", ex_options={"nope": 1})

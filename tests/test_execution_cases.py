@@ -80,3 +80,25 @@ def test_case_specific_details(tmp_path):
         con.close()
         with SQLiteSandbox(path) as sb:
             assert relaxed_ex(case["pred_sql"], case["gold_sql"], sb).column_mapping == mapping
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_execution_case_under_every_option_setting(case, tmp_path):
+    """The issue-8 options (ties, rounding, nondeterministic golds, the width bound) change no case's verdict,
+    and ex_strict agrees with it except on the column-superset case (ex17), which it rejects by design."""
+    path = tmp_path / f"{case['id']}.sqlite"
+    con = sqlite3.connect(path)
+    con.executescript(case["schema_sql"])
+    con.commit()
+    con.close()
+    status, score, _ = expected_outcome(case["expected"])
+    off = {"limit_ties": False, "round_to_gold_precision": False, "exclude_nondeterministic_gold": False,
+           "max_extra_columns": None, "max_extra_columns_single_row": None, "constant_columns": False}
+    with SQLiteSandbox(path, timeout_s=TIMEOUT_S) as sb:
+        for options in (None, off):
+            assert relaxed_ex(case["pred_sql"], case["gold_sql"], sb, options=options).status == status
+        strict = relaxed_ex(case["pred_sql"], case["gold_sql"], sb, strict=True)
+        if case["category"] == "column-superset" and status == "match":
+            assert strict.status == "mismatch" and "strict" in strict.reason
+        else:
+            assert (strict.status, strict.score) == (status, score)
