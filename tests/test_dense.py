@@ -172,7 +172,7 @@ def _bench():
 @pytest.mark.realdata
 def test_spider_dev_hacks_rank_below_honest_near_misses(spider_root):
     bench = _bench()
-    out = bench.run(spider_root, limit=60)
+    out = bench.run(spider_root, limit=60, width_stride=4)  # the width hacks (slowest to analyse) on 15 golds
     assert out["gold"]["n"] == 60 and out["gold"]["new_min"] == 1.0
     means = {k: statistics.fmean(r["new"]) for k, r in out["rows"].items() if r["n"]}
     near = {k: means[k] for k in bench.NEAR_MISSES}
