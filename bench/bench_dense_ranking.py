@@ -18,8 +18,7 @@ From every Spider dev gold that returns data, sqlglot builds mechanical variants
 Each variant is scored through :func:`textsql_clarify.envs.scoring.score_sql_turn` (what ``step`` uses). A
 variant whose result is the gold's exactly (strict execution match) is not a miss and not a hack there: it is
 counted apart (``exact``) and left out of the means. The table prints, per kind, n and the mean of the old
-dense component (``cell_f1_covered``) and the new one (``sql_partial``), the gates that fired, and the gold
-against itself. ``--random`` also plays the random agent through ``gym.make`` under the ``dense`` preset
+dense component (``cell_f1_covered``) and the new one (``sql_partial``), and the gold against itself. ``--random`` also plays the random agent through ``gym.make`` under the ``dense`` preset
 (the red-team baseline: hack means must stay at most its mean + 0.02).
 
     python bench/bench_dense_ranking.py [--spider ../shared/data/spider_dev] [--limit 935] [--random]
@@ -30,7 +29,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]

@@ -54,9 +54,9 @@ from sqlglot import exp
 from ..errors import SQLParseError
 from ..sqlschema import parse_for_analysis
 from .cells import CellPolicy, CellScores, ResultTable, paired_rows
-from .components import component_sets
+from .components import component_sets, precision_recall
 
-__all__ = ["CONTENT_SETS", "GATES", "DenseScore", "PartialPolicy", "score_partial"]
+__all__ = ["CONTENT_SETS", "GATES", "DenseScore", "PartialPolicy", "order_agreement", "score_partial"]
 
 #: component sets whose agreement is ``content`` (the article's six minus ``order_by``, which ``order`` and the
 #: ``row_window`` gate handle).
@@ -259,12 +259,8 @@ def score_partial(pred_sql: str, gold_sql: str, candidate: ResultTable, referenc
         keys = gsets["order_by"] - gwin
         recall = len(keys & csets["order_by"]) / len(keys) if keys else 1.0
         order = recall * order_agreement(cand_rows, ref_rows)
-    f1s = [_f1(*_pr(csets[s], gsets[s])) for s in CONTENT_SETS if csets[s] or gsets[s]]
+    f1s = [_f1(*precision_recall(csets[s], gsets[s])) for s in CONTENT_SETS if csets[s] or gsets[s]]
     content = sum(f1s) / len(f1s) if f1s else 1.0
     score = min(policy.partial_cap, rows * columns * order * content)
     return DenseScore(score, False, rows, columns, order, content)
 
-
-def _pr(pred: frozenset, gold: frozenset) -> tuple[float | None, float | None]:
-    hit = len(pred & gold)
-    return (hit / len(pred) if pred else None, hit / len(gold) if gold else None)
