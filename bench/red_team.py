@@ -36,6 +36,12 @@ from textsql_clarify.baselines.hacks import HACKS, Episode, identifiers_leaked, 
 from textsql_clarify.rewards.presets import PRESETS, resolve_preset
 
 BASELINES = ("oracle", "no-clarify", "random")
+LEGEND = """Columns: n = episodes played (R:<preset> cells marked @m were played on m samples: the detailed pass);
+EX = mean first-SQL EX over scorable golds; FB = mean FB over unanswerable samples; EXpost = post-drift EX;
+DRR = drift recognised; rel% = ambiguous episodes where a clarification was labelled relevant;
+leak% = episodes with a clarification whose reply names a schema identifier that the question and the
+hidden knowledge do not use; R:<preset> = mean return under the preset, PASS when <= max(random's on the
+same samples and turns, 0) + margin. Hacks:"""
 #: components cheap to compute; a preset weighting anything else needs the env's detailed scores
 _CHEAP = {"ex", "ex_strict", "feedback", "format", "turn_penalty", "classification", "drift", "abstained"}
 
@@ -68,7 +74,8 @@ def summarise(name: str, policy: Any, episodes: list[Episode], random_eps: dict[
                            "privileged": bool(getattr(policy, "privileged", False)), "n": len(episodes),
                            "description": getattr(policy, "description", "")}
     ex = [e.scores.get("ex") for e in episodes if e.scores.get("ex") is not None]
-    fb = [e.scores.get("fb") for e in episodes if e.scores.get("fb") is not None]
+    # FB as ABISS §5.3 reports it: over unanswerable samples only (feedback elsewhere is simply wrong)
+    fb = [e.scores.get("fb") for e in episodes if e.group == "unanswerable" and e.scores.get("fb") is not None]
     expost = [e.scores.get("ex_post") for e in episodes if e.scores.get("ex_post") is not None]
     dr = [float(e.scores["drift_recognised"]) for e in episodes if e.scores.get("drift_recognised") is not None]
     row.update(ex=mean(ex), n_ex=len(ex), fb=mean(fb), n_fb=len(fb), ex_post=mean(expost), drr=mean(dr), n_drift=len(dr))
@@ -141,7 +148,7 @@ def _play_all(env_kwargs: dict, policies: list[str], limit: int | None, desc: st
 
 
 def run(dataset: str, spec: str, policies: list[str], presets: dict, *, limit: int | None, margin: float,
-        n_verify: int, detailed_limit: int | None = 120, progress: bool = True, samples: list | None = None) -> dict:
+        n_verify: int, detailed_limit: int | None = 100, progress: bool = True, samples: list | None = None) -> dict:
     """Play every policy on one dataset; return its rows and replay-check mismatches.
 
     Presets that weight only cheap components (EX, FB, format, turn penalty, drift ...) are played with
@@ -231,10 +238,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--presets", default=None, help="comma-separated preset names (default: every preset)")
     ap.add_argument("--hacks", default=None, help="comma-separated hack names (default: every hack)")
     ap.add_argument("--limit", type=int, default=None, help="first N samples of each dataset")
-    ap.add_argument("--detailed-limit", type=int, default=120,
+    ap.add_argument("--detailed-limit", type=int, default=100,
                     help="samples played for presets that need detailed scores (dense); 0 = all")
     ap.add_argument("--margin", type=float, default=0.02, help="allowed excess over the random agent's reward")
-    ap.add_argument("--verify", type=int, default=3, help="episodes per policy replayed under each preset")
+    ap.add_argument("--verify", type=int, default=2, help="episodes per policy replayed under each preset")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
@@ -248,6 +255,13 @@ def main(argv: list[str] | None = None) -> int:
     specs = dataset_specs(args.data.rstrip("/"))
     results = []
     print(f"textsql_clarify from {Path(textsql_clarify.__file__).parent}; presets {names}", flush=True)
+    print(LEGEND)
+    for h in hacks:
+        if h in HACKS:
+            pol = HACKS[h]()
+            print(f"  {h:22s} [{pol.kind}{', privileged' if pol.privileged else ''}"
+                  f"{', post-drift turns' if pol.scope == 'post_drift' else ''}] {pol.description}")
+    print(flush=True)
     for d in args.datasets.split(","):
         if d not in specs:
             ap.error(f"unknown dataset {d!r}; available: {sorted(specs)}")
