@@ -11,10 +11,9 @@
   ``SHARED`` / ``SHARED_DATA`` / ``SPIDER``. So ``pytest -m "not model"`` is the quick loop.
 * A runtime check of those markers: every test that actually loaded a model (MiniLM through
   ``textsql_clarify.minilm``, a causal LM through ``textsql_clarify.simulators.hf_models``) without
-  the ``model`` marker is listed at the end of the run (the env's default feedback judge loads MiniLM
-  lazily, so an env test can load it without naming it). Under ``-m "not model"`` such a load is
-  refused instead: the feedback judge and the grounder then fall back to their lexical versions, as
-  they do where MiniLM is not installed, and the quick loop loads no model.
+  the ``model`` marker is listed at the end of the run. The env's default feedback judge loads
+  MiniLM lazily (~6 s, once per process), so env tests load it without naming it; they stay in the
+  quick loop on purpose, so that it scores feedback with the same judge as the full run.
 """
 from __future__ import annotations
 
@@ -117,7 +116,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # -- runtime check: which tests really loaded a model ---------------------------------------------
 _LOADS: list[str] = []  # model loads during the current test
 _UNMARKED: dict[str, list[str]] = {}  # test id -> loads, for tests without the model marker
-_REFUSE = {"on": False}  # refuse loads (quick loop, unmarked test)
 
 
 def _watch(module, name: str, label: str) -> None:
@@ -125,19 +123,11 @@ def _watch(module, name: str, label: str) -> None:
 
     def watched(*args, **kwargs):
         _LOADS.append(label)
-        if _REFUSE["on"]:
-            raise ImportError(f"{label}: model loads are refused under -m 'not model' "
-                              "(mark the test @pytest.mark.model)")
         return real(*args, **kwargs)
 
     watched.__wrapped__ = real  # type: ignore[attr-defined]
     watched.__doc__ = real.__doc__
     setattr(module, name, watched)
-
-
-def _quick_loop(config: pytest.Config) -> bool:
-    expr = (config.getoption("markexpr", "") or "").replace(" ", "")
-    return "notmodel" in expr
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -154,23 +144,21 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    """Record, per test, the model loads of a test that carries no ``model`` marker."""
     _LOADS.clear()
     marked = item.get_closest_marker("model") is not None
-    _REFUSE["on"] = not marked and _quick_loop(item.config)
     try:
         yield
     finally:
-        _REFUSE["on"] = False
         if _LOADS and not marked:
             _UNMARKED[item.nodeid] = sorted(set(_LOADS))
         _LOADS.clear()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
-    """List the tests that loaded (or, in the quick loop, tried to load) a model without the marker."""
+    """List the tests that loaded a model without the ``model`` marker (MiniLM through the env's judge)."""
     if not _UNMARKED:
         return
-    verb = "tried to load (refused: lexical fallback)" if _quick_loop(config) else "loaded"
     terminalreporter.section("tests that load a model without @pytest.mark.model")
     for nodeid, loads in _UNMARKED.items():
-        terminalreporter.write_line(f"{nodeid}: {verb} {', '.join(loads)}")
+        terminalreporter.write_line(f"{nodeid}: loaded {', '.join(loads)}")
