@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import hashlib
-import time
 import warnings
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import textsql_clarify  # noqa: F401  (registers the env)
+from conftest import generous_bound
 from textsql_clarify.baselines.agents import NoClarifyAgent, OracleAgent, RandomAgent
 from textsql_clarify.baselines.rollout import evaluate, run_episode
 from textsql_clarify.datasets import embedded_db_path, load_dataset
@@ -173,13 +173,12 @@ def test_runaway_query_is_interrupted_and_env_goes_on(samples):
     s = _first(samples, "answerable")
     env = _env(samples, timeout_s=0.5)
     env.reset(options={"sample_id": s.id})
-    t0 = time.perf_counter()
-    _, r, term, _, info = env.step(
-        "<sql>WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT COUNT(*) FROM n</sql>")
-    elapsed = time.perf_counter() - t0
+    with generous_bound("a runaway query under a 0.5 s limit"):  # timing itself: bench/bench_sandbox_limits.py
+        _, r, term, _, info = env.step(
+            "<sql>WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT COUNT(*) FROM n</sql>")
     assert term and r == 0.0
-    assert info["trajectory"].turns[-1].execution["error_kind"] == "timeout"
-    assert elapsed < 0.5 * 1.1 + 0.5  # time limit + 10%, plus scoring overhead
+    execution = info["trajectory"].turns[-1].execution
+    assert execution["error_kind"] == "timeout" and execution["elapsed_s"] >= 0.5
     env.reset(options={"sample_id": s.id})
     _, r, term, _, _ = env.step(f"<sql>{s.gold_sql}</sql>")
     assert r == 1.0

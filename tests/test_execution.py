@@ -4,10 +4,10 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
+from conftest import generous_bound
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -174,11 +174,14 @@ def test_empty_gold_never_rewarded(sandbox):
     assert v.status == "gold_empty" and v.reward == 0.0
 
 
-def test_empty_gold_skips_the_prediction(sandbox):
-    t0 = time.perf_counter()
-    v = relaxed_ex("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT i FROM n",
-                   "SELECT name FROM item WHERE 0", sandbox)
-    assert v.status == "gold_empty" and time.perf_counter() - t0 < 0.4
+def test_empty_gold_skips_the_prediction(sandbox, monkeypatch):
+    runaway = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT i FROM n"
+    ran = []
+    real_execute = sandbox.execute
+    monkeypatch.setattr(sandbox, "execute", lambda sql, *a, **k: ran.append(sql) or real_execute(sql, *a, **k))
+    v = relaxed_ex(runaway, "SELECT name FROM item WHERE 0", sandbox)
+    assert v.status == "gold_empty"
+    assert runaway not in ran  # the gold alone decided: the prediction never ran
 
 
 def test_is_empty_result():
@@ -236,9 +239,8 @@ def test_many_same_bag_columns_match_without_blowup():
     row_perm = rng.sample(range(n_rows), n_rows)
     gold = res([f"g{i}" for i in range(n_cols)], list(zip(*gold_cols)))
     pred = res([f"p{j}" for j in range(n_cols + 10)], [tuple(c[r] for c in pred_cols) for r in row_perm])
-    t0 = time.perf_counter()
-    v = compare_results(pred, gold, ordered=False, max_extra_columns=None)  # the search alone, unbounded width
-    assert time.perf_counter() - t0 < 10
+    with generous_bound("the column search over 10 extra columns", seconds=30):
+        v = compare_results(pred, gold, ordered=False, max_extra_columns=None)  # the search alone, unbounded width
     assert v.score == 1.0
     assert v.column_mapping == tuple(pred_order.index(i) for i in range(n_cols))
     # under the default bound the 10 same-typed extra columns are too many guesses

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 
 import pytest
 
-from conftest import SHARED
+from conftest import SHARED, generous_bound
 from textsql_clarify.database import SQLiteSandbox
 from textsql_clarify.rewards.execution import gold_is_ordered, relaxed_ex
 
@@ -51,9 +50,8 @@ def test_execution_case(case, tmp_path):
     con.close()
     status, score, word = expected_outcome(case["expected"])
     with SQLiteSandbox(path, timeout_s=TIMEOUT_S) as sb:
-        t0 = time.perf_counter()
-        v = relaxed_ex(case["pred_sql"], case["gold_sql"], sb, gold_key=case["id"])
-        assert time.perf_counter() - t0 <= TIMEOUT_S * 1.1 + 0.1
+        with generous_bound(f"case {case['id']}", stop=sb.interrupt):  # a must-not-crash case ends, typed
+            v = relaxed_ex(case["pred_sql"], case["gold_sql"], sb, gold_key=case["id"])
         assert v.status == status, (case["id"], v)
         assert v.score == score
         if word:
