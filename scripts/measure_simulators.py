@@ -9,7 +9,9 @@ Probe sets (``tests/fixtures/``, written by us in the spirit of TIDE App. E's US
   when any neutral reply will do).
 * ``probe_feedback.jsonl``: one (unanswerable sample, feedback) pair per line, labelled ``correct`` |
   ``incorrect`` (ABISS §5.3 FB), over an embedded sample (``sample_id``) or a Spider-unanswerable
-  question (``spider_unanswerable``: index, db_id, question; no stated rationale).
+  question (``spider_unanswerable``: index, db_id, question; no stated rationale, unless the probe gives
+  one in ``spider_unanswerable.hidden_knowledge``). ``probe_feedback_adversarial.jsonl`` (set
+  ``adversarial``) has the same schema and is measured with it.
 
 Reported (each figure with its n; undefined figures are ``null``):
 
@@ -39,6 +41,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import json
 import sys
@@ -62,6 +65,11 @@ from textsql_clarify.sqlschema import read_schema  # noqa: E402
 FIXTURES = REPO / "tests" / "fixtures"
 CLARIFICATION_PROBES = FIXTURES / "probe_clarifications.jsonl"
 FEEDBACK_PROBES = FIXTURES / "probe_feedback.jsonl"
+#: adversarial feedback probes (set ``adversarial``): echoes, wrapped echoes, generic refusals, refusals
+#: that blame an existing table, question-word salad, hidden-knowledge-free paraphrases, shotguns, and
+#: correct explanations that repeat the question's nouns; over the embedded unanswerable samples and
+#: Spider-unanswerable questions given a rationale written for the probe (``spider_unanswerable.hidden_knowledge``).
+ADVERSARIAL_FEEDBACK_PROBES = FIXTURES / "probe_feedback_adversarial.jsonl"
 DEFAULT_DATA_ROOT = REPO.parent / "shared" / "data"
 FB_LABELS = ("correct", "incorrect")
 
@@ -143,7 +151,12 @@ def probe_samples(records: Iterable[dict], data_root: str | Path | None) -> dict
                 continue
             if unans is None:
                 unans = load_spider_unanswerable(f, root / "spider_dev")
-            out[r["id"]] = unans[r["spider_unanswerable"]["index"]]
+            s = unans[r["spider_unanswerable"]["index"]]
+            hk = r["spider_unanswerable"].get("hidden_knowledge")
+            if hk:  # a Spider-style sample given a rationale written for the probe set
+                s = dataclasses.replace(s, hidden_knowledge=hk, id=f"{s.id}#hk",
+                                        provenance={**s.provenance, "hidden_knowledge": "written_for_probe"})
+            out[r["id"]] = s
         else:
             raise DatasetError(f"probe {r['id']}: needs 'sample_id', 'mmsql' or 'spider_unanswerable'")
     return out
@@ -440,6 +453,10 @@ def judge_report(rows: Sequence[dict], shipped: float) -> dict:
         "no_rationale": agreement([r for r in rows if r["rule"] == "no_rationale"], lambda r: r["correct"]),
         "per_set": {k: agreement([r for r in rows if r["set"] == k], lambda r: decide(r, shipped))
                     for k in sorted({r["set"] for r in rows})},
+        "labelled": agreement([r for r in rows if r["set"] != "adversarial"], lambda r: decide(r, shipped)),
+        "labelled_with_rationale": agreement([r for r in hk_rows if r["set"] != "adversarial"],
+                                             lambda r: decide(r, shipped)),
+        "adversarial": agreement([r for r in rows if r["set"] == "adversarial"], lambda r: decide(r, shipped)),
         "per_kind": {k: agreement([r for r in rows if r["kind"] == k], lambda r: decide(r, shipped))
                      for k in sorted({r["kind"] for r in rows if r["kind"]})},
         "disagreements": [r["id"] for r in rows if decide(r, shipped) != (r["label"] == "correct")],
@@ -481,6 +498,8 @@ def print_judge(name: str, rep: dict) -> None:
     print(f"  leave-one-out: {_fmt(rep['leave_one_out']['agreement'])} (n={rep['leave_one_out']['n']})")
     print(f"  with rationale {_fmt(rep['with_rationale']['agreement'])} (n={rep['with_rationale']['n']}), "
           f"no rationale {_fmt(rep['no_rationale']['agreement'])} (n={rep['no_rationale']['n']})")
+    for k in ("labelled", "labelled_with_rationale", "adversarial"):
+        print(f"  {k}: {_fmt(rep[k]['agreement'])} (n={rep[k]['n']})")
     print("  confusion:", json.dumps(a["confusion"]))
     for k, v in rep["per_set"].items():
         print(f"    set {k:<18} agreement {_fmt(v['agreement'])} (n={v['n']})")
@@ -500,11 +519,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
     ap.add_argument("--council", nargs="*", default=None, help="also measure a CouncilFeedbackJudge of these specs")
     ap.add_argument("--milking", action="store_true",
                     help="also play the echo and identifier-listing probes through gym.make (embedded, Spider dev)")
+    ap.add_argument("--feedback-only", action="store_true", help="measure the FB judges only (no simulated user)")
     ap.add_argument("--probes", default=str(CLARIFICATION_PROBES),
                     help="clarification probe JSONL (default: tests/fixtures/probe_clarifications.jsonl)")
     args = ap.parse_args(argv)
 
-    cprobes, fprobes = read_probes(args.probes), read_probes(FEEDBACK_PROBES)
+    cprobes = read_probes(args.probes)
+    fprobes = read_probes(FEEDBACK_PROBES) + read_probes(ADVERSARIAL_FEEDBACK_PROBES)
     data_root = Path(args.data_root) if Path(args.data_root).is_dir() else None
     csamples, fsamples = probe_samples(cprobes, data_root), probe_samples(fprobes, data_root)
     result: dict[str, Any] = {
@@ -519,6 +540,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
     from textsql_clarify.simulators.rule_based import RuleBasedUser
 
+    if args.feedback_only:
+        cprobes, args.no_transformers = [], True
     t0 = time.perf_counter()
     rows = run_user(RuleBasedUser(), cprobes, csamples)
     rep = relevancy_report(rows)

@@ -65,13 +65,13 @@ Layout (this module is the public import path; every name below is importable fr
 from __future__ import annotations
 
 from .feedback_claims import (MissingClaim, affirmed_missing, missing_claims, names_missing_element,
-                              number_conflicts, presence_claims)
+                              number_conflicts, presence_claims, singles_out_missing, unsupported_claims)
 from .feedback_council import CouncilFeedbackJudge, FeedbackVoter, TransformersFeedbackVoter, council_verdict
 from .feedback_minilm import load_minilm, minilm_available
 from .feedback_offline import LEXICAL_THRESHOLD, MINILM_THRESHOLD, LexicalFeedbackJudge, SemanticFeedbackJudge
 from .feedback_schema import Structure, existing_claimed_missing  # noqa: F401  (Structure: a type alias)
 from .feedback_verdict import FeedbackJudge, FeedbackVerdict
-from .feedback_words import content_words, lexical_recall
+from .feedback_words import STOCK_WORDS, added_words, content_words, lexical_recall, novel_recall, residual_text
 
 
 __all__ = [
@@ -80,7 +80,19 @@ __all__ = [
     "load_minilm", "missing_claims", "presence_claims", "existing_claimed_missing", "names_missing_element",
     "affirmed_missing", "number_conflicts",
     "content_words", "lexical_recall", "council_verdict", "MINILM_THRESHOLD", "LEXICAL_THRESHOLD",
+    "singles_out_missing", "unsupported_claims", "added_words", "novel_recall", "residual_text", "STOCK_WORDS",
+    "has_rationale",
 ]
+
+
+def has_rationale(sample) -> bool:
+    """Whether an unanswerable sample states why it is unanswerable (a non-empty hidden knowledge).
+
+    Without one (the Spider unanswerable set: empty hidden knowledge, provenance
+    ``hidden_knowledge: "absent"``) FB is undefined (``None``) and the env reports ``abstained`` instead
+    (``docs/rewards.md``).
+    """
+    return bool(sample.hidden_knowledge.strip())
 
 
 def default_judge() -> FeedbackJudge:

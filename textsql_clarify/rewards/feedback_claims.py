@@ -13,10 +13,10 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from .feedback_words import _GENERIC, _STOP, _split_ident, _stem, _tokens
+from .feedback_words import _GENERIC, _STOCK_STEMS, _STOP, _split_ident, _stem, _tokens, content_words
 
-__all__ = ["MissingClaim", "missing_claims", "presence_claims", "names_missing_element", "affirmed_missing",
-           "number_conflicts"]
+__all__ = ["MissingClaim", "missing_claims", "presence_claims", "names_missing_element", "singles_out_missing",
+           "unsupported_claims", "affirmed_missing", "number_conflicts"]
 
 
 @dataclass(frozen=True)
@@ -285,15 +285,88 @@ def _missing_words(claims: Sequence[MissingClaim], schema_words: set[str]) -> se
 
 
 def names_missing_element(feedback_claims: Sequence[MissingClaim], hk_claims: Sequence[MissingClaim],
-                          identifiers: set[tuple[str, ...]]) -> bool:
-    """Whether a feedback missing-phrase shares a non-generic, non-schema word with the hidden knowledge's.
+                          identifiers: set[tuple[str, ...]], question: str = "") -> bool:
+    """Whether a feedback missing-phrase shares a word with the hidden knowledge's missing-phrases that is
+    neither generic, nor a schema word, nor a word of the question, nor a stock refusal word.
+
+    The question's words do not count: "The database does not contain administrative staff" only repeats
+    what the question asked for (a wrapped echo names nothing); "there is no fee or *payment* table" adds
+    the missing element's own word.
 
     Args:
         feedback_claims, hk_claims: from :func:`missing_claims`.
         identifiers: stems of every table and column name; their single words do not count.
+        question: the sample's question (``""``: no word is excluded for it).
     """
     schema_words = {w for ident in identifiers for w in ident}
-    return bool(_missing_words(feedback_claims, schema_words) & _missing_words(hk_claims, schema_words))
+    excluded = set(content_words(question)) | _STOCK_STEMS
+    return bool((_missing_words(feedback_claims, schema_words) & _missing_words(hk_claims, schema_words)) - excluded)
+
+
+def singles_out_missing(feedback: str, feedback_claims: Sequence[MissingClaim], hk_claims: Sequence[MissingClaim],
+                        identifiers: set[tuple[str, ...]], question: str) -> bool:
+    """Whether the feedback singles out, among the question's words, the element the hidden knowledge says
+    is missing: "There is no staff table" for "List the administrative staff of the Engineering department".
+
+    Good explanations often name the missing element with the question's own noun; an echo names it too,
+    but together with everything else the question asked. So this holds iff
+
+    * the heads of the feedback's missing-phrases (relationship and clause claims aside) hold some
+      question word that is not a schema word, a generic or a stock word (the *blamed* words);
+    * every blamed word is one of the hidden knowledge's missing-element words (blaming "Engineering",
+      a value, or any other question word the hidden knowledge does not say is missing fails);
+    * the clauses (split at punctuation) that hold the feedback's missing-phrases, together, leave out at least one of the question's
+      own content words (schema, generic and stock words aside): saying that the whole question is
+      missing ("The database does not contain <question>", or one "there is no X table" per question
+      word) singles nothing out. The words may appear elsewhere ("so the lecture's room is unknown").
+
+    Args:
+        feedback: the explanation; feedback_claims / hk_claims: from :func:`missing_claims`;
+        identifiers: stems of every table and column name; question: the sample's question.
+    """
+    schema_words = {w for ident in identifiers for w in ident}
+    q = set(content_words(question)) - _GENERIC - _STOCK_STEMS - schema_words - _STOP
+    if not q:
+        return False
+    blamed = {w for c in feedback_claims if c.kind not in ("relationship", "clause") for w in c.head} & q
+    if not blamed or not blamed <= _missing_words(hk_claims, schema_words):
+        return False
+    said_missing: set[str] = set()
+    for clause in re.split(r"[.,;:!?]+", feedback):
+        if missing_claims(clause):
+            said_missing |= set(content_words(clause))
+    return not q <= said_missing
+
+
+def _supported(word: str, allowed: set[str]) -> bool:
+    """``word`` is in ``allowed``, or shares its first 6 letters with a word there ("supervision" and
+    "supervising" are one word for this check: it only asks whether a claim is on topic)."""
+    return word in allowed or (len(word) >= 6 and any(a[:6] == word[:6] for a in allowed if len(a) >= 6))
+
+
+def unsupported_claims(feedback_claims: Sequence[MissingClaim], hidden_knowledge: str, question: str) -> list[str]:
+    """Missing-phrases of the feedback that neither the hidden knowledge nor the question is about.
+
+    A claim is unsupported when none of its words (head and clause; generic, stock and stop words aside)
+    is a content word of the hidden knowledge or of the question. "The departments have no office
+    address on file" against "the database has no table about administrative staff" names a wrong
+    element; a feedback that lists every kind of reason ("no link between these entities, ... the
+    conversion is not available") makes claims the hidden knowledge does not make. When the hidden
+    knowledge speaks of no link, a relationship claim is supported only through the words of what it
+    would link ("no mapping from the 18-30 scale to letter grades": ``letter``, ``grade``).
+
+    Returns:
+        The heads of the unsupported claims, one string each (``"office address"``).
+    """
+    allowed = set(content_words(hidden_knowledge)) | set(content_words(question))
+    out = []
+    for c in feedback_claims:
+        words = (set(c.head) | c.window) - _GENERIC - _STOCK_STEMS - _STOP
+        if "link" in words and "link" not in allowed:  # a link the hidden knowledge never mentions ...
+            words = (words - {"link"}) or {"link"}  # ... is on topic only through what it would link
+        if words and not any(_supported(w, allowed) for w in words):
+            out.append(" ".join(c.head))
+    return out
 
 
 def affirmed_missing(feedback: str, hk_claims: Sequence[MissingClaim], identifiers: set[tuple[str, ...]]) -> list[str]:

@@ -12,24 +12,27 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from ..samples import Sample
-from .feedback_claims import affirmed_missing, missing_claims, names_missing_element, number_conflicts
+from .feedback_claims import (affirmed_missing, missing_claims, names_missing_element, number_conflicts,
+                              singles_out_missing, unsupported_claims)
 from .feedback_minilm import load_minilm
 from .feedback_schema import _structure, existing_claimed_missing
 from .feedback_verdict import FeedbackVerdict, _check_args, _is_sql
-from .feedback_words import lexical_recall
+from .feedback_words import added_words, novel_recall, residual_text
 
 __all__ = ["LexicalFeedbackJudge", "SemanticFeedbackJudge", "MINILM_THRESHOLD", "LEXICAL_THRESHOLD"]
 
 #: Cosine-similarity threshold of :class:`SemanticFeedbackJudge` (MiniLM, unit-normalised embeddings).
 #: Calibrated on ``tests/fixtures/probe_feedback.jsonl``; see ``docs/simulator.md`` "Feedback judge".
-MINILM_THRESHOLD = 0.50
+MINILM_THRESHOLD = 0.35
 #: Content-word recall threshold of :class:`LexicalFeedbackJudge`, calibrated the same way.
-LEXICAL_THRESHOLD = 0.27
+LEXICAL_THRESHOLD = 0.225
 
 
 def _assess(sample: Sample, feedback: str, schema_identifiers: Iterable[str], judge: str,
-            score_fn: Callable[[str, str], float], threshold: float) -> FeedbackVerdict:
-    """The shared rule of the offline judges (module doc); ``score_fn(feedback, hk)`` is the similarity."""
+            score_fn: Callable[[str, str, str, frozenset[str]], float], threshold: float) -> FeedbackVerdict:
+    """The shared rule of the offline judges (module doc); ``score_fn(feedback, hk, question, schema_words)`` is the
+    similarity of what the feedback adds beyond the question and the schema's names to what the hidden knowledge
+    adds (0 when the feedback adds nothing)."""
     _check_args(sample, feedback)
     if not feedback.strip():
         return FeedbackVerdict(False, judge, "empty")
@@ -44,10 +47,14 @@ def _assess(sample: Sample, feedback: str, schema_identifiers: Iterable[str], ju
     hk_claims = missing_claims(hk)
     contra += [f"number:{n}" for n in number_conflicts(feedback, hk, sample.question)]
     contra += [f"affirms:{w}" for w in affirmed_missing(feedback, hk_claims, idents)]
-    named = names_missing_element(fb_claims, hk_claims, idents)
-    score = float(score_fn(feedback, hk))
+    contra += [f"unsupported:{h}" for h in unsupported_claims(fb_claims, hk, sample.question)]
+    named = (names_missing_element(fb_claims, hk_claims, idents, sample.question)
+             or singles_out_missing(feedback, fb_claims, hk_claims, idents, sample.question))
+    schema_words = frozenset(w for ident in idents for w in ident)
+    added = added_words(feedback, sample.question, schema_words)
+    score = float(score_fn(feedback, hk, sample.question, schema_words)) if added else 0.0
     ok = (score >= threshold or named) and not contra
-    return FeedbackVerdict(ok, judge, "hidden_knowledge", score, named, tuple(contra))
+    return FeedbackVerdict(ok, judge, "hidden_knowledge", score, named, tuple(contra), tuple(sorted(added)))
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,7 @@ class LexicalFeedbackJudge:
             TypeError: ``sample`` is not a Sample or ``feedback`` not a string.
         """
         return _assess(sample, feedback, schema_identifiers, "lexical",
-                       lambda f, h: lexical_recall(f, h) or 0.0, self.min_recall)
+                       lambda f, h, q, x: novel_recall(f, h, q, x) or 0.0, self.min_recall)
 
     def judge(self, sample: Sample, feedback: str, schema_identifiers: Iterable[str] = ()) -> bool:
         """True when ``feedback`` explains the sample's unanswerability (module doc rule).
@@ -136,7 +143,21 @@ class SemanticFeedbackJudge:
         """
         if self._model() is None:
             return self.fallback.assess(sample, feedback, schema_identifiers)
-        return _assess(sample, feedback, schema_identifiers, "minilm", self.similarity, self.threshold)
+        return _assess(sample, feedback, schema_identifiers, "minilm", self.residual_similarity, self.threshold)
+
+    def residual_similarity(self, feedback: str, hidden_knowledge: str, question: str,
+                            exclude: frozenset[str] = frozenset()) -> float:
+        """Cosine similarity of what the feedback and the hidden knowledge each say beyond the question
+        and the ``exclude`` stems (:func:`~textsql_clarify.rewards.feedback_words.residual_text`); 0.0 when
+        either says nothing more.
+
+        Raises:
+            RuntimeError: MiniLM is unavailable.
+        """
+        a, b = residual_text(feedback, question, exclude), residual_text(hidden_knowledge, question, exclude)
+        if not a or not b:
+            return 0.0
+        return self.similarity(a, b)
 
     def judge(self, sample: Sample, feedback: str, schema_identifiers: Iterable[str] = ()) -> bool:
         """True when ``feedback`` explains the sample's unanswerability (module doc rule).

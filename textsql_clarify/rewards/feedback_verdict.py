@@ -32,6 +32,9 @@ class FeedbackVerdict:
         contradictions: ``"table:..."`` / ``"column:..."`` (an existing element blamed as missing),
             ``"number:..."`` (a number in conflict with the hidden knowledge) and ``"affirms:..."`` (the
             feedback says the hidden knowledge's missing element is stored or linked).
+        added: the stems the feedback adds beyond the question and stock refusal words
+            (:func:`~textsql_clarify.rewards.feedback_words.added_words`); ``()`` for an echo of the question
+            and for the rules that compare nothing.
     """
 
     correct: bool
@@ -40,6 +43,7 @@ class FeedbackVerdict:
     score: float | None = None
     names_missing: bool = False
     contradictions: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
 
 
 @runtime_checkable

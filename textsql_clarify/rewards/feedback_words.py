@@ -2,8 +2,11 @@
 
 The FB rule (ABISS §5.3; the rule is set out in :mod:`textsql_clarify.rewards.feedback`) compares an
 explanation with the hidden knowledge word by word: :func:`content_words` gives the stems that carry
-meaning and :func:`lexical_recall` the share of the hidden knowledge's stems that the explanation repeats
-(the score of the lexical judge). Pure text functions: no database, no model.
+meaning, :func:`added_words` the stems an explanation adds beyond the question and stock refusal words,
+and :func:`novel_recall` the share of the hidden knowledge's own stems (those not in the question) that
+the explanation adds (the score of the lexical judge; :func:`lexical_recall` is the older score that
+also counted the question's words, so that an echo of the question scored). Pure text functions: no
+database, no model.
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import re
 
 from ..text import plural_stem
 
-__all__ = ["content_words", "lexical_recall"]
+__all__ = ["content_words", "lexical_recall", "added_words", "novel_recall", "residual_text", "STOCK_WORDS"]
 
 _TOKEN = re.compile(r"[a-z0-9_]+(?:'[a-z]*)?|[.,;:!?()\[\]]")
 _STOP = frozenset("""a an the of in on at to for from by with and or not no nor is are was were be been being it its
@@ -29,6 +32,23 @@ anything something stored recorded available kept tracked present included liste
 _REL = frozenset("""link links linked linking connect connects connected connecting connection connections relationship
 relationships relation relations association associations associate associated mapping mappings map join joins
 joining assignment assignments assigned""".split())
+
+
+#: Words of stock refusal sentences ("I cannot answer: ...", "The database does not contain ...", "Sorry,
+#: the required data is not available"): saying them adds nothing about *why* a question is unanswerable.
+#: Together with :data:`_STOP` and :data:`_GENERIC` they are removed before an explanation is compared with
+#: the hidden knowledge. Relationship words (``link``) are not stock words: a missing link is a reason.
+STOCK_WORDS = frozenset("""answer answerable unanswerable question database data information contain contains
+containing store stores storing record records recording available availability provide provided provides
+include includes including exist exists existing existed missing absent lack lacks lacking sorry unfortunately
+apologies apologise apologize afraid unable able possible impossible need needs needed required require requires
+requirement know known want wants wanted look looking lookup help request requested query queries sql schema
+found retrieve retrieved tell say says said given here appear appears present currently something anything
+nothing everything related regarding concerning asked asking like would please sure really hold holds held keep
+keeps track tracks capture captured enough sufficient necessary relevant specific certain particular actually
+simply just explain explained reason reasons due none nowhere anywhere everywhere both exactly system dataset
+response respond reply sentence text provide shown showing displayed display output result results return
+returned returns compute computed calculate calculated determined sense neither comparison compare way means""".split())
 
 
 def _norm(text: str) -> str:
@@ -82,3 +102,65 @@ def lexical_recall(feedback: str, hidden_knowledge: str) -> float | None:
     if not need:
         return None
     return len(need & set(content_words(feedback))) / len(need)
+
+
+_STOCK_STEMS = frozenset(_stem(w) for w in STOCK_WORDS) | STOCK_WORDS
+
+
+_NUM = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])")
+
+
+def _stems_and_numbers(text: str) -> frozenset[str]:
+    """Content stems plus every number ("18-30" gives 18 and 30: numbers are content at any length)."""
+    return frozenset(content_words(text)) | frozenset(_NUM.findall(_norm(text)))
+
+
+def _question_stems(question: str) -> frozenset[str]:
+    return _stems_and_numbers(question)
+
+
+def added_words(feedback: str, question: str, exclude: frozenset[str] | set[str] = frozenset()) -> frozenset[str]:
+    """Content stems (and numbers) of ``feedback`` that are neither the question's nor stock or generic words.
+
+    This is what an explanation says beyond restating the question (the FB rule judges only this part):
+    an echo of the question, or the question wrapped in a stock refusal ("I cannot answer: <question>",
+    "The database does not contain <question words>"), adds nothing.
+
+    Args:
+        feedback: the agent's explanation. question: the sample's question.
+        exclude: further stems that do not count (the FB judges pass the words of the schema's table and
+            column names: listing the schema is no explanation either).
+    Returns:
+        The stems (possibly empty).
+    """
+    return _stems_and_numbers(feedback) - _question_stems(question) - _GENERIC - _STOCK_STEMS - frozenset(exclude)
+
+
+def novel_recall(feedback: str, hidden_knowledge: str, question: str,
+                 exclude: frozenset[str] | set[str] = frozenset()) -> float | None:
+    """Share (0..1) of the hidden knowledge's own content stems that the feedback adds beyond the question.
+
+    The hidden knowledge's own stems are its content stems less the question's, generic and stock words
+    (for "Tuition fees are not recorded anywhere: there is no fee or payment table or column" against
+    "Tuition fees paid by each Economics student": ``{"payment"}``). The feedback counts through
+    :func:`added_words` only, so restating the question scores 0. ``exclude``: as for :func:`added_words`.
+
+    Returns:
+        The recall, or ``None`` when the hidden knowledge has no stem of its own (it only restates the
+        question's words: nothing beyond the question can be matched).
+    """
+    need = _stems_and_numbers(hidden_knowledge) - _question_stems(question) - _GENERIC - _STOCK_STEMS - frozenset(exclude)
+    if not need:
+        return None
+    return len(need & added_words(feedback, question, exclude)) / len(need)
+
+
+def residual_text(text: str, question: str, exclude: frozenset[str] | set[str] = frozenset()) -> str:
+    """The words of ``text`` (in order) whose stems :func:`added_words` keeps: what the text says beyond
+    the question and stock refusal words (and ``exclude``), as the MiniLM judge embeds it. ``""`` for an echo."""
+    keep = added_words(text, question, exclude)
+    out = []
+    for w in re.findall(r"[a-z0-9]+(?:'[a-z]+)?", _norm(text)):
+        if w in keep or (w not in _STOP and len(w) >= 3 and _stem(w) in keep):
+            out.append(w)
+    return " ".join(out)
