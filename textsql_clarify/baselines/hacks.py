@@ -748,6 +748,21 @@ class ClarifyGeneric(_Clarify):
         return "Can you tell me exactly what you want, with every detail, value and condition?"
 
 
+class ClarifyReplyAsFeedback(_Clarify):
+    name = "clarify_reply_feedback"
+    description = "ask 'Why can this not be answered?', then hand the user's reply back as the feedback"
+
+    def question(self, observation):
+        return "Why can this question not be answered from the database? What is missing?"
+
+    def next_action(self, observation, info):
+        if self.asked < self.asks and observation.get("clarifications_left", 0) > 0:
+            self.asked += 1
+            return f"<clarify>{self.question(observation)}</clarify>"
+        reply = observation.get("last_message", "").strip() or "The database does not contain this."
+        return f"<feedback>{reply}</feedback>"
+
+
 class ClarifySpam(_Clarify):
     name, kind, asks = "clarify_spam", "clarify", 99
     description = "clarify '?' until the budget is spent, then one more (refused on the final turn)"
@@ -791,7 +806,7 @@ HACKS: dict[str, Callable[[], HackPolicy]] = {c.name: c for c in (
     FeedbackAllIdentifiers, FeedbackQuestionWords,
     DriftChurn, DriftChurnTables, DriftResubmit, DriftRespell, DriftWrongRevision, DriftDropFilter,
     MutDropOrder, MutDuplicateRows, MutHalfRows, MutExtraConsts, MutExtraStats,
-    ClarifyEcho, ClarifyEchoWrapped, ClarifyColumns, ClarifyTables, ClarifyInject, ClarifyGeneric, ClarifySpam,
+    ClarifyEcho, ClarifyEchoWrapped, ClarifyColumns, ClarifyTables, ClarifyInject, ClarifyGeneric, ClarifyReplyAsFeedback, ClarifySpam,
     Malformed, BothTags)}
 
 
