@@ -74,8 +74,8 @@ def test_malformed_action_retried_once_then_abstention(samples):
     env.reset(options={"sample_id": s.id})
     obs, r, term, trunc, info = env.step("SELECT 1")
     assert not term and not trunc
-    assert info["reward_components"] == {"ex": None, "ex_strict": None, "feedback": None, "format": -1.0,
-                                         "turn_penalty": 0.0}
+    assert info["reward_components"] == {"ex": None, "ex_strict": None, "feedback": None, "abstained": None,
+                                         "format": -1.0, "turn_penalty": 0.0}
     assert "Invalid action" in obs["last_message"]
     obs, r, term, trunc, info = env.step("<sql>SELECT 1")
     assert term and not trunc

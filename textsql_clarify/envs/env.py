@@ -33,7 +33,7 @@ from ..errors import ActionError
 from ..rewards.commitments import commitment_set, drift_revision, is_drift
 from ..rewards.ex_sql import gold_nondeterminism
 from ..rewards.execution import EXOptions, is_empty_result
-from ..rewards.feedback import FeedbackJudge, default_judge
+from ..rewards.feedback import FeedbackJudge, default_judge, has_rationale
 from ..rewards.presets import resolve_preset, scalar_reward
 from ..samples import Sample
 from ..simulators import make_simulator
@@ -54,7 +54,8 @@ _EPISODE_STATE = (
 _GET_STATE = operator.attrgetter(*_EPISODE_STATE)
 
 #: components present in every step's ``info["reward_components"]``; ``None`` = not applicable this turn.
-BASE_COMPONENTS = {"ex": None, "ex_strict": None, "feedback": None, "format": 0.0, "turn_penalty": 0.0}
+BASE_COMPONENTS = {"ex": None, "ex_strict": None, "feedback": None, "abstained": None, "format": 0.0,
+                   "turn_penalty": 0.0}
 
 #: A hook that limits the schema shown: ``(sample, all_table_names) -> table names to show``.
 SchemaTablesHook = Callable[[Sample, Sequence[str]], Iterable[str]]
@@ -226,7 +227,7 @@ class TextSQLClarifyEnv(gym.Env):
             protocol=self.protocol if s.chain is not None else "f",  # p only changes chain samples
             category_mode=self.category_mode, seed=seed,
             gold_status="none" if s.gold_sql is None else "ok")
-        self._scores: dict[str, Any] = {"ex": None, "ex_strict": None, "ex_post": None, "fb": None,
+        self._scores: dict[str, Any] = {"ex": None, "ex_strict": None, "ex_post": None, "fb": None, "abstained": None,
                                         "drift_recognised": None if s.drift is None else False,
                                         "drift_revised": None if s.drift is None else False}
         return self._obs(), self._info({}, None, None)
@@ -466,12 +467,18 @@ class TextSQLClarifyEnv(gym.Env):
 
     def _feedback(self, act: Action):
         s = self._sample
-        if s.group == "unanswerable":
+        fb = abstained = None
+        if s.group != "unanswerable":
+            fb = 0.0  # feedback on a solvable question is wrong (ABISS §5.3)
+        elif has_rationale(s):
             fb = 1.0 if self.feedback_judge.judge(s, act.content, self._schema_ids) else 0.0
         else:
-            fb = 0.0  # feedback on a solvable question is wrong (ABISS §5.3)
-        comps = {"feedback": fb}
+            # no stated rationale: nothing to compare, FB is undefined; the judge's no-rationale rule says
+            # whether this is an accepted abstention (not SQL, blames no existing table or column)
+            abstained = 1.0 if self.feedback_judge.judge(s, act.content, self._schema_ids) else 0.0
+        comps = {"feedback": fb, "abstained": abstained}
         self._scores["fb"] = fb
+        self._scores["abstained"] = abstained
         reward = scalar_reward(comps, self.weights)
         self._traj.turns.append(Turn(self._turn - 1, self._phase, "feedback", act.content, reward=reward,
                                      reward_components=comps))
@@ -572,7 +579,13 @@ class TextSQLClarifyEnv(gym.Env):
             post_gold = self._sandbox.execute_gold(s.id + "#post", s.drift.post_gold_sql)
             if post_gold.ok and not is_empty_result(post_gold) and not self._nondeterministic(s.drift.post_gold_sql):
                 sc["ex_post"] = 0.0
-        if s.group == "unanswerable" and sc["fb"] is None:
+        if s.group == "unanswerable" and not has_rationale(s):
+            # FB undefined without a rationale; an episode that ended without an accepted abstention
+            # (SQL, out of turns, malformed twice) did not abstain (docs/rewards.md "abstained")
+            if sc.get("abstained") is None:
+                sc["abstained"] = 0.0
+                comps = {**comps, "abstained": 0.0}
+        elif s.group == "unanswerable" and sc["fb"] is None:
             sc["fb"] = 0.0
         self._traj.scores = dict(sc)
         info = self._info(comps, self._traj.turns[-1].action_type if self._traj.turns else None, error)

@@ -42,7 +42,7 @@ SAMPLE_TYPES = ("chain_only", "drift_only", "joint")
 #: metric names by source family, in report order. ``components.<set>.precision|recall`` are added
 #: per component set found in the run (article: "Component: where the SQL went wrong").
 FAMILIES: dict[str, tuple[str, ...]] = {
-    "abiss": ("EX", "EX_strict", "EX_post", "FB", "Rec", "Cls", "AIR", "turns"),
+    "abiss": ("EX", "EX_strict", "EX_post", "FB", "abstained", "Rec", "Cls", "AIR", "turns"),
     "tide": ("DEA", "AR", "L1-IR", "L2-IR^p", "JIR", "DRR", "DRA"),
     "premisesql": ("SQL_behaviour", "DET", "TYPE", "GEN", "VAL"),
     "article": ("table_recall", "table_precision", "spurious_tables", "column_precision", "column_recall",
@@ -56,7 +56,7 @@ CEILINGS = ("gold_error", "gold_empty", "gold_nondeterministic", "gold_truncated
 #: breakdown name -> output key.
 BREAKDOWNS = ("group", "subcategory", "difficulty", "drift_subtype", "sample_type")
 
-_BINARY_SCORES = ("ex", "ex_strict", "ex_post", "fb")
+_BINARY_SCORES = ("ex", "ex_strict", "ex_post", "fb", "abstained")
 _UNIT_SCORES = ("cell_precision", "cell_recall", "cell_f1", "column_precision", "column_recall",
                 "table_recall", "table_precision")
 _FLAG_SCORES = ("gold_truncated", "pred_truncated", "keyless", "scorer_inconsistent")
@@ -221,7 +221,8 @@ def _layers(t: Trajectory) -> set[str]:
 def _abiss(t: Trajectory) -> dict[str, float | None]:
     s = t.scores
     out: dict[str, float | None] = {"EX": _f(s.get("ex")), "EX_strict": _f(s.get("ex_strict")),
-                                    "EX_post": _f(s.get("ex_post")), "FB": _f(s.get("fb"))}
+                                    "EX_post": _f(s.get("ex_post")), "FB": _f(s.get("fb")),
+                                    "abstained": _f(s.get("abstained"))}
     classified = t.predicted_category is not None or any(x.phase == "classification" for x in t.turns)
     rec = cls = None
     if classified:
@@ -310,8 +311,12 @@ def trajectory_metrics(t: Trajectory, *, original: bool = False) -> dict[str, fl
       (including empty/failing gold, counted as ceilings). ``EX_post`` = ``scores.ex_post`` (drift).
       ``EX_strict`` = ``scores.ex_strict`` (ours): the same SQL and denominator as ``EX``, scored with no
       column superset (``docs/metrics.md``).
-    * ``FB`` = ``scores.fb`` (ABISS §5.3): judge verdict on unanswerable samples, 0 for feedback on a
-      solvable one.
+    * ``FB`` = ``scores.fb`` (ABISS §5.3): judge verdict on unanswerable samples with a stated rationale,
+      0 for feedback on a solvable one; ``None`` on unanswerable samples without a rationale.
+    * ``abstained`` = ``scores.abstained`` (ours): over unanswerable samples without a stated rationale
+      (Spider unanswerable); hit when the episode ended in feedback that the judge's no-rationale rule
+      accepts (not SQL, blames no existing table or column as missing); SQL, a rejected feedback, running
+      out of turns or a malformed-action abstention (outcome ``abstain``) is 0.
     * ``Rec`` / ``Cls`` (ABISS §5.3): over episodes that ran the classification phase (a predicted label,
       or a ``classification``-phase turn). Rec hits when the predicted subcategory's group
       (:func:`~textsql_clarify.taxonomy.group_of`; a bare group label is accepted) equals the true group;

@@ -10,7 +10,13 @@ Components (per turn):
   unanswerable sample; ``None`` when the gold is empty or fails (ceiling / invalid sample).
 * ``ex_strict``: 1/0 strict EX of a SQL turn: the gold's number of columns (no column superset), rows as bags
   or in order as the gold says, the same options as ``ex`` otherwise; ``None`` exactly where ``ex`` is.
-* ``feedback``: 1/0 FB of a feedback turn (ABISS §5.3); 0 for feedback on a solvable sample.
+* ``feedback``: 1/0 FB of a feedback turn (ABISS §5.3); 0 for feedback on a solvable sample; ``None`` on an
+  unanswerable sample without a stated rationale (nothing to compare with: see ``abstained``).
+* ``abstained``: on an unanswerable sample without a stated rationale only (Spider unanswerable): 1 when
+  the episode ended in feedback the judge's no-rationale rule accepts (not SQL, blames no existing table or
+  column as missing), 0 when it ended otherwise (SQL, a rejected feedback, out of turns); ``None`` elsewhere.
+  Weight 0 in every built-in preset: on a set of unanswerable samples only, refusing everything earns as much
+  as the oracle, so it is a reward only on mixed data and only in a custom preset (``docs/rewards.md``).
 * ``format``: -1 on a malformed or refused action, else 0 (TIDE App. D retry rule).
 * ``turn_penalty``: -1 on each clarification turn, else 0.
 * ``drift``: on the post-drift SQL turn, 1 if that SQL is correct (post-drift ``ex`` 1) and revised what the
@@ -47,7 +53,7 @@ PRESETS: dict[str, dict[str, float]] = {
 
 
 #: every component a preset may weight (numeric ones; ``components`` is a nested dict, not weightable).
-COMPONENTS = ("ex", "ex_strict", "feedback", "format", "turn_penalty", "classification", "drift",
+COMPONENTS = ("ex", "ex_strict", "feedback", "abstained", "format", "turn_penalty", "classification", "drift",
               "cell_precision", "cell_recall", "cell_f1", "cell_f1_covered", "sql_partial", "column_precision",
               "column_recall", "table_recall", "table_precision", "spurious_tables")
 
