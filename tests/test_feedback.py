@@ -390,3 +390,30 @@ def test_shotgun_and_schema_listing_fail(emb, ids):
     assert [x.id for x in unans if LEX.judge(x, shotgun, ids)] == []
     dump = "The database only has the tables courses, departments, professors, scholarships and students."
     assert [x.id for x in unans if LEX.judge(x, f"I cannot answer: {x.question} {dump}", ids)] == []
+
+
+def test_abstained_metric_and_table_column():
+    from textsql_clarify.rewards.metrics import aggregate
+    from textsql_clarify.rewards.report import render_table
+
+    s = no_rationale("How many parking spaces does each building have?")
+    m = aggregate(_trajectories([s, s], ["<feedback>No parking data.</feedback>", "<sql>SELECT 1</sql>"]))
+    assert m["overall"]["abstained"] == {"value": 0.5, "n": 2}
+    assert m["overall"]["FB"] == {"value": None, "n": 0}
+    table = render_table(m, breakdowns=("group",))
+    header, _, overall = table.splitlines()[2:5]
+    assert "abstained" in header.split() and overall.startswith("overall") and "0.500 (n=2)" in overall
+
+
+def _trajectories(samples, actions):
+    import gymnasium as gym
+
+    import textsql_clarify  # noqa: F401
+
+    env = gym.make("TextSQLClarify-v0", samples=samples[:1], feedback_judge=LEX).unwrapped
+    out = []
+    for s, a in zip(samples, actions):
+        env.reset(options={"sample_id": s.id})
+        *_, info = env.step(a)
+        out.append(info["trajectory"])
+    return out
