@@ -609,6 +609,39 @@ class MutDropOrder(_Mutation):
     def differs(self, gold_rows, mut_rows):
         return gold_rows != mut_rows
 
+    def applies(self, sample):
+        """An ordered gold whose answer changes without its ORDER BY, and, under ``LIMIT``, not only
+        among rows tied on the ORDER BY keys (such a row is an acceptable answer: the tie policy)."""
+        if not super().applies(sample):
+            return False
+        try:
+            return not self._tie_equivalent(sample)
+        except Exception:  # noqa: BLE001 - keys not computable: keep the sample
+            return True
+
+    def _tie_equivalent(self, sample) -> bool:
+        tree = sqlglot.parse_one(sample.gold_sql, read="sqlite")
+        order, limit = tree.args.get("order"), tree.args.get("limit")
+        if order is None or limit is None or not isinstance(tree, exp.Select):
+            return False
+        keys = [o.this.copy() for o in order.expressions]
+        ranked = tree.copy()
+        ranked.set("expressions", keys)
+        ranked.set("limit", None)
+        mut = tree.copy()
+        mut.set("expressions", [k.copy() for k in keys])
+        mut.set("order", None)
+        all_keys = _rows(sample.db_path, ranked.sql(dialect="sqlite"))
+        mut_keys = _rows(sample.db_path, mut.sql(dialect="sqlite"))
+        if all_keys is None or mut_keys is None:
+            return False
+        n = len(mut_keys)
+        if n == 0 or n > len(all_keys):
+            return False
+        from collections import Counter
+        # the mutation's rows are acceptable when their keys are the top-n keys (ties at the boundary)
+        return Counter(mut_keys) == Counter(all_keys[:n])
+
 
 class MutDuplicateRows(_Mutation):
     name, description = "mut_dup_rows", "privileged: every gold row twice (gold UNION ALL gold)"
