@@ -13,20 +13,30 @@ names: the missing table, column or relationship). This module gives three judge
 * :class:`CouncilFeedbackJudge`: a council of transformers models, each voting yes/no; majority wins and
   a tie fails (ABISS §5.2-5.3 council practice).
 
-The rule of the offline judges, for a sample **with** a stated rationale (hidden knowledge)::
+The rule of the offline judges, for a sample **with** a stated rationale (hidden knowledge), judges only
+what the feedback adds beyond the question (issue 8: an echo of the question must not pass)::
 
     correct  iff  feedback is a non-empty explanation (not SQL)
-             and  (score >= threshold  OR  it names the missing element)
+             and  it adds words beyond the question (added_words is not empty)
+             and  (score >= threshold  OR  it names the missing element  OR  it singles it out)
              and  it claims no existing table or column as missing
              and  the numbers it states do not conflict with those of the hidden knowledge
              and  it does not say that the missing element is stored
+             and  every element it says is missing is on topic (a word of the hidden knowledge or question)
 
+* *added words* (:func:`added_words`): the feedback's content stems and numbers less the question's, the
+  stock refusal words (:data:`STOCK_WORDS`), generic words and the words of the schema's names.
+* *score*: lexical, :func:`novel_recall` (share of the hidden knowledge's own words, the same words removed,
+  that the feedback adds); MiniLM, cosine of the embeddings of the two :func:`residual_text`.
 * *names the missing element*: :func:`missing_claims` finds the phrases that a text says are absent
   ("there is no link between professors and courses", "fees are not recorded"); the feedback names
-  the missing element when one of its missing-phrases shares a content word with one of the hidden
-  knowledge's, counting neither generic words ("table", "information") nor words that are names of
-  existing tables or columns (those name what is *present*). Relationship words (link, connect,
-  relationship, assignment ...) count as one word.
+  the missing element when one of its missing-phrases shares a word with one of the hidden
+  knowledge's, counting neither generic words, nor stock words, nor the question's words, nor words of
+  names of existing tables or columns. Relationship words (link, connect, relationship, assignment ...)
+  count as one word.
+* *singles it out* (:func:`singles_out_missing`): the question's words that its missing-phrases blame are
+  all missing-element words of the hidden knowledge, and those clauses leave out some question word
+  ("There is no staff table" for "List the administrative staff of the Engineering department").
 * *claims an existing element as missing*: a missing-phrase whose head is the name of an existing table,
   or of an existing column (of the table it is scoped to, when it says which: "the students table has
   no salary column" is true when only ``professors.salary`` exists).
@@ -34,18 +44,22 @@ The rule of the offline judges, for a sample **with** a stated rationale (hidden
   neither the hidden knowledge nor the question.
 * *affirms the missing element*: the feedback says the hidden knowledge's missing element *is*
   stored or linked ("Tuition fees are stored, but ..."), see :func:`affirmed_missing`.
+* *off topic* (:func:`unsupported_claims`): a missing-phrase with no word of the hidden knowledge or of
+  the question ("no office address on file"; the shotgun "no link ..., the conversion is not available").
 
 For a sample **without** a stated rationale (the Spider unanswerable set, empty hidden knowledge,
-provenance ``hidden_knowledge: "absent"``) nothing can be compared, so FB means: feedback was given
-(a non-empty explanation, not SQL) and every schema element it blames as missing is really absent,
-i.e. it names no existing table or column as the missing one. Mentioning an existing table as context
-("the battle table has no location") is allowed; blaming it ("there is no battle table") is not.
+provenance ``hidden_knowledge: "absent"``, :func:`has_rationale` false) nothing can be compared: the
+env's FB is ``None`` there. The judge's verdict then says whether the refusal is an accepted
+*abstention* (the env's ``abstained`` component): a non-empty explanation, not SQL, that names no
+existing table or column as the missing one. Mentioning an existing table as context ("the battle
+table has no location") is allowed; blaming it ("there is no battle table") is not.
 
-Thresholds: :data:`MINILM_THRESHOLD` (0.50) and :data:`LEXICAL_THRESHOLD` (0.27) were calibrated on
-the labelled feedback probe set ``tests/fixtures/probe_feedback.jsonl`` (87 pairs) by
-``scripts/measure_simulators.py``: the threshold that maximises agreement with the labels. Agreement,
-its leave-one-out figure and the known limits are in ``docs/simulator.md``, sections "Feedback judge"
-and "Measured quality".
+Thresholds: :data:`MINILM_THRESHOLD` (0.35) and :data:`LEXICAL_THRESHOLD` (0.225) were calibrated on
+the labelled feedback probe set ``tests/fixtures/probe_feedback.jsonl`` (87 pairs) together with the
+adversarial set ``tests/fixtures/probe_feedback_adversarial.jsonl`` (249 pairs) by
+``scripts/measure_simulators.py``: the threshold that maximises agreement with the labels. Agreement
+before and after, its leave-one-out figure and the known limits are in ``docs/simulator.md``, section
+"Feedback judge".
 
 Layout (this module is the public import path; every name below is importable from here):
 
