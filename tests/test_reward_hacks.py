@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from textsql_clarify.baselines.hacks import HACKS, gold_single_integer
+from textsql_clarify.baselines.hacks import HACKS, gold_returns_data, gold_single_integer
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.rewards.presets import PRESETS, resolve_preset
 
@@ -55,7 +55,7 @@ def _run(dataset: str, samples) -> dict:
 def _spider_subset():
     samples = load_dataset(f"spider:{SPIDER}")
     ints = [s for s in samples if gold_single_integer(s)][:16]
-    others = [s for s in samples if s not in ints and s.gold_sql is not None][:16]
+    others = [s for s in samples if s not in ints and gold_returns_data(s)][:16]
     # one integer and other golds interleaved, so the detailed pass's first 24 hold both kinds
     return [s for pair in zip(ints, others) for s in pair]
 

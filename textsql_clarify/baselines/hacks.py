@@ -981,6 +981,11 @@ def schema_identifiers(db_path: str) -> list[str]:
     return names
 
 
+def gold_returns_data(sample: Sample) -> bool:
+    """Whether the sample's gold executes and returns at least one non-NULL cell (a scorable gold)."""
+    return sample.gold_sql is not None and _gold_has_data(_rows(sample.db_path, sample.gold_sql))
+
+
 def gold_single_integer(sample: Sample) -> bool:
     """Whether the sample's gold returns exactly one row of one integer (the ``SELECT 0..1700`` target)."""
     if sample.gold_sql is None:
