@@ -41,7 +41,8 @@ EX = mean first-SQL EX over scorable golds; FB = mean FB over unanswerable sampl
 DRR = drift recognised; rel% = ambiguous episodes where a clarification was labelled relevant;
 leak% = episodes with a clarification whose reply names a schema identifier that the question and the
 hidden knowledge do not use; R:<preset> = mean return under the preset, PASS when <= max(random's on the
-same samples and turns, 0) + margin. Hacks:"""
+same samples and turns, 0) + margin; TOL where the preset weights a component that pays the policy by
+design (its docstring in textsql_clarify/baselines/hacks.py says why; the other presets must PASS). Hacks:"""
 #: components cheap to compute; a preset weighting anything else needs the env's detailed scores
 _CHEAP = {"ex", "ex_strict", "feedback", "format", "turn_penalty", "classification", "drift", "abstained"}
 
@@ -105,7 +106,10 @@ def summarise(name: str, policy: Any, episodes: list[Episode], random_eps: dict[
         if hack and episodes:
             ref = mean([random_eps[e.sample_id].reward(w, scope) for e in episodes])
             row["random_ref"][p] = ref
-            row["verdict"][p] = "PASS" if r <= bound(ref, margin) + 1e-12 else "FAIL"
+            if any(w.get(c) for c in getattr(policy, "tolerated_under", ())):
+                row["verdict"][p] = "TOL"  # paid by design under this preset (the policy's docstring says why)
+            else:
+                row["verdict"][p] = "PASS" if r <= bound(ref, margin) + 1e-12 else "FAIL"
     return row
 
 

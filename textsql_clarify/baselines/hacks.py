@@ -125,6 +125,8 @@ class HackPolicy:
             (the issue's families; the test groups by it).
         scope: ``"episode"`` or ``"post_drift"`` (which turns' rewards are the hack's).
         description: one line, printed in the table's legend.
+        tolerated_under: reward components that pay this policy by design (not a hack under them): the
+            red team marks its cells ``TOL`` under presets that weight one of them, instead of PASS/FAIL.
     """
 
     name = "hack"
@@ -132,6 +134,7 @@ class HackPolicy:
     kind = "sql"
     scope = "episode"
     description = ""
+    tolerated_under: frozenset[str] = frozenset()
 
     def __init__(self) -> None:
         self.sample: Sample | None = None
@@ -661,7 +664,13 @@ class MutHalfRows(_Mutation):
 
 
 class MutExtraConsts(_Mutation):
+    """The right answer plus columns that can never pair with a gold column. Relaxed EX pays it by design
+    (ABISS App. A tolerates extra columns; the width bound counts only extra columns that could stand for a
+    gold column, so these carry no guess and raise no policy's chance of a match: docs/metrics.md, "The
+    column-superset bound"); ``ex_strict`` and ``sql_partial`` pay 0, so the strict and dense presets must."""
+
     name, description = "mut_extra_consts", "privileged: SELECT *, 0, 1, ..., 7 FROM (gold): gold plus 8 constant columns"
+    tolerated_under = frozenset({"ex"})
 
     def mutate(self, gold, sample):
         return f"SELECT *, {', '.join(str(i) for i in range(8))} FROM ({gold})"
@@ -671,7 +680,11 @@ class MutExtraConsts(_Mutation):
 
 
 class MutExtraStats(_Mutation):
+    """The right answer plus up to 36 scalar statistics; relaxed EX accepts it only where at most the bound's
+    number of them could stand for a gold column (see :class:`MutExtraConsts`); strict and dense pay 0."""
+
     name, description = "mut_extra_stats", "privileged: gold plus count/min/max of every column of its first table as columns"
+    tolerated_under = frozenset({"ex"})
 
     def mutate(self, gold, sample):
         tree = sqlglot.parse_one(gold, read="sqlite")

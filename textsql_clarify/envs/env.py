@@ -497,8 +497,15 @@ class TextSQLClarifyEnv(gym.Env):
             recognised = self._recognised(self._pre_sql, act.content)
             turn.commitment_drift = recognised
             # ``drift`` pays for the revision, and only when the revised SQL is also correct (docs/metrics.md)
-            revised = self._revised(s, self._pre_sql, act.content)
+            revision = self._revision(s, self._pre_sql, act.content)
+            revised = None if revision is None else revision.revised
             comps["drift_revised"] = None if revised is None else float(revised)
+            if (revision is not None and comps.get("sql_partial") is not None and comps.get("ex_strict") != 1
+                    and (revision.surviving or revision.collateral)):
+                # dense credit after a drift only for SQL that let go of what the user retracted and of nothing
+                # else: the pre-drift SQL resubmitted or re-spelled, or a blanket edit such as dropping the
+                # whole WHERE, is no near-miss of the new request (docs/rewards.md, "The dense preset")
+                comps["sql_partial"] = 0.0
             comps["drift"] = (None if revised is None or comps["ex"] is None
                               else float(revised and comps["ex"] == 1))
             self._scores["drift_recognised"] = recognised
@@ -543,12 +550,12 @@ class TextSQLClarifyEnv(gym.Env):
         except Exception:  # noqa: BLE001 - an unparsable SQL shows no recognisable commitment change
             return False
 
-    def _revised(self, s: Sample, pre_sql: str | None, post_sql: str) -> bool | None:
-        """Whether the agent's post-drift SQL revised what the drift retracted (``drift_revision``), read
-        with the database schema; ``None`` when the gold pair is not an analysable drift."""
+    def _revision(self, s: Sample, pre_sql: str | None, post_sql: str):
+        """How the agent's post-drift SQL revised what the drift retracted (a ``DriftRevision``, read with the
+        database schema); ``None`` when the gold pair is not an analysable drift."""
         try:
             return drift_revision(s.gold_sql, s.drift.post_gold_sql, pre_sql, post_sql, subtype=s.drift.subtype,
-                                  schema=self._sandbox.schema).revised
+                                  schema=self._sandbox.schema)
         except Exception:  # noqa: BLE001 - a gold pair that cannot be analysed leaves the revision undefined
             return None
 
