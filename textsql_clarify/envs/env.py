@@ -213,6 +213,7 @@ class TextSQLClarifyEnv(gym.Env):
         self._gold = s.gold_sql
         self._gold_key = s.id
         self._pre_sql: str | None = None
+        self._cset_memo: dict[tuple[str, bool], frozenset | None] = {}  # commitment sets of this episode
         self._l1_resolved = False
         self._done = False
         self._history: list[tuple[str, str]] = [("user", render.first_user_message(s))]
@@ -541,22 +542,36 @@ class TextSQLClarifyEnv(gym.Env):
         self._last_message = ""
         return self._finish(turn.reward, comps, terminated=True, truncated=False, error=None)
 
-    @staticmethod
-    def _recognised(pre_sql: str | None, post_sql: str) -> bool:
+    def _commitments(self, sql: str, with_schema: bool) -> frozenset | None:
+        """``commitment_set(sql)`` (with the database schema or without), ``None`` when it cannot be analysed;
+        remembered for the episode, so that a post-drift step analyses each query once per form (a query at
+        the analysis caps costs about 0.4 s per analysis: bench/bench_step.py)."""
+        key = (sql, with_schema)
+        if key not in self._cset_memo:
+            try:
+                self._cset_memo[key] = commitment_set(sql, self._sandbox.schema if with_schema else None)
+            except Exception:  # noqa: BLE001 - an unanalysable query commits to nothing recognisable
+                self._cset_memo[key] = None
+        return self._cset_memo[key]
+
+    def _recognised(self, pre_sql: str | None, post_sql: str) -> bool:
+        """TIDE's Rec(τ) (the DRR metric): S(y_pre) ⊄ S(y_post); ``False`` when either cannot be analysed."""
         if pre_sql is None:
             return False
-        try:
-            return is_drift(commitment_set(pre_sql), commitment_set(post_sql))
-        except Exception:  # noqa: BLE001 - an unparsable SQL shows no recognisable commitment change
-            return False
+        pre, post = self._commitments(pre_sql, False), self._commitments(post_sql, False)
+        return pre is not None and post is not None and is_drift(pre, post)
 
     def _revision(self, s: Sample, pre_sql: str | None, post_sql: str):
         """How the agent's post-drift SQL revised what the drift retracted (a ``DriftRevision``, read with the
         database schema); ``None`` when the gold pair is not an analysable drift."""
+        g_pre, g_post = self._commitments(s.gold_sql, True), self._commitments(s.drift.post_gold_sql, True)
+        if g_pre is None or g_post is None:
+            return None
+        y_pre = None if pre_sql is None else (self._commitments(pre_sql, True) or frozenset())
+        y_post = self._commitments(post_sql, True) or frozenset()
         try:
-            return drift_revision(s.gold_sql, s.drift.post_gold_sql, pre_sql, post_sql, subtype=s.drift.subtype,
-                                  schema=self._sandbox.schema)
-        except Exception:  # noqa: BLE001 - a gold pair that cannot be analysed leaves the revision undefined
+            return drift_revision(g_pre, g_post, y_pre, y_post, subtype=s.drift.subtype)
+        except Exception:  # noqa: BLE001 - a gold pair that is not a TIDE drift leaves the revision undefined
             return None
 
     def _nondeterministic(self, gold_sql: str) -> bool:
