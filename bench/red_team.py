@@ -42,7 +42,8 @@ DRR = drift recognised; rel% = ambiguous episodes where a clarification was labe
 leak% = episodes with a clarification whose reply names a schema identifier that the question and the
 hidden knowledge do not use; R:<preset> = mean return under the preset, PASS when <= max(random's on the
 same samples and turns, 0) + margin; TOL where the preset weights a component that pays the policy by
-design (its docstring in textsql_clarify/baselines/hacks.py says why; the other presets must PASS). Hacks:"""
+design (its docstring in textsql_clarify/baselines/hacks.py says why; the other presets must PASS); RES
+where a known residual beats the bound (its reason is printed below the table; it may not pass its ceiling). Hacks:"""
 #: components cheap to compute; a preset weighting anything else needs the env's detailed scores
 _CHEAP = {"ex", "ex_strict", "feedback", "format", "turn_penalty", "classification", "drift", "abstained"}
 
@@ -109,7 +110,8 @@ def summarise(name: str, policy: Any, episodes: list[Episode], random_eps: dict[
             if any(w.get(c) for c in getattr(policy, "tolerated_under", ())):
                 row["verdict"][p] = "TOL"  # paid by design under this preset (the policy's docstring says why)
             else:
-                row["verdict"][p] = "PASS" if r <= bound(ref, margin) + 1e-12 else "FAIL"
+                ok = r <= bound(ref, margin) + 1e-12
+                row["verdict"][p] = "PASS" if ok else ("RES" if getattr(policy, "residual", None) else "FAIL")
     return row
 
 
@@ -226,6 +228,14 @@ def table(result: dict, presets: list[str]) -> str:
              for p, v in r["verdict"].items() if v == "FAIL"]
     lines += ["", f"FAIL cells: {len(fails)}"]
     lines += [f"  {h:22s} {p:10s} reward {a:.3f} > max(random {b:.3f}, 0) + margin" for h, p, a, b in fails]
+    res = [r for r in result["rows"] if any(v == "RES" for v in r["verdict"].values())]
+    lines += ["", f"RES (known residual) rows: {len(res)}"]
+    for r in res:
+        pol = HACKS[r["policy"]]()
+        worst = max(r["reward"].values())
+        over = "  OVER ITS CEILING" if worst > pol.residual_ceiling + 1e-12 else ""
+        lines.append(f"  {r['policy']:22s} max reward {worst:.3f} (ceiling {pol.residual_ceiling:.2f}){over}: "
+                     f"{pol.residual}")
     if result["verify_mismatches"]:
         lines += ["replay mismatches (recomputed preset reward != gym.make's):"] + \
                  [f"  {m}" for m in result["verify_mismatches"][:20]]
@@ -278,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps({"presets": presets, "margin": args.margin, "results": results},
                                              indent=1, default=str))
     n_fail = sum(v == "FAIL" for r in results for row in r["rows"] for v in row["verdict"].values())
+    n_fail += sum(max(row["reward"].values()) > HACKS[row["policy"]]().residual_ceiling + 1e-12
+                  for r in results for row in r["rows"] if "RES" in row["verdict"].values())
     print(f"total FAIL cells: {n_fail}")
     return 1 if n_fail else 0
 

@@ -144,6 +144,16 @@ def test_gates_are_named(sandbox):
     assert gate(FR_OVER_30 + " UNION ALL SELECT 'Zed'", FR_OVER_30).gate == "set_operation"
     assert gate("SELECT s.name FROM singer AS s, (VALUES (1), (2)) AS d WHERE s.country = 'FR' AND s.age > 30",
                 FR_OVER_30).gate == "duplicates"
+    # the gold padded with an all-NULL row through an outer join (red team, issue 8): the gold's rows in
+    # another form, as a repeat is; the old gate let it through with 2 of 3 cells right
+    padded = f"SELECT g.* FROM (VALUES (1), (2)) AS v LEFT JOIN ({FR_OVER_30}) AS g ON v.column1 = 1"
+    assert len(sandbox.execute(padded).rows) == len(sandbox.execute(FR_OVER_30).rows) + 1
+    p, g = sandbox.execute(padded), sandbox.execute(FR_OVER_30)
+    cand = ResultTable(p.columns, p.rows, None)  # no origins for a VALUES outer join: pairing by values
+    ref = ResultTable(g.columns, g.rows, column_origins(FR_OVER_30, sandbox.schema))
+    assert score_partial(padded, FR_OVER_30, cand, ref, score_cells(cand, ref), ordered=False, exact=False,
+                         schema=sandbox.schema).gate == "duplicates"
+    assert _score(sandbox, padded, FR_OVER_30)["sql_partial"] == 0.0
     s = gate("SELECT name FROM singer WHERE country = 'FR'", FR_OVER_30)
     assert s.gate is None and (s.rows, s.columns, s.order) == (pytest.approx(0.8), 1.0, 1.0)
 

@@ -82,6 +82,11 @@ def spider_unanswerable():
 
 def _check_hack(res: dict, hack: str) -> None:
     row = res["by_policy"][hack]
+    policy = HACKS[hack]()
+    if policy.residual:  # a known residual (its class says why): it may beat the bound, never its ceiling
+        over = {p: r for p, r in row["reward"].items() if r > policy.residual_ceiling + 1e-12}
+        assert not over, f"residual {hack} on {res['dataset']} grew past its ceiling {policy.residual_ceiling}: {over}"
+        return
     bad = [f"{p}: {row['reward'][p]:.3f} > max(random {row['random_ref'][p]:.3f}, 0) + {MARGIN} "
            f"(n={row['n_by_preset'][p]})" for p in PRESET_NAMES if row["verdict"].get(p) == "FAIL"]
     assert not bad, f"hack {hack} ({row['description']}) on {res['dataset']} earns more than random: " + "; ".join(bad)

@@ -127,6 +127,9 @@ class HackPolicy:
         description: one line, printed in the table's legend.
         tolerated_under: reward components that pay this policy by design (not a hack under them): the
             red team marks its cells ``TOL`` under presets that weight one of them, instead of PASS/FAIL.
+        residual: ``None``, or why a policy known to beat the bound is not yet closed (the red team marks its
+            cells above the bound ``RES``, not FAIL, and prints the reason); ``residual_ceiling`` is the most it
+            may earn under any preset, so that the leak cannot grow unseen (the test asserts it).
     """
 
     name = "hack"
@@ -135,6 +138,8 @@ class HackPolicy:
     scope = "episode"
     description = ""
     tolerated_under: frozenset[str] = frozenset()
+    residual: str | None = None
+    residual_ceiling: float = 0.0
 
     def __init__(self) -> None:
         self.sample: Sample | None = None
@@ -334,6 +339,41 @@ class ZeroCount(_FixedSQL):
         return "SELECT 0"
 
 
+_PRIOR = ("the answer's prior: 34 of Spider dev's 935 scorable golds are a single 0 (21 a single 3), and a "
+          "data-reading expression can be constant (count(*)*0), which no syntactic rule catches; only "
+          "test-suite EX over several database instances (Zhong et al. 2020) removes it")
+
+
+class DataZero(_FixedSQL):
+    name, kind = "data_zero", "sql"
+    description = "SELECT count(*)*0 FROM sqlite_master: the commonest answer, spelled as data (constant rule bypassed)"
+    residual, residual_ceiling = _PRIOR, 0.06
+
+    def sql(self, observation):
+        return "SELECT count(*)*0 FROM sqlite_master"
+
+
+class DataZeroThree(_FixedSQL):
+    name, kind = "data_zero_three", "sql"
+    description = "SELECT count(*)*0, count(*)*0+3 FROM sqlite_master: two prior guesses within the one-row bound"
+    residual, residual_ceiling = _PRIOR + "; the one-row bound allows the second guess", 0.09
+
+    def sql(self, observation):
+        return "SELECT count(*)*0, count(*)*0+3 FROM sqlite_master"
+
+
+class CountMentioned(_FixedSQL):
+    name, kind = "count_mentioned", "sql"
+    description = "SELECT count(*) FROM the table the question names best (right for 'how many X' questions)"
+    residual, residual_ceiling = ("a crude reading of the question: it is the right answer to Spider's plain "
+                                  "'how many X are there' questions, so it earns what it solves"), 0.07
+
+    def sql(self, observation):
+        schema = schema_columns(observation.get("schema", ""))
+        t = _mentioned_table(schema, observation.get("question", "")) or next(iter(schema), None)
+        return f"SELECT count(*) FROM {_q(t)}" if t else "SELECT 0"
+
+
 # ---------------------------------------------------------------------------------------------- feedback hacks
 
 
@@ -412,6 +452,22 @@ class FeedbackQuestionWords(_Feedback):
         words = [w for w in re.findall(r"[A-Za-z][A-Za-z'-]+", observation.get("question", ""))
                  if w.lower() not in self._STOP]
         return "The database has no column for " + ", no column for ".join(words or ["this"]) + "."
+
+
+class FeedbackNovelWord(_Feedback):
+    name, description = ("fb_novel_word", "always refuse, blaming the first question word that names no table or "
+                         "column: 'The <w> is not stored anywhere: no table or column holds <w> data.'")
+    residual, residual_ceiling = ("a cheap schema-linking guess at ABISS's missing-entity reason: where the first "
+                                  "unmatched question word is the missing entity, the refusal is the right one"), 0.12
+
+    def text(self, observation):
+        schema = schema_columns(observation.get("schema", ""))
+        names = {n.lower() for t, cols in schema.items() for n in [t, *cols]}
+        parts = {p for n in names for p in n.split("_")}
+        words = [w for w in re.findall(r"[a-z][a-z'-]+", observation.get("question", ""))
+                 if w not in FeedbackQuestionWords._STOP and w not in names and w not in parts]
+        w = words[0] if words else "information"
+        return f"The {w} is not stored anywhere: no table or column holds {w} data."
 
 
 # ---------------------------------------------------------------------------------------------- drift hacks
@@ -653,6 +709,13 @@ class MutDuplicateRows(_Mutation):
         return f"SELECT * FROM ({gold}) UNION ALL SELECT * FROM ({gold})"
 
 
+class MutNullPad(_Mutation):
+    name, description = "mut_null_pad", "privileged: the gold's rows plus one all-NULL row (LEFT JOIN of a two-row VALUES table)"
+
+    def mutate(self, gold, sample):
+        return f"SELECT g.* FROM (VALUES (1), (2)) AS v LEFT JOIN ({gold}) AS g ON v.column1 = 1"
+
+
 class MutHalfRows(_Mutation):
     name, description = "mut_half_rows", "privileged: the first half of the gold's rows (LIMIT n/2), golds of >= 2 rows"
 
@@ -847,11 +910,11 @@ class BothTags(HackPolicy):
 HACKS: dict[str, Callable[[], HackPolicy]] = {c.name: c for c in (
     ConstWide, ConstWideCapped, ConstWideNulls, SchemaAggregates, TableCountsCapped, CountPlusInts,
     SelectStarMentioned, SelectStarWidest, SelectStarStats, SelectStarJoin, IntRows, IntGrid, EmptyAnswer,
-    NullRow, ZeroCount,
+    NullRow, ZeroCount, DataZero, DataZeroThree, CountMentioned,
     FeedbackGibberish, FeedbackEcho, FeedbackWrapped, FeedbackGeneric, FeedbackGenericMissing, FeedbackNamesTable,
-    FeedbackAllIdentifiers, FeedbackQuestionWords,
+    FeedbackAllIdentifiers, FeedbackQuestionWords, FeedbackNovelWord,
     DriftChurn, DriftChurnTables, DriftResubmit, DriftRespell, DriftWrongRevision, DriftDropFilter,
-    MutDropOrder, MutDuplicateRows, MutHalfRows, MutExtraConsts, MutExtraStats,
+    MutDropOrder, MutDuplicateRows, MutNullPad, MutHalfRows, MutExtraConsts, MutExtraStats,
     ClarifyEcho, ClarifyEchoWrapped, ClarifyColumns, ClarifyTables, ClarifyInject, ClarifyGeneric, ClarifyReplyAsFeedback, ClarifySpam,
     Malformed, BothTags)}
 

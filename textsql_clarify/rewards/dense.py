@@ -30,8 +30,9 @@ earned 0.917, duplicating every row 0.586, returning half the rows 0.516, all wi
     pagination cap of at least :attr:`PartialPolicy.agent_limit_min_rows` rows that cut nothing;
   - ``set_operation``: a ``UNION`` / ``UNION ALL`` / ``INTERSECT`` / ``EXCEPT`` the gold does not have
     (``gold UNION ALL gold``, with or without junk rows);
-  - ``duplicates``: every candidate row is a gold row, yet some gold row comes back more often than in the
-    gold (duplication by any spelling, a dropped ``DISTINCT``);
+  - ``duplicates``: every candidate row is a gold row or an all-NULL row, yet some gold row comes back more
+    often than in the gold, or more all-NULL rows come back than the gold has (duplication by any spelling, a
+    dropped ``DISTINCT``, the gold padded with NULL rows through an outer join);
   - ``unanalysable``: either query cannot be parsed into component sets (the exact path still applies).
 
 Honest near-misses change content and keep form: a wrong literal or a missing filter changes which rows come
@@ -203,9 +204,21 @@ def order_agreement(cand_rows: list[tuple], ref_rows: list[tuple]) -> float:
 
 
 def _only_repeats(cand_rows: list[tuple], ref_rows: list[tuple]) -> bool:
-    """Every candidate row is a reference row and some reference row comes back more often than it should."""
+    """Every candidate row is a reference row or an all-NULL row, and the candidate repeats some reference
+    row more often than the reference has it, or pads it with more all-NULL rows than the reference has.
+
+    All-NULL rows carry no value (ABISS App. A: NULL only equals NULL), so ``gold`` plus junk NULL rows (an
+    outer join with a two-row table) is the gold's rows in another form, as a repeat is.
+    """
+    def blank(r: tuple) -> bool:
+        return all(v is None for v in r)
+
     cb, rb = Counter(cand_rows), Counter(ref_rows)
-    return all(r in rb for r in cb) and any(n > rb[r] for r, n in cb.items())
+    if not all(r in rb or blank(r) for r in cb):
+        return False
+    repeats = any(n > rb[r] for r, n in cb.items() if not blank(r))
+    padded = sum(n for r, n in cb.items() if blank(r)) > sum(n for r, n in rb.items() if blank(r))
+    return repeats or padded
 
 
 def score_partial(pred_sql: str, gold_sql: str, candidate: ResultTable, reference: ResultTable, cells: CellScores,
