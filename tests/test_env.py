@@ -374,3 +374,16 @@ def test_wrong_query_that_runs_scores_zero_cell_recall(samples):
 def test_duplicate_sample_ids_are_rejected(samples):
     with pytest.raises(ValueError, match="unique"):
         _env([samples[0], samples[0]])
+
+
+def test_a_preset_paying_detailed_components_needs_detailed_scores():
+    # the dense preset pays sql_partial, which detailed_scores=False never computes: silently paying 0 for
+    # every SQL (the gold included) would wreck an RL run, so construction refuses it (new-user trial, issue 8)
+    with pytest.raises(ValueError, match=r"sql_partial.*detailed_scores=True"):
+        gym.make("TextSQLClarify-v0", reward_preset="dense", detailed_scores=False)
+    with pytest.raises(ValueError, match="cell_f1"):
+        gym.make("TextSQLClarify-v0", reward_preset={"ex": 1.0, "cell_f1": 0.5}, detailed_scores=False)
+    env = gym.make("TextSQLClarify-v0", reward_preset="strict", detailed_scores=False)  # cheap presets still run
+    env.reset(options={"sample_id": "uni-ans-001"})
+    s = env.unwrapped.current_sample
+    assert env.step(f"<sql>{s.gold_sql}</sql>")[1] == 1.0

@@ -238,6 +238,8 @@ class SchemaAggregates(_FixedSQL):
 class TableCountsCapped(_FixedSQL):
     name, kind = "table_counts_4", "sql"
     description = "width-capped: count(*) of the (up to) 4 tables the question names best, then of the others"
+    residual, residual_ceiling = ("a crude reading of the question (see count_mentioned): its hits are the count "
+                                  "of the table a 'how many' question names, within the one-row bound"), 0.03
 
     def sql(self, observation):
         schema = schema_columns(observation.get("schema", ""))
@@ -259,6 +261,9 @@ class CountPlusInts(_FixedSQL):
 class SelectStarMentioned(_FixedSQL):
     name, kind = "star_mentioned", "sql"
     description = "SELECT * FROM the table the question names best (column superset of a one-table gold)"
+    residual, residual_ceiling = ("a crude reading of the question: its hits are golds that ask for (nearly) every "
+                                  "column of the table the question names, e.g. SELECT * FROM hiring; ex_strict "
+                                  "pays 0.004"), 0.03
 
     def sql(self, observation):
         schema = schema_columns(observation.get("schema", ""))

@@ -76,7 +76,8 @@ class TextSQLClarifyEnv(gym.Env):
         classification_phase: ask for a ``<category>`` first (forced on in ``predicted`` mode).
         protocol: ``f`` | ``p`` for chain samples (TIDE §4.1).
         schema_tables: optional hook limiting which tables' schema is shown (retrieval experiments).
-        detailed_scores: compute cell / column / component / retrieval components on SQL turns.
+        detailed_scores: compute cell / column / component / retrieval components on SQL turns (a preset that
+            weights one of them, such as ``dense``, needs it: ``ValueError`` otherwise).
         timeout_s: time limit per query, seconds; row_cap: maximum rows fetched per query.
         feedback_judge: FB judge (default :func:`textsql_clarify.rewards.feedback.default_judge`).
         max_action_chars: longer actions are malformed.
@@ -139,6 +140,11 @@ class TextSQLClarifyEnv(gym.Env):
             raise ValueError("schema_tables must be a callable (sample, table_names) -> table names")
         self.timeout_s, self.row_cap = float(timeout_s), int(row_cap)
         self.weights = resolve_preset(reward_preset)
+        needs_detail = sorted(k for k, w in self.weights.items() if w and k in DETAIL_KEYS)
+        if needs_detail and not detailed_scores:
+            # those components are never computed without detail: the preset would silently pay 0 for them
+            raise ValueError(f"reward_preset weights {needs_detail}, which only detailed_scores=True computes; "
+                             "keep detailed_scores=True or choose a preset without them (e.g. 'binary')")
         self.simulator = make_simulator(simulator)
         self.feedback_judge = feedback_judge or default_judge()
         self.ex_options = EXOptions.from_mapping(ex_options)
