@@ -15,7 +15,7 @@ from typing import Sequence
 from ..database import get_sandbox
 from ..errors import RecordProblem, SQLParseError
 from ..rewards.commitments import drift_subtype
-from ..rewards.execution import compare_results, gold_is_ordered, is_empty_result
+from ..rewards.execution import is_empty_result, score_execution
 from ..samples import Sample
 
 __all__ = ["drift_problems"]
@@ -77,7 +77,8 @@ def drift_problems(samples: Sequence[Sample], file: str | os.PathLike) -> list[R
             continue
         gold = sandbox.execute(s.gold_sql)
         if gold.ok and not gold.truncated and gold.rows and not is_empty_result(gold):
-            verdict = compare_results(post, gold, ordered=gold_is_ordered(s.gold_sql))
+            # the env's own scorer, strict: a post-drift gold that adds a column is a change (projection drift)
+            verdict = score_execution(post, gold, s.drift.post_gold_sql, s.gold_sql, sandbox)[1]
             if verdict.status == "match":
                 bad("drift.post_gold_sql", "returns the same result as gold_sql: the drift changes nothing")
                 continue

@@ -140,6 +140,7 @@ class TextSQLClarifyEnv(gym.Env):
             raise ValueError("schema_tables must be a callable (sample, table_names) -> table names")
         self.timeout_s, self.row_cap = float(timeout_s), int(row_cap)
         self.weights = resolve_preset(reward_preset)
+        self._gold_csets: dict[tuple, frozenset | None] = {}  # gold pairs' commitment sets, across episodes
         needs_detail = sorted(k for k, w in self.weights.items() if w and k in DETAIL_KEYS)
         if needs_detail and not detailed_scores:
             # those components are never computed without detail: the preset would silently pay 0 for them
@@ -548,17 +549,21 @@ class TextSQLClarifyEnv(gym.Env):
         self._last_message = ""
         return self._finish(turn.reward, comps, terminated=True, truncated=False, error=None)
 
-    def _commitments(self, sql: str, with_schema: bool) -> frozenset | None:
+    def _commitments(self, sql: str, with_schema: bool, *, gold: bool = False) -> frozenset | None:
         """``commitment_set(sql)`` (with the database schema or without), ``None`` when it cannot be analysed;
-        remembered for the episode, so that a post-drift step analyses each query once per form (a query at
-        the analysis caps costs about 0.4 s per analysis: bench/bench_step.py)."""
-        key = (sql, with_schema)
-        if key not in self._cset_memo:
+        remembered for the episode (the agent's queries) or for the env's life (``gold``: the gold pair, keyed
+        by database too), so that a post-drift step analyses each query once per form (a query at the analysis
+        caps costs about 0.4 s per analysis)."""
+        memo = self._gold_csets if gold else self._cset_memo
+        key = (self._sandbox.db_path, sql, with_schema) if gold else (sql, with_schema)
+        if key not in memo:
+            if gold and len(memo) >= 4096:
+                memo.clear()
             try:
-                self._cset_memo[key] = commitment_set(sql, self._sandbox.schema if with_schema else None)
+                memo[key] = commitment_set(sql, self._sandbox.schema if with_schema else None)
             except Exception:  # noqa: BLE001 - an unanalysable query commits to nothing recognisable
-                self._cset_memo[key] = None
-        return self._cset_memo[key]
+                memo[key] = None
+        return memo[key]
 
     def _recognised(self, pre_sql: str | None, post_sql: str) -> bool:
         """TIDE's Rec(τ) (the DRR metric): S(y_pre) ⊄ S(y_post); ``False`` when either cannot be analysed."""
@@ -570,7 +575,8 @@ class TextSQLClarifyEnv(gym.Env):
     def _revision(self, s: Sample, pre_sql: str | None, post_sql: str):
         """How the agent's post-drift SQL revised what the drift retracted (a ``DriftRevision``, read with the
         database schema); ``None`` when the gold pair is not an analysable drift."""
-        g_pre, g_post = self._commitments(s.gold_sql, True), self._commitments(s.drift.post_gold_sql, True)
+        g_pre = self._commitments(s.gold_sql, True, gold=True)
+        g_post = self._commitments(s.drift.post_gold_sql, True, gold=True)
         if g_pre is None or g_post is None:
             return None
         y_pre = None if pre_sql is None else (self._commitments(pre_sql, True) or frozenset())

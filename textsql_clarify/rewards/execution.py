@@ -178,10 +178,6 @@ class EXOptions:
         return cls(**dict(options))
 
 
-#: The env's default options.
-DEFAULT_EX_OPTIONS = EXOptions()
-
-
 # -- ordered golds ---------------------------------------------------------------------------
 def _ordered_by_tokens(sql: str) -> bool:
     """Fallback when sqlglot cannot parse: is there an ``ORDER BY`` token outside all parentheses?"""
@@ -708,32 +704,34 @@ def score_execution(pred: ExecutionResult, gold: ExecutionResult, pred_sql: str,
                     lazy["segs"] = _tie_segments(ext, len(gold.columns), tq.n_keys, tq.offset, gold.row_count)
         return lazy["segs"]
 
-    out = []
-    for strict in (False, True):
-        def run(p: ExecutionResult) -> tuple[EXVerdict, bool]:
-            return _compare(p, gold, ordered, search_budget, pconst, gconst, opts.max_extra_columns,
-                            opts.max_extra_columns_single_row, strict)
+    def run(p: ExecutionResult) -> tuple[EXVerdict, bool]:
+        return _compare(p, gold, ordered, search_budget, pconst, gconst, opts.max_extra_columns,
+                        opts.max_extra_columns_single_row, False)
 
-        verdict, retry = run(pred)
-        candidates = [pred]
-        if retry and opts.round_to_gold_precision and rounded() is not None:
-            candidates.append(rounded())
-            v2, retry2 = run(rounded())
-            if v2.status == "match":
-                verdict, retry = EXVerdict(1.0, "match", v2.reason + " at the gold's ROUND precision",
-                                           v2.column_mapping), False
-            else:
-                retry = retry and retry2
-        if retry and opts.limit_ties and segments() is not None:
-            for p in candidates:
-                pcols, _ = _columns(p.rows)
-                mapping = _tie_match(pcols, segments(), len(gold.columns), pconst, gconst, search_budget)
-                if mapping is not None:
-                    verdict = EXVerdict(1.0, "match", "rows match, ties under ORDER BY ... LIMIT interchangeable"
-                                        + (" (at the gold's ROUND precision)" if p is not pred else ""), mapping)
-                    break
-        out.append(verdict)
-    return out[0], out[1]
+    verdict, retry = run(pred)
+    candidates = [pred]
+    if retry and opts.round_to_gold_precision and rounded() is not None:
+        candidates.append(rounded())
+        v2, retry2 = run(rounded())
+        if v2.status == "match":
+            verdict, retry = EXVerdict(1.0, "match", v2.reason + " at the gold's ROUND precision",
+                                       v2.column_mapping), False
+        else:
+            retry = retry and retry2
+    if retry and opts.limit_ties and segments() is not None:
+        for p in candidates:
+            pcols, _ = _columns(p.rows)
+            mapping = _tie_match(pcols, segments(), len(gold.columns), pconst, gconst, search_budget)
+            if mapping is not None:
+                verdict = EXVerdict(1.0, "match", "rows match, ties under ORDER BY ... LIMIT interchangeable"
+                                    + (" (at the gold's ROUND precision)" if p is not pred else ""), mapping)
+                break
+    # strict differs from relaxed only where the prediction ran and has more columns than the gold (the
+    # ``strict and k != m`` check of :func:`_compare` comes after every check that could decide first)
+    m, k = len(gold.columns), len(pred.columns)
+    if pred.ok and k > m:
+        return verdict, EXVerdict(0.0, "mismatch", f"prediction has {k} column(s), gold has {m} (strict: no extra column)")
+    return verdict, verdict
 
 
 def relaxed_ex(pred_sql: str, gold_sql: str, sandbox: SQLiteSandbox, *, gold_key: str | None = None,

@@ -17,7 +17,6 @@ The rule of the offline judges, for a sample **with** a stated rationale (hidden
 what the feedback adds beyond the question (issue 8: an echo of the question must not pass)::
 
     correct  iff  feedback is a non-empty explanation (not SQL)
-             and  it adds words beyond the question (added_words is not empty)
              and  (score >= threshold  OR  it names the missing element  OR  it singles it out)
              and  it claims no existing table or column as missing
              and  the numbers it states do not conflict with those of the hidden knowledge
@@ -25,7 +24,9 @@ what the feedback adds beyond the question (issue 8: an echo of the question mus
              and  every element it says is missing is on topic (a word of the hidden knowledge or question)
 
 * *added words* (:func:`added_words`): the feedback's content stems and numbers less the question's, the
-  stock refusal words (:data:`STOCK_WORDS`), generic words and the words of the schema's names.
+  stock refusal words (:data:`STOCK_WORDS`), generic words and the words of the schema's names. Without
+  added words the score is 0, so an echo passes only through the two naming paths, which themselves refuse
+  question words alone ("There is no staff table." singles out one question noun and passes).
 * *score*: lexical, :func:`novel_recall` (share of the hidden knowledge's own words, the same words removed,
   that the feedback adds); MiniLM, cosine of the embeddings of the two :func:`residual_text`.
 * *names the missing element*: :func:`missing_claims` finds the phrases that a text says are absent
