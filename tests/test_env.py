@@ -387,3 +387,19 @@ def test_a_preset_paying_detailed_components_needs_detailed_scores():
     env.reset(options={"sample_id": "uni-ans-001"})
     s = env.unwrapped.current_sample
     assert env.step(f"<sql>{s.gold_sql}</sql>")[1] == 1.0
+
+
+def test_unanswered_post_drift_request_uses_the_verdicts_gold_rule():
+    # a post-drift gold that cannot score (here: truncated by the row cap) stays None whether or not the
+    # agent answered it, as the EX verdict says (gold_error); before, an episode that never answered it got
+    # ex_post 0.0 while one that did got None (review, issue 8)
+    env = gym.make("TextSQLClarify-v0", row_cap=1)
+    env.reset(options={"sample_id": "uni-drift-003"})
+    s = env.unwrapped.current_sample
+    assert env.unwrapped._sandbox.execute(s.drift.post_gold_sql).truncated
+    *_, info = env.step("<feedback>The database does not hold this.</feedback>")
+    assert info["scores"]["ex"] == 0.0 and info["scores"]["ex_post"] is None
+    env.reset(options={"sample_id": "uni-drift-003"})
+    env.step(f"<sql>{s.gold_sql}</sql>")
+    *_, info = env.step(f"<sql>{s.drift.post_gold_sql}</sql>")
+    assert info["scores"]["ex_post"] is None and info["reward_components"]["ex"] is None

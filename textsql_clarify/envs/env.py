@@ -32,7 +32,7 @@ from ..database import get_sandbox
 from ..errors import ActionError
 from ..rewards.commitments import commitment_set, drift_revision, is_drift
 from ..rewards.ex_sql import gold_nondeterminism
-from ..rewards.execution import EXOptions, is_empty_result
+from ..rewards.execution import EXOptions, gold_scorability
 from ..rewards.feedback import FeedbackJudge, default_judge, has_rationale
 from ..rewards.presets import resolve_preset, scalar_reward
 from ..samples import Sample
@@ -586,9 +586,10 @@ class TextSQLClarifyEnv(gym.Env):
         except Exception:  # noqa: BLE001 - a gold pair that is not a TIDE drift leaves the revision undefined
             return None
 
-    def _nondeterministic(self, gold_sql: str) -> bool:
-        """The gold reads the clock or randomness and EX leaves it out (``exclude_nondeterministic_gold``)."""
-        return self.ex_options.exclude_nondeterministic_gold and gold_nondeterminism(gold_sql) is not None
+    def _nondeterminism(self, gold_sql: str) -> str | None:
+        """What the gold reads of the clock or randomness, when EX leaves such golds out
+        (``exclude_nondeterministic_gold``); else ``None``."""
+        return gold_nondeterminism(gold_sql) if self.ex_options.exclude_nondeterministic_gold else None
 
     # ------------------------------------------------------------------ episode end, obs, info
     def _finish(self, reward: float, comps: dict, *, terminated: bool, truncated: bool, error: str | None):
@@ -601,9 +602,7 @@ class TextSQLClarifyEnv(gym.Env):
         if solvable and sc["ex"] is None and not any(t.action_type == "sql" for t in self._traj.turns):
             # no SQL at all: EX 0, unless the gold itself cannot be scored (invalid / ceiling: None)
             gold = self._sandbox.execute_gold(s.id, s.gold_sql)
-            self._traj.gold_status = "error" if (not gold.ok or gold.truncated) else (
-                "nondeterministic" if self._nondeterministic(s.gold_sql) else
-                "empty" if is_empty_result(gold) else "ok")
+            self._traj.gold_status = gold_scorability(gold, self._nondeterminism(s.gold_sql))
             if self._traj.gold_status == "ok":
                 sc["ex"] = sc["ex_strict"] = 0.0
         if s.drift is not None and sc["ex_post"] is None and self._traj.outcome != "sql":
@@ -611,7 +610,7 @@ class TextSQLClarifyEnv(gym.Env):
             # so DEA / DRA count the episode (TIDE Table 2) instead of silently dropping it; a post-drift
             # gold that fails or returns nothing stays None (invalid / ceiling), as for ``ex``
             post_gold = self._sandbox.execute_gold(s.id + "#post", s.drift.post_gold_sql)
-            if post_gold.ok and not is_empty_result(post_gold) and not self._nondeterministic(s.drift.post_gold_sql):
+            if gold_scorability(post_gold, self._nondeterminism(s.drift.post_gold_sql)) == "ok":
                 sc["ex_post"] = 0.0
         if s.group == "unanswerable" and not has_rationale(s):
             # FB undefined without a rationale; an episode that ended without an accepted abstention

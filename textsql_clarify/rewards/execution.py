@@ -439,6 +439,17 @@ def _gold_verdict(gold: ExecutionResult, nondeterministic: str | None = None) ->
     return None
 
 
+def gold_scorability(gold: ExecutionResult, nondeterministic: str | None = None) -> str:
+    """Whether a gold result can score a prediction: ``ok``, or the reason it cannot, as the EX verdict
+    would give it (ABISS App. A; the evaluation article's ceilings): ``error`` (fails, truncated, no
+    columns), ``nondeterministic`` (``nondeterministic`` names what it reads: the clock or randomness) or
+    ``empty`` (no rows, or only NULLs). One rule for the env's episode-end conventions and the verdicts.
+    """
+    early = _gold_verdict(gold, nondeterministic)
+    return "ok" if early is None else {"gold_error": "error", "gold_nondeterministic": "nondeterministic",
+                                       "gold_empty": "empty"}[early.status]
+
+
 def _compare(pred: ExecutionResult, gold: ExecutionResult, ordered: bool, search_budget: int,
              pconst: frozenset[int], gconst: frozenset[int], max_extra: int | None, max_extra_single: int | None,
              strict: bool) -> tuple[EXVerdict, bool]:
