@@ -41,13 +41,19 @@ def test_cases_present():
     assert len(CASES) == 9 and len({c["id"] for c in CASES}) == len(CASES)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
-def test_execution_case(case, tmp_path):
+def _case_db(case: dict, tmp_path) -> object:
+    """The case's tiny schema and data written to a fresh SQLite file; returns its path."""
     path = tmp_path / f"{case['id']}.sqlite"
     con = sqlite3.connect(path)
     con.executescript(case["schema_sql"])
     con.commit()
     con.close()
+    return path
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_execution_case(case, tmp_path):
+    path = _case_db(case, tmp_path)
     status, score, word = expected_outcome(case["expected"])
     with SQLiteSandbox(path, timeout_s=TIMEOUT_S) as sb:
         with generous_bound(f"case {case['id']}", stop=sb.interrupt):  # a must-not-crash case ends, typed
@@ -84,11 +90,7 @@ def test_case_specific_details(tmp_path):
 def test_execution_case_under_every_option_setting(case, tmp_path):
     """The issue-8 options (ties, rounding, nondeterministic golds, the width bound) change no case's verdict,
     and ex_strict agrees with it except on the column-superset case (ex17), which it rejects by design."""
-    path = tmp_path / f"{case['id']}.sqlite"
-    con = sqlite3.connect(path)
-    con.executescript(case["schema_sql"])
-    con.commit()
-    con.close()
+    path = _case_db(case, tmp_path)
     status, score, _ = expected_outcome(case["expected"])
     off = {"limit_ties": False, "round_to_gold_precision": False, "exclude_nondeterministic_gold": False,
            "max_extra_columns": None, "max_extra_columns_single_row": None, "constant_columns": False}

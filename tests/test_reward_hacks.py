@@ -99,6 +99,14 @@ def _check_hack(res: dict, hack: str) -> None:
     assert not bad, f"hack {hack} ({row['description']}) on {res['dataset']} earns more than random: " + "; ".join(bad)
 
 
+def _check_oracle_margin(res: dict) -> None:
+    """The oracle earns at least the random agent + 0.5 under every preset (so no test passes by breaking
+    the reward for everyone)."""
+    oracle, rnd = res["by_policy"]["oracle"], res["by_policy"]["random"]
+    for p in PRESET_NAMES:
+        assert oracle["reward"][p] >= rnd["reward"][p] + 0.5, (p, oracle["reward"][p], rnd["reward"][p])
+
+
 def _check_oracle(res: dict) -> None:
     assert not res["verify_mismatches"], res["verify_mismatches"][:5]
     oracle = res["by_policy"]["oracle"]
@@ -142,9 +150,7 @@ def test_oracle_still_earns_its_reward_embedded(embedded):
     assert (oracle["ex"], oracle["n_ex"]) == (1.0, 36)
     assert (oracle["fb"], oracle["n_fb"]) == (1.0, 12)
     assert (oracle["drr"], oracle["n_drift"]) == (1.0, 6)
-    rnd = embedded["by_policy"]["random"]
-    for p in PRESET_NAMES:
-        assert oracle["reward"][p] >= rnd["reward"][p] + 0.5, (p, oracle["reward"][p], rnd["reward"][p])
+    _check_oracle_margin(embedded)
     _check_oracle(embedded)
 
 
@@ -152,9 +158,7 @@ def test_oracle_still_earns_its_reward_embedded(embedded):
 def test_oracle_still_earns_its_reward_spider(spider):
     oracle = spider["by_policy"]["oracle"]
     assert oracle["n_ex"] == 32 and oracle["ex"] == 1.0
-    rnd = spider["by_policy"]["random"]
-    for p in PRESET_NAMES:
-        assert oracle["reward"][p] >= rnd["reward"][p] + 0.5, (p, oracle["reward"][p], rnd["reward"][p])
+    _check_oracle_margin(spider)
     _check_oracle(spider)
 
 

@@ -26,14 +26,15 @@ Source: issue 8 ("Reward integrity"), its table of hacks and the attacks added h
 from __future__ import annotations
 
 import re
-import sqlite3
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 import sqlglot
 from sqlglot import exp
 
+from ..database import get_sandbox
 from ..samples import Sample
+from ..sqlschema import read_schema
 
 # ---------------------------------------------------------------------------------------------- schema text
 
@@ -602,16 +603,10 @@ class DriftDropFilter(_PrivilegedDrift):
 
 
 def _rows(db_path: str, sql: str, cap: int = 20_000) -> list[tuple] | None:
-    try:
-        con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-        try:
-            con.text_factory = lambda b: b.decode("utf-8", "replace")
-            cur = con.execute(sql)
-            return cur.fetchmany(cap)
-        finally:
-            con.close()
-    except Exception:  # noqa: BLE001
-        return None
+    """The first ``cap`` rows of ``sql`` through the project's read-only, time-limited sandbox
+    (:func:`~textsql_clarify.database.get_sandbox`), or ``None`` when it fails."""
+    r = get_sandbox(db_path, row_cap=cap).execute(sql)
+    return list(r.rows) if r.ok else None
 
 
 def _gold_has_data(rows: list[tuple] | None) -> bool:
@@ -759,7 +754,7 @@ class MutExtraStats(_Mutation):
         t = next(tree.find_all(exp.Table), None)
         if t is None:
             return None
-        cols = [r[1] for r in (_rows(sample.db_path, f"PRAGMA table_info({_q(t.name)})") or [])][:12]
+        cols = list(read_schema(sample.db_path).get(t.name.lower(), {}))[:12]
         stats = [f"(SELECT {f}({_q(c)}) FROM {_q(t.name)})" for c in cols for f in ("count", "min", "max")]
         return f"SELECT *, {', '.join(stats)} FROM ({gold})" if stats else None
 
@@ -1054,12 +1049,8 @@ def identifiers_leaked(reply: str, known_text: str, identifiers: Iterable[str]) 
 
 
 def schema_identifiers(db_path: str) -> list[str]:
-    """Table and column names of a SQLite database (read-only)."""
-    names = []
-    for (t,) in _rows(db_path, "SELECT name FROM sqlite_master WHERE type = 'table'") or []:
-        names.append(t)
-        names += [r[1] for r in _rows(db_path, f"PRAGMA table_info({_q(t)})") or []]
-    return names
+    """Table and column names of a SQLite database, lower-cased (:func:`~textsql_clarify.sqlschema.read_schema`)."""
+    return [n for t, cols in read_schema(db_path).items() for n in (t, *cols)]
 
 
 def gold_returns_data(sample: Sample) -> bool:

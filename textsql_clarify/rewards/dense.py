@@ -55,7 +55,7 @@ from sqlglot import exp
 from ..errors import SQLParseError
 from ..sqlschema import parse_for_analysis
 from .cells import CellPolicy, CellScores, ResultTable, paired_rows
-from .components import component_sets, precision_recall
+from .components import _schema_key, component_sets, precision_recall
 
 __all__ = ["CONTENT_SETS", "GATES", "DenseScore", "PartialPolicy", "order_agreement", "score_partial"]
 
@@ -125,13 +125,6 @@ def _f1(p: float | None, r: float | None) -> float:
     p = 0.0 if p is None else p
     r = 0.0 if r is None else r
     return 0.0 if p + r == 0 else 2 * p * r / (p + r)
-
-
-def _schema_key(schema: Mapping | None):
-    if schema is None:
-        return None
-    return tuple(sorted((str(t), tuple(sorted(map(str, cols))) if isinstance(cols, Mapping) else ())
-                        for t, cols in schema.items()))
 
 
 def _set_operations(sql: str) -> Counter:
