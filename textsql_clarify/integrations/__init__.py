@@ -1,4 +1,14 @@
-"""Thin adapters from the env to trainers and env protocols (TRL, OpenEnv, verifiers).
+"""Thin adapters from the env to trainers and env protocols (DESIGN.md "Layout": integrations).
 
-Each submodule imports its optional library lazily; importing this package imports nothing heavy.
+Nothing here is imported by ``import textsql_clarify``, and this package imports nothing heavy: each
+module imports its optional library (TRL, datasets, transformers, OpenEnv, verifiers) inside its
+functions. The modules:
+
+* :mod:`.splits`: deterministic train / held-out split of sample ids, stratified by group; loading
+  the training samples that are available.
+* :mod:`.trl_env`: ``GRPOTrainer(environment_factory=...)``: the env as a class whose public methods
+  are tools (``ask_user``, ``submit_sql``, ``report_unanswerable``, ``classify``), the prompt dataset,
+  and a tool-calling chat template for models whose own template has none (SmolLM2).
+* :mod:`.trl_rollout`: ``GRPOTrainer(rollout_func=...)``: multi-turn rollouts with the env's own
+  tagged actions, token in / token out, with an ``env_mask`` over the simulated user's tokens.
 """
