@@ -1,7 +1,10 @@
 """The ``textsql-clarify`` command.
 
 ``textsql-clarify eval`` with no options runs the oracle agent on the embedded dataset with the
-rule-based user and prints EX and FB per group and per subcategory, each with its n.
+rule-based user and prints EX and FB per group and per subcategory, each with its n. ``--agent`` takes
+any agent spec of :func:`textsql_clarify.baselines.agents.make_agent` (``hf:smollm2``,
+``openai:<base_url>/<model>``, ``<module>:<Class>``). ``textsql-clarify models prepare smollm2`` builds the
+trainable SmolLM2 checkpoint once; ``models path smollm2`` prints its folder.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from .errors import TextSQLClarifyError
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .baselines.agents import AGENTS
+    from .baselines.agents import AGENT_SPEC_FORMS
     from .rewards.presets import PRESETS
 
     p = argparse.ArgumentParser(prog="textsql-clarify", description="Text-to-SQL clarification environment tools.")
@@ -22,10 +25,16 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="evaluate a baseline agent through the environment and print metrics")
     e.add_argument("--dataset", default="embedded",
                    help="'embedded' (default), 'spider:<root>', 'spider-unanswerable:<file>:<spider root>', or a .jsonl file")
-    e.add_argument("--agent", default="oracle", choices=sorted(AGENTS), help="baseline agent (default: oracle)")
+    e.add_argument("--agent", default="oracle",
+                   help="agent spec (default: oracle): " + " | ".join(AGENT_SPEC_FORMS) +
+                        "; hf:smollm2 is the prepared SmolLM2-135M-Instruct")
+    e.add_argument("--max-new-tokens", type=int, default=None,
+                   help="hf:/openai: agents: most tokens generated per action (default: the agent's, 128 for hf:)")
+    e.add_argument("--device", default=None, help="hf: agents: 'auto' (default), 'cpu' or 'cuda'")
     e.add_argument("--limit", type=int, default=None, help="evaluate only the first N samples")
     e.add_argument("--out", default=None,
-                   help="folder for trajectories.jsonl and metrics.json (default: runs/<dataset kind>-<agent>-<simulator>[-p])")
+                   help="folder for trajectories.jsonl and metrics.json (default: runs/<dataset kind>-<agent>-<simulator>[-p], "
+                        "the agent spec made folder-safe)")
     e.add_argument("--seed", type=int, default=0, help="seed of the first episode (default 0)")
     e.add_argument("--simulator", default="rule", help="'rule' (default) or 'transformers'")
     e.add_argument("--preset", default="binary", choices=sorted(PRESETS), help="reward preset (default: binary)")
@@ -37,7 +46,26 @@ def _parser() -> argparse.ArgumentParser:
                    help="episodes played at once; their clarifications reach the simulated user in one batch (default 1)")
     e.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     e.add_argument("--json", action="store_true", help="print metrics.json to stdout instead of the table")
+
+    m = sub.add_parser("models", help="trainable offline models: prepare a plain checkpoint, or print its folder")
+    msub = m.add_subparsers(dest="models_command", required=True)
+    mp = msub.add_parser("prepare", help="convert a packaged model (smollm2) to a plain safetensors checkpoint, once")
+    mpath = msub.add_parser("path", help="print the folder a prepared model lives (or would live) in")
+    for q in (mp, mpath):
+        q.add_argument("name", help="'smollm2' or another model spec (a .gguf file or folder, an installed package)")
+        q.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights dtype (default float32)")
+    mp.add_argument("--force", action="store_true", help="rebuild even if a complete checkpoint exists")
     return p
+
+
+def _safe_name(text: str, limit: int = 80) -> str:
+    """``text`` as one folder-name part: every run of characters other than letters, digits, ``.``,
+    ``_`` and ``-`` becomes ``_`` (``hf:smollm2`` -> ``hf_smollm2``); a longer name keeps its first 20
+    and last characters, ``limit`` in all (a spec's kind and its model or class name)."""
+    import re
+
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", str(text)).strip("._") or "agent"
+    return safe if len(safe) <= limit else safe[:20] + "_" + safe[-(limit - 21):]
 
 
 def _dataset_kind(spec: str) -> str:
@@ -61,8 +89,14 @@ def _eval(args: argparse.Namespace) -> int:
     samples = load_dataset(args.dataset, limit=args.limit)
     if args.out is None:
         protocol = "-p" if args.protocol == "p" else ""
-        args.out = str(Path("runs") / f"{_dataset_kind(args.dataset)}-{args.agent}-{args.simulator}{protocol}")
-    agent = make_agent(args.agent, seed=args.seed)
+        args.out = str(Path("runs") / f"{_dataset_kind(args.dataset)}-{_safe_name(args.agent)}-"
+                                      f"{_safe_name(args.simulator)}{protocol}")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise SystemExit("error: --max-new-tokens must be >= 1")
+    try:
+        agent = make_agent(args.agent, seed=args.seed, max_new_tokens=args.max_new_tokens, device=args.device)
+    except ImportError as e:
+        raise ValueError(f"agent {args.agent!r} needs an optional library: {e}") from e
     _, metrics = evaluate(samples, agent, seed=args.seed, out_dir=args.out, progress=not args.no_progress,
                           simulator=args.simulator, reward_preset=args.preset,
                           max_clarifications=args.max_clarifications, category_mode=args.category_mode,
@@ -72,7 +106,34 @@ def _eval(args: argparse.Namespace) -> int:
     else:
         print(f"dataset={args.dataset} agent={args.agent} simulator={args.simulator} episodes={len(samples)}")
         print(render_table(metrics))
+        fv = metrics["overall"].get("format_valid_rate") or {}
+        if fv.get("n"):
+            print(f"format-valid actions: {fv['value']:.3f} (n={fv['n']} actions; refused ones count as invalid)")
+        stats = getattr(agent, "stats", None)
+        if isinstance(stats, dict) and stats.get("actions"):
+            print(f"agent {getattr(agent, 'name', args.agent)}: {stats['actions']} actions, "
+                  f"{stats.get('format_valid', 0)} parsed ({stats.get('format_valid', 0) / stats['actions']:.3f})"
+                  + (f", {agent.generate_calls} generate calls" if hasattr(agent, "generate_calls") else ""))
         print(f"wrote {Path(args.out) / 'trajectories.jsonl'} and {Path(args.out) / 'metrics.json'}")
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    """``models prepare NAME`` (build the checkpoint once, print its folder) / ``models path NAME``."""
+    from .models import PREPARABLE, prepare_model, prepared_path
+
+    if args.models_command == "prepare":
+        print(prepare_model(args.name, dtype=args.dtype, force=args.force))
+        return 0
+    from .models import _is_complete
+
+    name = args.name if args.name in PREPARABLE else (Path(args.name).stem or "model")
+    folder = prepared_path(name, dtype=args.dtype)
+    print(folder)
+    if not _is_complete(folder):
+        print(f"note: not prepared yet; run: textsql-clarify models prepare {args.name} --dtype {args.dtype}",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -82,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "eval":
             return _eval(args)
+        if args.command == "models":
+            return _models(args)
     except (TextSQLClarifyError, ValueError, OSError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

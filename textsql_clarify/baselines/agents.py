@@ -1,4 +1,5 @@
-"""Baseline agents: ``oracle``, ``no-clarify`` and ``random``.
+"""Baseline agents (``oracle``, ``no-clarify``, ``random``) and :func:`make_agent`, which also builds LLM
+agents (``hf:<model>``, ``openai:<base_url>/<model>``) and user classes (``<module>:<Class>``) from a spec.
 
 An agent maps an observation (plus ``info``) to an action string. Privileged agents (the oracle) are
 told the sample at the start of each episode through :meth:`Agent.begin_episode`; the rollout runner
@@ -177,13 +178,126 @@ class RandomAgent:
 
 AGENTS = {"oracle": OracleAgent, "no-clarify": NoClarifyAgent, "random": RandomAgent}
 
+#: the agent spec forms :func:`make_agent` reads (for help texts and error messages).
+AGENT_SPEC_FORMS = ("oracle", "no-clarify", "random", "hf:<model path or id>", "openai:<base_url>/<model>",
+                    "<module>:<Class>", "<path/to/file.py>:<Class>")
+#: options that only LLM agents take: option -> (TransformersAgent keyword, OpenAIAgent keyword or None)
+_LLM_OPTIONS = {"max_new_tokens": ("max_new_tokens", "max_tokens"), "device": ("device", None),
+                "dtype": ("dtype", None), "batch_size": ("batch_size", None)}
 
-def make_agent(name: str, *, seed: int = 0):
-    """Build a baseline agent by name (``oracle`` | ``no-clarify`` | ``random``).
 
+def _bad(spec: str, why: str) -> ValueError:
+    return ValueError(f"bad agent spec {spec!r}: {why}; valid forms: {', '.join(AGENT_SPEC_FORMS)}")
+
+
+def _load_class(spec: str, target: str, cls_name: str):
+    """The class ``cls_name`` from a module name (``pkg.mod``) or a Python file (``dir/file.py``)."""
+    import importlib
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    if target.endswith(".py") or "/" in target or "\\" in target:
+        path = Path(target).expanduser()
+        if not path.is_file():
+            raise _bad(spec, f"agent file {str(path)!r} does not exist")
+        mod_name = f"_textsql_clarify_agent_{path.stem}_{abs(hash(str(path.resolve())))}"
+        module_spec = importlib.util.spec_from_file_location(mod_name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise _bad(spec, f"cannot import {str(path)!r} as a Python file")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[mod_name] = module  # dataclasses and pickling look the module up by name
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as e:
+            sys.modules.pop(mod_name, None)
+            raise _bad(spec, f"importing {str(path)!r} failed: {type(e).__name__}: {e}") from e
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ModuleNotFoundError as e:
+            raise _bad(spec, f"no module named {target!r} ({e})") from e
+        except Exception as e:
+            raise _bad(spec, f"importing module {target!r} failed: {type(e).__name__}: {e}") from e
+    cls = getattr(module, cls_name, None)
+    if cls is None:
+        raise _bad(spec, f"{target!r} has no attribute {cls_name!r}")
+    if not callable(cls):
+        raise _bad(spec, f"{target}:{cls_name} is not a class or callable")
+    return cls
+
+
+def make_agent(spec: str, *, seed: int = 0, **options: Any):
+    """Build an agent from a spec string.
+
+    Specs:
+
+    * ``oracle`` | ``no-clarify`` | ``random``: the baselines of this module (``random`` takes ``seed``);
+    * ``hf:<path or id>``: a :class:`~textsql_clarify.baselines.llm_agents.TransformersAgent` on a local
+      model (``hf:smollm2`` is the prepared SmolLM2-135M-Instruct, :func:`textsql_clarify.models.prepare_model`);
+    * ``openai:<base_url>/<model>``: an :class:`~textsql_clarify.baselines.openai_agent.OpenAIAgent` on an
+      OpenAI-compatible server; the base URL is everything up to the last ``/``, the model name the rest
+      (``openai:http://127.0.0.1:8000/v1/Qwen2.5-7B-Instruct``);
+    * ``<module>:<Class>`` / ``<package.module>:<Class>`` / ``<path/to/file.py>:<Class>``: a user agent
+      class, imported and built with no arguments; it needs ``act(obs, info)`` or ``act_batch``.
+
+    Args:
+        spec: the agent spec.
+        seed: the random agent's seed.
+        options: LLM options, passed to ``hf:`` and ``openai:`` agents and refused elsewhere when set
+            (``None`` counts as unset): ``max_new_tokens`` (OpenAIAgent's ``max_tokens``), ``device``,
+            ``dtype``, ``batch_size`` (``hf:`` only).
+    Returns:
+        The agent.
     Raises:
-        ValueError: unknown name (lists the valid ones).
+        ValueError: a spec of none of these forms, an empty model or class name, a module or file that
+            does not import, a missing class, a class that fails to build or lacks ``act`` / ``act_batch``,
+            or an option the agent does not take (each message names the spec).
+        ModelLoadError: an ``hf:`` model cannot be loaded offline.
+        ImportError: the optional library of an ``hf:`` (transformers, torch) or ``openai:`` (openai) agent
+            is not installed.
     """
-    if name not in AGENTS:
-        raise ValueError(f"unknown agent {name!r}; available: {sorted(AGENTS)}")
-    return RandomAgent(seed) if name == "random" else AGENTS[name]()
+    if not isinstance(spec, str) or not spec.strip():
+        raise _bad(str(spec), "empty or not a string")
+    unknown = sorted(set(options) - set(_LLM_OPTIONS))
+    if unknown:
+        raise TypeError(f"make_agent got unknown option(s) {unknown}; valid: {sorted(_LLM_OPTIONS)}")
+    given = {k: v for k, v in options.items() if v is not None}
+    spec = spec.strip()
+    kind, _, rest = spec.partition(":")
+    if spec in AGENTS or kind not in ("hf", "openai"):
+        if given:
+            raise _bad(spec, f"option(s) {sorted(given)} apply only to hf: and openai: agents")
+    if spec in AGENTS:
+        return RandomAgent(seed) if spec == "random" else AGENTS[spec]()
+    if kind == "hf":
+        if not rest.strip():
+            raise _bad(spec, "hf: needs a model path or id, e.g. hf:smollm2")
+        from .llm_agents import TransformersAgent
+
+        return TransformersAgent(rest.strip(), **{_LLM_OPTIONS[k][0]: v for k, v in given.items()})
+    if kind == "openai":
+        base_url, slash, model = rest.rpartition("/")
+        if not slash or not base_url.strip() or not model.strip():
+            raise _bad(spec, "openai: needs <base_url>/<model>, e.g. openai:http://127.0.0.1:8000/v1/Qwen2.5-7B-Instruct")
+        refused = [k for k in given if _LLM_OPTIONS[k][1] is None]
+        if refused:
+            raise _bad(spec, f"option(s) {refused} do not apply to openai: agents")
+        from .openai_agent import OpenAIAgent
+
+        return OpenAIAgent(base_url, model, **{_LLM_OPTIONS[k][1]: v for k, v in given.items()})
+    target, sep, cls_name = spec.rpartition(":")
+    if not sep:
+        raise _bad(spec, "not a built-in agent name and no ':' for <module>:<Class>")
+    if not target.strip() or not cls_name.strip() or not cls_name.isidentifier():
+        raise _bad(spec, "<module>:<Class> needs a module (or .py file) and a class name")
+    cls = _load_class(spec, target.strip(), cls_name.strip())
+    try:
+        agent = cls()
+    except Exception as e:
+        raise _bad(spec, f"{cls_name}() failed: {type(e).__name__}: {e}") from e
+    if not (callable(getattr(agent, "act", None)) or callable(getattr(agent, "act_batch", None))):
+        raise _bad(spec, f"{cls_name} has no act(observation, info) or act_batch(observations, infos) method")
+    if not callable(getattr(agent, "begin_episode", None)):
+        raise _bad(spec, f"{cls_name} has no begin_episode(sample) method (it may do nothing)")
+    return agent

@@ -16,13 +16,30 @@ from ..trajectory import Trajectory
 
 
 def _act(agent: Any, obs: dict, info: dict, where: str) -> Any:
-    """``agent.act(obs, info)``; an error from the agent gets a note naming the sample and turn."""
+    """``agent.act(obs, info)`` (``agent.act_batch([obs], [info])[0]`` for an agent with only
+    ``act_batch``); an error from the agent gets a note naming the sample and turn."""
     try:
+        if not callable(getattr(agent, "act", None)) and callable(getattr(agent, "act_batch", None)):
+            return _act_batch(agent, [obs], [info])[0]
         return agent.act(obs, info)
     except Exception as e:
         if hasattr(e, "add_note"):  # Python 3.11+
             e.add_note(f"raised by the agent on {where}")
         raise
+
+
+def _act_batch(agent: Any, observations: list, infos: list) -> list:
+    """``agent.act_batch(observations, infos)``, checked to return one action per observation.
+
+    Raises:
+        TypeError: the agent returned something other than a list or tuple of that length.
+    """
+    actions = agent.act_batch(observations, infos)
+    if not isinstance(actions, (list, tuple)) or len(actions) != len(observations):
+        got = f"{len(actions)} actions" if isinstance(actions, (list, tuple)) else type(actions).__name__
+        raise TypeError(f"{type(agent).__name__}.act_batch must return one action per observation: "
+                        f"{len(observations)} expected, got {got}")
+    return list(actions)
 
 
 def _check_num_envs(num_envs: Any) -> int:
@@ -66,6 +83,13 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
     a free env takes the next sample. Each env has its own copy of ``agent``: ``agent.fork(k)`` when the
     agent defines it (to share a model between the copies, say), else ``copy.deepcopy(agent)``.
 
+    A batch agent (one with a callable ``act_batch(observations, infos) -> list[str]``, such as
+    :class:`~textsql_clarify.baselines.llm_agents.TransformersAgent`) is not copied: each turn, the
+    observations and infos of every live env go to one ``agent.act_batch`` call, in env-slot order, so N
+    envs cost one model call per turn. Its ``begin_episode`` is called once per episode as it starts
+    (with the sample when it is privileged), so it must keep no per-episode state that another live
+    episode would overwrite.
+
     Args:
         samples: the samples.
         agent: the agent (copied per env).
@@ -92,9 +116,11 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
     n_envs = min(num_envs, len(samples)) or 1
     envs = [TextSQLClarifyEnv(samples=samples, simulator=sim, feedback_judge=judge, **env_kwargs)
             for _ in range(n_envs)]
+    batched = callable(getattr(agent, "act_batch", None))
     try:
-        agents = [agent.fork(k) if callable(getattr(agent, "fork", None)) else copy.deepcopy(agent)
-                  for k in range(n_envs)]
+        agents = ([agent] * n_envs if batched else
+                  [agent.fork(k) if callable(getattr(agent, "fork", None)) else copy.deepcopy(agent)
+                   for k in range(n_envs)])
     except (TypeError, copy.Error) as e:
         raise TypeError(f"num_envs={num_envs} needs one agent per env, and {type(agent).__name__} cannot be "
                         f"deep-copied ({e}); give it a fork(k) method that returns the agent for env k "
@@ -111,11 +137,24 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
                 nxt += 1
         results: dict[int, tuple] = {}
         pending = []
-        for k, (i, obs, info, turns) in live.items():
+        for k, (i, _obs, _info, turns) in live.items():
             if turns > envs[k].max_turns:
                 raise RuntimeError(f"episode for sample {samples[i].id} did not end within {envs[k].max_turns} turns")
+        actions: dict[int, Any] = {}
+        if batched:
+            slots = list(live)
+            try:
+                batch = _act_batch(agent, [live[k][1] for k in slots], [live[k][2] for k in slots])
+            except Exception as e:
+                if hasattr(e, "add_note"):
+                    e.add_note("raised by the agent's act_batch on " + ", ".join(
+                        f"sample {samples[live[k][0]].id} (episode {live[k][0]}, turn {live[k][3] + 1})" for k in slots))
+                raise
+            actions = dict(zip(slots, batch))
+        for k, (i, obs, info, turns) in live.items():
             live[k][3] += 1
-            action = _act(agents[k], obs, info, f"sample {samples[i].id} (episode {i}, turn {turns + 1})")
+            action = actions[k] if batched else _act(agents[k], obs, info,
+                                                     f"sample {samples[i].id} (episode {i}, turn {turns + 1})")
             out = envs[k].begin_step(action)
             if isinstance(out, UserRequest):
                 pending.append((k, out))
@@ -145,7 +184,9 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
         progress: show a tqdm progress bar.
         num_envs: episodes played at once (:func:`run_lockstep`); their clarifications reach the
             simulated user in one batch, which a transformers user answers in one padded call per
-            stage. A deterministic agent and simulator give the same trajectories for any value.
+            stage. A batch agent (``act_batch``) answers all live envs of a turn in one call. A
+            deterministic agent and simulator give the same trajectories for any value, up to the
+            floating-point effect of padding on a batched LLM (a near-tie token may flip).
         env_kwargs: passed to :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` (``limit`` keeps the first
             ``limit`` samples).
 

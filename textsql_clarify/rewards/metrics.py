@@ -47,6 +47,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "premisesql": ("SQL_behaviour", "DET", "TYPE", "GEN", "VAL"),
     "article": ("table_recall", "table_precision", "spurious_tables", "column_precision", "column_recall",
                 "cell_precision", "cell_recall", "cell_f1"),
+    "agent": ("format_valid_rate",),
 }
 #: every fixed metric name, in report order.
 METRICS: tuple[str, ...] = tuple(m for names in FAMILIES.values() for m in names)
@@ -301,6 +302,27 @@ def _article(t: Trajectory) -> dict[str, float | None]:
     return out
 
 
+def _format_valid_flags(t: Trajectory) -> list[bool]:
+    """One flag per agent action of the episode: True unless its turn is ``invalid``."""
+    return [turn.action_type != "invalid" for turn in t.turns]
+
+
+def format_valid(trajectories: Sequence[Trajectory]) -> Mean:
+    """``format_valid_rate`` over a run: the share of agent actions (every turn of every f-protocol
+    episode, the classification phase included) that the env read as a well-formed action allowed in
+    its turn, i.e. whose turn is not ``invalid`` and whose ``format`` reward component is 0 (TIDE App. D's
+    malformed-action rule). n = the number of actions, not of episodes. A refused action (a
+    clarification on the forced final turn, a category outside the classification phase, another
+    action inside it) counts as not valid, as the ``format`` component does.
+
+    Args:
+        trajectories: the run's (validated) trajectories.
+    Returns:
+        The :class:`Mean` (``None`` with n = 0 when there is no f-protocol action).
+    """
+    return mean(f for t in trajectories if t.protocol == "f" for f in _format_valid_flags(t))
+
+
 def trajectory_metrics(t: Trajectory, *, original: bool = False) -> dict[str, float | None]:
     """Every metric's value for one trajectory; ``None`` where the trajectory is not in its denominator.
 
@@ -348,6 +370,9 @@ def trajectory_metrics(t: Trajectory, *, original: bool = False) -> dict[str, fl
     * Article families (article: "Retrieval", "Output: columns and cells", "Component"): the env's
       ``scores`` as given: table/column/cell precision and recall, ``cell_f1``, ``spurious_tables`` (a
       count per episode), ``components.<set>.precision|recall``.
+    * ``format_valid_rate`` (ours; :func:`format_valid`): here the episode's share of actions that were
+      well formed and allowed (``None`` without a turn); :func:`aggregate` pools it over actions, so its
+      n there is the number of actions.
 
     Under the p-protocol every metric is ``None`` except ``L2-IR^p`` (TIDE Table 2 caption).
 
@@ -367,6 +392,8 @@ def trajectory_metrics(t: Trajectory, *, original: bool = False) -> dict[str, fl
     out.update(_tide(t))
     out.update(_premise(t, original))
     out.update(_article(t))
+    flags = _format_valid_flags(t)
+    out["format_valid_rate"] = sum(flags) / len(flags) if flags else None
     return out
 
 
@@ -414,8 +441,11 @@ def count_ceilings(trajectories: Sequence[Trajectory]) -> dict[str, int]:
     return c
 
 
-def _block(rows: list[dict[str, float | None]], names: Sequence[str]) -> dict[str, dict[str, Any]]:
-    return {m: mean(r.get(m) for r in rows).to_dict() for m in names}
+def _block(rows: list[dict[str, float | None]], names: Sequence[str],
+           trajs: Sequence[Trajectory]) -> dict[str, dict[str, Any]]:
+    out = {m: mean(r.get(m) for r in rows).to_dict() for m in names}
+    out["format_valid_rate"] = format_valid(trajs).to_dict()  # pooled over actions, not episodes
+    return out
 
 
 def aggregate(trajectories: Sequence[Trajectory | Mapping[str, Any]], *,
@@ -474,7 +504,7 @@ def aggregate(trajectories: Sequence[Trajectory | Mapping[str, Any]], *,
     out: dict[str, Any] = {
         "n_trajectories": len(trajs),
         "n_by_protocol": {p: sum(t.protocol == p for t in trajs) for p in PROTOCOLS},
-        "overall": _block(rows, names),
+        "overall": _block(rows, names, trajs),
         "ceilings": count_ceilings(trajs),
     }
     for b in BREAKDOWNS:
@@ -485,7 +515,7 @@ def aggregate(trajectories: Sequence[Trajectory | Mapping[str, Any]], *,
             idx = [j for j, t in enumerate(trajs) if _key(t, b) == k]
             sub[k] = {
                 "n_trajectories": len(idx),
-                "metrics": _block([rows[j] for j in idx], names),
+                "metrics": _block([rows[j] for j in idx], names, [trajs[j] for j in idx]),
                 "ceilings": count_ceilings([trajs[j] for j in idx]),
             }
         out[f"by_{b}"] = sub
