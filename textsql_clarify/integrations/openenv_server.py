@@ -1,0 +1,357 @@
+"""The env as an OpenEnv environment: a server that trainers speaking OpenEnv (TRL, SkyRL, ...) drive,
+and the client that talks to it.
+
+API (``pip install textsql-clarify[openenv]``, openenv-core 0.3):
+
+* :class:`TextSQLClarifyEnvironment`: an ``openenv.core.Environment`` over one
+  :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv`. ``reset(seed=, episode_id=, sample_id=, index=)``
+  and ``step(TextSQLClarifyAction(action="<clarify>...</clarify>"))`` return a
+  :class:`TextSQLClarifyObservation`; ``state`` is a :class:`TextSQLClarifyState`.
+* :func:`make_app(dataset, **env_kwargs) <make_app>`: the FastAPI app of OpenEnv's own
+  ``create_app`` (routes ``/ws``, ``/reset``, ``/step``, ``/state``, ``/schema``, ``/health``); every
+  WebSocket session gets its own environment, all sharing one sample list, one simulated user and
+  one FB judge.
+* :class:`TextSQLClarifyClient`: an ``openenv.core.EnvClient`` for that server (async;
+  ``.sync()`` gives the blocking wrapper). ``client.reset(sample_id=...)``,
+  ``client.step("<sql>...</sql>")`` (a string or a :class:`TextSQLClarifyAction`), ``client.state()``.
+* CLI: ``python -m textsql_clarify.integrations.openenv_server --dataset embedded --host 127.0.0.1
+  --port 8000`` (uvicorn).
+
+Protocol (OpenEnv 0.3, ``openenv/core/env_server/http_server.py``): an episode is played over the
+``/ws`` WebSocket, one environment per connection, which is what :class:`TextSQLClarifyClient` (like
+every OpenEnv ``EnvClient``) uses. The HTTP ``/reset`` and ``/step`` routes build a fresh environment
+per request and close it after, so they cannot play a multi-turn episode (``/step`` there answers
+"call reset() before step()"); they serve inspection only.
+
+Action: the env's action string, tagged (``<sql>``, ``<clarify>``, ``<feedback>``, ``<category>``) or
+JSON ``{"type", "content"}`` (DESIGN.md "Contracts"); a malformed one gets the env's error
+observation and ``format`` component. Observation: the env's text fields (``schema`` is
+``db_schema`` here: pydantic reserves ``schema``), counters, the phase name, ``messages`` (the chat
+for LLM agents, ``info["messages"]``), this turn's ``reward_components``, ``reward``, ``done``
+(terminated or truncated), and at episode end ``scores`` and the ``trajectory`` as a dict. State: the
+sample id, turn, episode id, step count, done, and the episode reward so far (the sum of step rewards,
+as the TRL adapters count it).
+
+The server is the env's, never the reverse: no env module imports this one (DESIGN.md "Data flows one
+way"). Source: OpenEnv 0.3 ``Environment`` / ``create_app`` / ``EnvClient``
+(``openenv/core/env_server/interfaces.py``, ``http_server.py``, ``openenv/core/env_client.py``) and its
+environment template (``openenv/cli/templates/openenv_env``).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import threading
+import uuid
+from typing import Any, Optional, Sequence
+
+try:
+    from openenv.core.client_types import StepResult
+    from openenv.core.env_client import EnvClient
+    from openenv.core.env_server.http_server import create_app
+    from openenv.core.env_server.interfaces import Environment
+    from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
+    from pydantic import Field
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "textsql_clarify.integrations.openenv_server needs openenv-core>=0.3: "
+        "pip install 'textsql-clarify[openenv]'") from e
+
+from ..samples import Sample
+
+__all__ = ["TextSQLClarifyAction", "TextSQLClarifyObservation", "TextSQLClarifyState",
+           "TextSQLClarifyEnvironment", "TextSQLClarifyClient", "SharedResources", "make_app",
+           "environment_factory", "main"]
+
+#: reset keywords the environment accepts besides OpenEnv's ``seed`` and ``episode_id``
+RESET_OPTIONS = ("sample_id", "index")
+
+
+class TextSQLClarifyAction(Action):
+    """One action: the env's action string (tagged or JSON, DESIGN.md "Contracts")."""
+
+    action: str = Field(..., description="the action, e.g. '<clarify>Which year?</clarify>' or "
+                                         "'{\"type\": \"sql\", \"content\": \"SELECT ...\"}'")
+
+
+class TextSQLClarifyObservation(Observation):
+    """What the agent sees after ``reset`` or ``step`` (the env's observation plus ``info``).
+
+    Fields: the env's text fields (``question``, ``evidence``, ``db_schema``, ``context``, ``history``,
+    ``last_message``), its counters (``turn``, ``clarifications_left``) and ``phase`` by name;
+    ``messages`` (chat list, ``info["messages"]``); ``reward_components`` of this turn (``None`` =
+    undefined, never 0); ``action_type``, ``error``, ``sample_id``, ``terminated``, ``truncated``;
+    ``episode_reward`` (sum of step rewards so far); at episode end ``scores`` and ``trajectory``
+    (``Trajectory.to_dict()``). ``reward`` and ``done`` are OpenEnv's (done = terminated or truncated).
+    """
+
+    question: str = ""
+    evidence: str = ""
+    db_schema: str = ""
+    context: str = ""
+    history: str = ""
+    last_message: str = ""
+    turn: int = 0
+    clarifications_left: int = 0
+    phase: str = ""
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    reward_components: dict[str, Any] = Field(default_factory=dict)
+    action_type: Optional[str] = None
+    error: Optional[str] = None
+    sample_id: Optional[str] = None
+    terminated: bool = False
+    truncated: bool = False
+    episode_reward: float = 0.0
+    scores: Optional[dict[str, Any]] = None
+    trajectory: Optional[dict[str, Any]] = None
+
+
+class TextSQLClarifyState(State):
+    """Episode state: OpenEnv's ``episode_id`` and ``step_count`` plus ``sample_id``, ``turn``,
+    ``done`` and ``episode_reward`` (sum of step rewards so far)."""
+
+    sample_id: Optional[str] = None
+    turn: int = 0
+    done: bool = False
+    episode_reward: float = 0.0
+
+
+def _jsonable(x: Any) -> Any:
+    """``x`` with numpy scalars, tuples and sets turned into JSON types (non-finite floats -> ``None``)."""
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (set, frozenset)):
+        return sorted(_jsonable(v) for v in x)
+    if hasattr(x, "item") and callable(x.item) and not isinstance(x, (str, bytes)):
+        try:
+            x = x.item()
+        except (TypeError, ValueError):
+            return str(x)
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if x is None or isinstance(x, (str, int, float, bool)):
+        return x
+    if hasattr(x, "to_dict"):
+        return _jsonable(x.to_dict())
+    return str(x)
+
+
+class SharedResources:
+    """What every environment of one server shares: the samples, one simulated user, one FB judge, the
+    env options, and a lock that serialises steps (the simulator and judge are called from OpenEnv's
+    per-session worker threads; sandboxes are thread-safe on their own, ``database.get_sandbox``).
+
+    Args:
+        dataset: dataset spec for :func:`textsql_clarify.datasets.load_dataset` (ignored with ``samples``).
+        samples: the samples (default: the dataset's).
+        limit: keep the first ``limit`` samples.
+        serialize_steps: hold one lock around every reset and step of every session (default ``True``).
+        env_kwargs: :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` options (``simulator``,
+            ``reward_preset``, ``max_clarifications``, ``category_mode``, ``feedback_judge`` ...).
+    Raises:
+        DatasetError: the dataset cannot be loaded; ValueError: bad env options (checked by building one env).
+    """
+
+    def __init__(self, dataset: str = "embedded", *, samples: Sequence[Sample] | None = None,
+                 limit: int | None = None, serialize_steps: bool = True, **env_kwargs: Any):
+        from ..envs.env import episode_samples
+        from ..rewards.feedback import default_judge
+        from ..simulators import make_simulator
+
+        self.samples = episode_samples(dataset, samples, limit)
+        self.simulator = make_simulator(env_kwargs.pop("simulator", "rule"))
+        self.feedback_judge = env_kwargs.pop("feedback_judge", None) or default_judge()
+        self.env_kwargs = env_kwargs
+        self.lock: Any = threading.RLock() if serialize_steps else _NoLock()
+        self.make_env()  # fail at build time on bad options, not in the first session
+
+    def make_env(self):
+        """A new :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` over the shared parts."""
+        from ..envs.env import TextSQLClarifyEnv
+
+        return TextSQLClarifyEnv(samples=self.samples, simulator=self.simulator,
+                                 feedback_judge=self.feedback_judge, **self.env_kwargs)
+
+
+class _NoLock:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class TextSQLClarifyEnvironment(Environment[TextSQLClarifyAction, TextSQLClarifyObservation, TextSQLClarifyState]):
+    """``TextSQLClarify-v0`` as an OpenEnv ``Environment`` (one episode at a time, one per session).
+
+    Args:
+        shared: the server's :class:`SharedResources`; ``None`` builds private ones from ``env_kwargs``
+            (``dataset``, ``samples``, ``limit`` and any env option), handy in-process.
+        env_kwargs: see ``shared``.
+
+    Source: OpenEnv 0.3 ``Environment`` (``reset``/``step``/``state``, ``SUPPORTS_CONCURRENT_SESSIONS``).
+    """
+
+    #: each instance owns its env; shared parts are locked (SharedResources)
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self, shared: SharedResources | None = None, **env_kwargs: Any):
+        super().__init__()
+        self.shared = shared if shared is not None else SharedResources(**env_kwargs)
+        self.env = self.shared.make_env()
+        self._state = TextSQLClarifyState()
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, sample_id: Optional[str] = None,
+              index: Optional[int] = None, **kwargs: Any) -> TextSQLClarifyObservation:
+        """Start an episode on the sample named by ``sample_id`` or ``index``, else one drawn with ``seed``.
+
+        Args:
+            seed: reset seed (int); episode_id: an id to record (default: a new uuid4 hex).
+            sample_id / index: the sample (give at most one).
+        Raises:
+            ValueError: unknown keyword, both ``sample_id`` and ``index``, bad values; KeyError: unknown
+            ``sample_id``; IndexError: ``index`` out of range. Over the WebSocket these come back as an
+            OpenEnv error message, which the client raises as ``RuntimeError``.
+        """
+        if kwargs:
+            raise ValueError(f"unknown reset argument(s) {sorted(kwargs)}; accepted: seed, episode_id, "
+                             f"{', '.join(RESET_OPTIONS)}")
+        options = {k: v for k, v in (("sample_id", sample_id), ("index", index)) if v is not None}
+        with self.shared.lock:
+            obs, info = self.env.reset(seed=seed, options=options or None)
+        self._state = TextSQLClarifyState(episode_id=episode_id or uuid.uuid4().hex, step_count=0,
+                                          sample_id=info["sample_id"], turn=int(obs["turn"]))
+        return self._observation(obs, None, False, False, info)
+
+    def step(self, action: TextSQLClarifyAction | str, timeout_s: Optional[float] = None,
+             **kwargs: Any) -> TextSQLClarifyObservation:
+        """Apply one action (a :class:`TextSQLClarifyAction` or its string).
+
+        ``timeout_s`` is accepted for OpenEnv's HTTP route and ignored: the env bounds each query itself
+        (``timeout_s`` env option). Raises RuntimeError before ``reset`` or after the episode ended.
+        """
+        text = action.action if isinstance(action, TextSQLClarifyAction) else action
+        with self.shared.lock:
+            obs, reward, terminated, truncated, info = self.env.step(text)
+        st = self._state
+        st.step_count += 1
+        st.turn = int(obs["turn"])
+        st.episode_reward = float(st.episode_reward + reward)
+        st.done = bool(terminated or truncated)
+        return self._observation(obs, float(reward), terminated, truncated, info)
+
+    def _observation(self, obs: dict, reward: float | None, terminated: bool, truncated: bool,
+                     info: dict) -> TextSQLClarifyObservation:
+        from ..envs.spaces import PHASES
+
+        traj = info.get("trajectory")
+        return TextSQLClarifyObservation(
+            question=obs["question"], evidence=obs["evidence"], db_schema=obs["schema"], context=obs["context"],
+            history=obs["history"], last_message=obs["last_message"], turn=int(obs["turn"]),
+            clarifications_left=int(obs["clarifications_left"]), phase=PHASES[int(obs["phase"])],
+            messages=_jsonable(info["messages"]), reward_components=_jsonable(info.get("reward_components") or {}),
+            action_type=info.get("action_type"), error=info.get("error"), sample_id=info.get("sample_id"),
+            terminated=bool(terminated), truncated=bool(truncated), episode_reward=self._state.episode_reward,
+            scores=_jsonable(info["scores"]) if "scores" in info else None,
+            trajectory=_jsonable(traj.to_dict()) if traj is not None else None,
+            reward=reward, done=bool(terminated or truncated))
+
+    @property
+    def state(self) -> TextSQLClarifyState:
+        """The running episode's :class:`TextSQLClarifyState` (empty before the first reset)."""
+        return self._state
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        """Name, description and version for OpenEnv's ``/metadata`` route."""
+        from .. import __version__
+
+        return EnvironmentMetadata(
+            name="TextSQLClarify-v0",
+            description="Text-to-SQL episodes where the agent answers (<sql>), asks (<clarify>) or refuses "
+                        "(<feedback>); a simulated user answers clarifications.",
+            version=__version__)
+
+
+def environment_factory(shared: SharedResources):
+    """The zero-argument factory OpenEnv's server calls once per session: a new
+    :class:`TextSQLClarifyEnvironment` over ``shared``."""
+    def factory() -> TextSQLClarifyEnvironment:
+        return TextSQLClarifyEnvironment(shared)
+
+    factory.__name__ = "TextSQLClarifyEnvironment"
+    return factory
+
+
+def make_app(dataset: str = "embedded", *, samples: Sequence[Sample] | None = None, limit: int | None = None,
+             max_concurrent_envs: int = 8, serialize_steps: bool = True, **env_kwargs: Any):
+    """The OpenEnv FastAPI app serving ``TextSQLClarify-v0`` (``openenv.core.create_app``).
+
+    Args:
+        dataset, samples, limit, serialize_steps, env_kwargs: see :class:`SharedResources`.
+        max_concurrent_envs: WebSocket sessions open at once (each is one environment).
+    Returns:
+        A ``fastapi.FastAPI`` app; serve it with ``uvicorn.run(app, host=..., port=...)``.
+    Raises:
+        as :class:`SharedResources`.
+    """
+    shared = SharedResources(dataset, samples=samples, limit=limit, serialize_steps=serialize_steps, **env_kwargs)
+    return create_app(environment_factory(shared), TextSQLClarifyAction, TextSQLClarifyObservation,
+                      env_name="textsql_clarify", max_concurrent_envs=max_concurrent_envs)
+
+
+class TextSQLClarifyClient(EnvClient[TextSQLClarifyAction, TextSQLClarifyObservation, TextSQLClarifyState]):
+    """OpenEnv client for a :func:`make_app` server (WebSocket session; async, ``.sync()`` for blocking use).
+
+    ``TextSQLClarifyClient(base_url="http://127.0.0.1:8000")``; ``await client.reset(sample_id="...")``;
+    ``await client.step("<clarify>...</clarify>")`` returns an OpenEnv ``StepResult`` whose
+    ``observation`` is a :class:`TextSQLClarifyObservation`. A server-side error (unknown sample, step
+    after the end) raises ``RuntimeError`` naming it. Source: OpenEnv 0.3 ``EnvClient``.
+    """
+
+    def _step_payload(self, action: TextSQLClarifyAction | str) -> dict[str, Any]:
+        if isinstance(action, str):
+            return {"action": action}
+        if isinstance(action, TextSQLClarifyAction):
+            return {"action": action.action}
+        raise TypeError(f"an action is a string or TextSQLClarifyAction, got {type(action).__name__}")
+
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[TextSQLClarifyObservation]:
+        obs = TextSQLClarifyObservation(**payload.get("observation", {}), reward=payload.get("reward"),
+                                        done=bool(payload.get("done", False)))
+        return StepResult(observation=obs, reward=payload.get("reward"), done=bool(payload.get("done", False)))
+
+    def _parse_state(self, payload: dict[str, Any]) -> TextSQLClarifyState:
+        return TextSQLClarifyState(**payload)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m textsql_clarify.integrations.openenv_server",
+                                description="Serve TextSQLClarify-v0 as an OpenEnv environment (WebSocket /ws).")
+    p.add_argument("--dataset", default="embedded", help="dataset spec (embedded, spider:<root>, file.jsonl, ...)")
+    p.add_argument("--limit", type=int, default=None, help="keep the first N samples")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--simulator", default="rule", help="rule | transformers")
+    p.add_argument("--reward-preset", default="binary")
+    p.add_argument("--max-clarifications", type=int, default=3)
+    p.add_argument("--category-mode", default="taxonomy_free")
+    p.add_argument("--max-concurrent-envs", type=int, default=8, help="WebSocket sessions at once")
+    p.add_argument("--log-level", default="info")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """CLI: build :func:`make_app` from the flags and serve it with uvicorn until interrupted."""
+    args = _parser().parse_args(argv)
+    import uvicorn
+
+    app = make_app(args.dataset, limit=args.limit, simulator=args.simulator, reward_preset=args.reward_preset,
+                   max_clarifications=args.max_clarifications, category_mode=args.category_mode,
+                   max_concurrent_envs=args.max_concurrent_envs)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+
+
+if __name__ == "__main__":
+    main()
