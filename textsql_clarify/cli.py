@@ -55,6 +55,21 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("name", help="'smollm2' or another model spec (a .gguf file or folder, an installed package)")
         q.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights dtype (default float32)")
     mp.add_argument("--force", action="store_true", help="rebuild even if a complete checkpoint exists")
+
+    x = sub.add_parser("export-sft", help="play an agent (the oracle) and write its solved episodes as chat SFT records")
+    x.add_argument("--agent", default="oracle", help="agent spec (default: oracle); unsolved episodes are dropped")
+    x.add_argument("--dataset", default="embedded", help="dataset spec, as for eval (default: embedded)")
+    x.add_argument("--limit", type=int, default=None, help="only the first N samples")
+    x.add_argument("--style", default="tagged", choices=["tagged", "tools"],
+                   help="assistant turns as tagged actions (default) or as tool calls (integrations.trl_env tools)")
+    x.add_argument("--out", required=True, help="the .jsonl file to write")
+    x.add_argument("--seed", type=int, default=0, help="seed of the first episode (default 0)")
+    x.add_argument("--simulator", default="rule", help="'rule' (default) or 'transformers'")
+    x.add_argument("--max-clarifications", type=int, default=3, help="clarification budget (default 3)")
+    x.add_argument("--category-mode", default="taxonomy_free",
+                   choices=["ground_truth", "predicted", "taxonomy_only", "taxonomy_free"])
+    x.add_argument("--protocol", default="f", choices=["f", "p"], help="chain protocol (TIDE §4.1)")
+    x.add_argument("--no-example", action="store_true", help="leave the worked example out of the system message")
     return p
 
 
@@ -137,6 +152,29 @@ def _models(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_sft(args: argparse.Namespace) -> int:
+    """``export-sft``: :func:`~textsql_clarify.baselines.sft_export.sft_records` then ``write_sft_jsonl``;
+    prints how many episodes were kept and dropped."""
+    from .baselines.agents import make_agent
+    from .baselines.sft_export import sft_records, write_sft_jsonl
+    from .datasets import load_dataset
+
+    if args.limit is not None and args.limit < 1:
+        raise SystemExit("error: --limit must be >= 1")
+    samples = load_dataset(args.dataset, limit=args.limit)
+    try:
+        agent = make_agent(args.agent, seed=args.seed)
+        records = sft_records(samples, agent, style=args.style, seed=args.seed, example=not args.no_example,
+                              simulator=args.simulator, max_clarifications=args.max_clarifications,
+                              category_mode=args.category_mode, protocol=args.protocol)
+    except ImportError as e:
+        raise ValueError(f"export-sft --style {args.style} with agent {args.agent!r} needs an optional library: {e}") from e
+    path = write_sft_jsonl(records, args.out)
+    print(records.summary())
+    print(f"wrote {len(records)} {args.style} records to {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Returns the exit status (0 ok, 2 bad input)."""
     args = _parser().parse_args(argv)
@@ -145,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
             return _eval(args)
         if args.command == "models":
             return _models(args)
+        if args.command == "export-sft":
+            return _export_sft(args)
     except (TextSQLClarifyError, ValueError, OSError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
