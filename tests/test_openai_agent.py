@@ -244,3 +244,13 @@ def test_agent_protocol_and_arguments(monkeypatch):
         OpenAIAgent("http://localhost:8000", "")
     with pytest.raises(ValueError, match="max_concurrency"):
         OpenAIAgent("http://localhost:8000", "m", max_concurrency=0)
+
+
+def test_make_agent_spec_builds_this_agent(server, samples):
+    from textsql_clarify.baselines.agents import make_agent
+
+    agent = make_agent(f"openai:{server.base_url}/{MODEL}", max_new_tokens=64)
+    assert isinstance(agent, OpenAIAgent)
+    assert (agent.base_url, agent.model, agent.max_tokens) == (server.base_url, MODEL, 64)
+    trajs, _ = evaluate(samples[:1], agent, progress=False)
+    assert trajs[0].scores["ex"] == 1.0 and server.bodies[0]["max_tokens"] == 64
