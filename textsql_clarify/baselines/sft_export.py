@@ -165,7 +165,8 @@ def _play(env: Any, agent: Any, index: int, seed: int) -> tuple[dict, list[list[
         try:
             action = agent.act(obs, info)
         except Exception as e:
-            e.add_note(f"raised by the agent on sample {sample.id} (turn {turn + 1})")
+            if hasattr(e, "add_note"):  # Python 3.11+
+                e.add_note(f"raised by the agent on sample {sample.id} (turn {turn + 1})")
             raise
         actions.append(action)
         obs, _reward, terminated, truncated, info = env.step(action)
