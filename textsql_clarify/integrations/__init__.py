@@ -11,4 +11,5 @@ functions. The modules:
   and a tool-calling chat template for models whose own template has none (SmolLM2).
 * :mod:`.trl_rollout`: ``GRPOTrainer(rollout_func=...)``: multi-turn rollouts with the env's own
   tagged actions, token in / token out, with an ``env_mask`` over the simulated user's tokens.
+* :mod:`.openenv_server`, :mod:`.verifiers_env`: the env served over OpenEnv, and as a verifiers env.
 """

@@ -143,7 +143,8 @@ def apply_tool_chat_template(tokenizer: Any, *, force: bool = False) -> Any:
     from trl.chat_template_utils import supports_tool_calling
 
     tok = getattr(tokenizer, "tokenizer", tokenizer)
-    has_parser = getattr(tok, "response_template", None) is not None or getattr(tok, "response_schema", None) is not None
+    has_parser = (getattr(tok, "response_template", None) is not None
+                  or getattr(tok, "response_schema", None) is not None)
     if not force and getattr(tokenizer, "chat_template", None) and supports_tool_calling(tokenizer) and has_parser:
         return tokenizer
     vocab = tok.get_vocab()

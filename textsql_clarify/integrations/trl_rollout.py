@@ -371,14 +371,14 @@ def make_rollout_func(samples: Sequence[Sample], *, max_turns: int | None = None
             getattr(getattr(trainer, "args", None), "max_completion_length", None) or 256
         gen = generate_fn
         if gen is None:
-            if state["gen"] is None:
+            if state["gen"] is None or state["gen"][0] is not trainer:  # one sampler per trainer
                 args = trainer.args
-                state["gen"] = _default_generate(
+                state["gen"] = (trainer, _default_generate(
                     trainer, tok,
                     temperature=args.temperature if temperature is None else temperature,
                     top_p=(args.top_p if args.top_p is not None else 1.0) if top_p is None else top_p,
-                    top_k=(args.top_k or 0) if top_k is None else top_k, stop_strings=stops)
-            gen = state["gen"]
+                    top_k=(args.top_k or 0) if top_k is None else top_k, stop_strings=stops))
+            gen = state["gen"][1]
 
         def suffix(text: str) -> list[int]:
             ids = state["suffix"].get(text)
