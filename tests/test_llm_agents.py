@@ -149,6 +149,10 @@ def test_make_agent_openai_spec_splits_at_the_last_slash():
     a = make_agent("openai:http://127.0.0.1:8000/v1/Qwen2.5-7B-Instruct", max_new_tokens=32)
     assert a.model == "Qwen2.5-7B-Instruct" and a.base_url.rstrip("/") == "http://127.0.0.1:8000/v1"
     assert a.max_tokens == 32
+    hub = make_agent("openai:http://127.0.0.1:8000/v1/Qwen/Qwen2.5-7B-Instruct")   # vLLM's served hub name
+    assert hub.model == "Qwen/Qwen2.5-7B-Instruct" and hub.base_url.rstrip("/") == "http://127.0.0.1:8000/v1"
+    plain = make_agent("openai:http://host:9000/api/my-model")                       # no version segment
+    assert plain.model == "my-model" and plain.base_url.rstrip("/") == "http://host:9000/api"
     with pytest.raises(ValueError, match=r"\['device'\] do not apply to openai: agents"):
         make_agent("openai:http://127.0.0.1:8000/v1/m", device="cpu")
 

@@ -237,7 +237,9 @@ def make_agent(spec: str, *, seed: int = 0, **options: Any):
       model (``hf:smollm2`` is the prepared SmolLM2-135M-Instruct, :func:`textsql_clarify.models.prepare_model`);
     * ``openai:<base_url>/<model>``: an :class:`~textsql_clarify.baselines.openai_agent.OpenAIAgent` on an
       OpenAI-compatible server; the base URL is everything up to the last ``/``, the model name the rest
-      (``openai:http://127.0.0.1:8000/v1/Qwen2.5-7B-Instruct``);
+      (``openai:http://127.0.0.1:8000/v1/Qwen2.5-7B-Instruct``), except that a URL with an API version
+      segment (``/v1``) ends there, so a served name with a ``/`` stays whole
+      (``openai:http://127.0.0.1:8000/v1/Qwen/Qwen2.5-7B-Instruct`` -> model ``Qwen/Qwen2.5-7B-Instruct``);
     * ``<module>:<Class>`` / ``<package.module>:<Class>`` / ``<path/to/file.py>:<Class>``: a user agent
       class, imported and built with no arguments; it needs ``act(obs, info)`` or ``act_batch``.
 
@@ -277,7 +279,10 @@ def make_agent(spec: str, *, seed: int = 0, **options: Any):
 
         return TransformersAgent(rest.strip(), **{_LLM_OPTIONS[k][0]: v for k, v in given.items()})
     if kind == "openai":
-        base_url, slash, model = rest.rpartition("/")
+        import re
+
+        versioned = re.match(r"^(.*?/v\d+)/(.+)$", rest)  # .../v1/<model>, the model may hold a '/'
+        base_url, slash, model = (versioned.group(1), "/", versioned.group(2)) if versioned else rest.rpartition("/")
         if not slash or not base_url.strip() or not model.strip():
             raise _bad(spec, "openai: needs <base_url>/<model>, e.g. openai:http://127.0.0.1:8000/v1/Qwen2.5-7B-Instruct")
         refused = [k for k in given if _LLM_OPTIONS[k][1] is None]
