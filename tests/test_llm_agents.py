@@ -58,6 +58,7 @@ def test_agent_messages_hold_schema_category_info_and_example(mode, expected):
     ("  The user asked how many students.  ", "The user asked how many students."),
     ('{"type": "sql", "content": "SELECT 1"}', '{"type": "sql", "content": "SELECT 1"}'),
     ("<category>scope</category><sql>x</sql>", "<category>scope</category>"),
+    ("<sql>SELECT a FROM t\n<clarify>Which t?</clarify>", "<sql>SELECT a FROM t</sql>"),  # left open
     ("", ""),
 ])
 def test_extract_action_cuts_at_the_first_closing_tag(text, action):

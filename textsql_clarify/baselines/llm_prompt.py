@@ -63,7 +63,8 @@ def extract_action(text: str) -> str:
 
     The completion is cut at the end of the first action (an opening tag and the matching closing
     tag that follows it). A completion with an opening tag and no closing tag gets the closing tag
-    added (generation hit its token limit mid-action). A completion without any action tag (JSON, or
+    added (generation hit its token limit mid-action); an action left open when another opening tag
+    follows ends where that tag begins. A completion without any action tag (JSON, or
     prose) is returned stripped, for the env to parse or refuse.
 
     Args:
@@ -78,6 +79,10 @@ def extract_action(text: str) -> str:
     tag = m.group(1).lower()
     close = re.compile(rf"<\s*/\s*{tag}\s*>", re.IGNORECASE)
     c = close.search(s, m.end())
+    nxt = _OPEN.search(s, m.end())
+    if nxt is not None and (c is None or nxt.start() < c.start()):
+        # the action was left open and another one begins: the first ends where the next begins
+        return f"<{tag}>{s[m.end():nxt.start()].strip()}</{tag}>"
     if c is None:
         return f"<{tag}>{s[m.end():].strip()}</{tag}>"
     return f"<{tag}>{s[m.end():c.start()]}</{tag}>"
