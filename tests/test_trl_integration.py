@@ -163,6 +163,79 @@ def test_tool_env_reset_needs_sample_id(samples):
         env.reset(sample_id="nope")
 
 
+def test_tool_env_refuses_classification_without_a_classify_tool(samples):
+    # the plain tool env has no classify tool: every episode would stop at the classification phase (score 0)
+    for kw in ({"classification_phase": True}, {"category_mode": "predicted"}):
+        with pytest.raises(ValueError, match="no classify tool.*TextSQLClarifyClassifyToolEnv.*make_environment_factory"):
+            TextSQLClarifyToolEnv(samples, **kw)
+        env = make_environment_factory(samples, **kw)()  # the factory picks the classify variant
+        assert isinstance(env, TextSQLClarifyClassifyToolEnv)
+        env.reset(sample_id="uni-ans-001")
+        assert env.classify("answerable_without_evidence") == "Category recorded. Now answer the question."
+        assert env.submit_sql(_by_id(samples, "uni-ans-001").gold_sql) == "SQL received. The episode is over."
+        assert env.scores["ex"] == 1.0
+    with pytest.raises(ValueError, match=r"unknown env option\(s\) \['bogus'\]"):
+        TextSQLClarifyToolEnv(samples, bogus=1)
+
+
+def test_tool_env_refusals_name_tools_not_tags(samples):
+    tag = re.compile(r"</?(sql|clarify|feedback|category)>|JSON")
+    # final turn (no clarifications left): ask_user is refused in terms of the tools
+    env = make_environment_factory(samples, max_clarifications=0)()
+    env.reset(sample_id="uni-scope-001")
+    text = env.ask_user("Which courses do you mean?")
+    assert text == ("no clarifications left: this is the final turn, call submit_sql(sql) or "
+                    "report_unanswerable(explanation). The episode is over without an answer.")
+    assert env.trajectory.outcome == "truncated"
+    # the classification phase: a submit_sql call is told to call classify
+    cenv = make_environment_factory(samples, classification_phase=True)()
+    cenv.reset(sample_id="uni-ans-001")
+    text = cenv.submit_sql("SELECT 1")
+    assert text == ("Invalid action: this is the classification phase: call classify(category) with one "
+                    "subcategory name. Try again (one retry).")
+    # a non-string argument: the env's JSON wording is not shown
+    text = cenv.classify(5)
+    assert text.startswith("the tool's argument must be a string.") and cenv.done
+    for e in (env, cenv):
+        assert not any(tag.search(t) for _tool, _arg, t in e.tool_calls), e.tool_calls
+    # the tagged env still says it with tags (only the tools path is reworded)
+    plain = TextSQLClarifyEnv(samples=samples, max_clarifications=0)
+    plain.reset(options={"sample_id": "uni-scope-001"})
+    assert "answer with <sql> or <feedback>" in plain.step("<clarify>Which?</clarify>")[4]["error"]
+    # the prompt's classification request (a user turn) names the tool too
+    row = build_prompt_dataset(samples, ["uni-ans-001"], env_kwargs={"classification_phase": True})[0]
+    assert not any(tag.search(m["content"]) for m in row["prompt"])
+    assert "call classify(category) with one subcategory name" in row["prompt"][-1]["content"]
+    assert trl_env.tool_text("nothing to change") == "nothing to change"
+
+
+def test_tool_env_argument_limit_is_the_arguments_own_length(samples):
+    gold = _by_id(samples, "uni-ans-001")
+    for limit in (64, 65_536):  # a small limit, and the default one
+        env = make_environment_factory(samples, max_action_chars=limit)()
+        assert env.max_argument_chars == limit
+        for n, accepted in ((limit, True), (limit + 1, False)):
+            for ch in ('"', "x", "\\"):  # JSON escapes double '"' and '\\': not counted
+                env.reset(sample_id=gold.id)
+                text = env.submit_sql(ch * n)
+                if accepted:
+                    assert text == "SQL received. The episode is over.", (limit, n, ch, text[:80])
+                else:
+                    assert text == (f"Invalid action: submit_sql argument too long: {n} characters (limit {limit}). "
+                                    f"Try again (one retry)."), (limit, n, ch)
+                    assert env.reward_components["format"] == -1.0 and not env.done
+                assert env.env.max_action_chars == limit  # the env's own limit is left as it was
+        # the tagged path: the same limit on the action text
+        plain = TextSQLClarifyEnv(samples=samples, max_action_chars=limit)
+        plain.reset(options={"sample_id": gold.id})
+        assert plain.step("<sql>" + '"' * (limit - 11) + "</sql>")[4]["error"] is None
+        plain.reset(options={"sample_id": gold.id})
+        assert plain.step("<sql>" + '"' * (limit - 10) + "</sql>")[4]["error"].startswith("action too long")
+    env = make_environment_factory(samples)()
+    env.reset(sample_id=gold.id)
+    assert env.submit_sql('"' * 40_000) == "SQL received. The episode is over."  # the red-team case (80,030 escaped)
+
+
 def test_build_prompt_dataset_styles(samples):
     ids = ["uni-scope-001", "uni-ans-001"]
     ds = build_prompt_dataset(samples, ids)
@@ -184,6 +257,8 @@ def test_build_prompt_dataset_styles(samples):
         build_prompt_dataset(samples, ["nope"])
     with pytest.raises(ValueError, match="style"):
         build_prompt_dataset(samples, ids, style="xml")
+    with pytest.raises(ValueError, match=r"build_prompt_dataset env_kwargs: unknown env option\(s\) \['bogus'\]"):
+        build_prompt_dataset(samples, ids, env_kwargs={"bogus": 1})
 
 
 # ------------------------------------------------------------------------------ tagged rollout (no model)
@@ -331,6 +406,15 @@ def test_rollout_reward_checks_rows_and_logs_components():
         rollout_reward(episode_reward=[1.0], sample_id=["a"], rollout_sample_id=["b"])
     with pytest.raises(ValueError, match="episode_reward"):
         rollout_reward(prompts=[], completions=[])
+    # lists of different lengths are an error, not a shorter check (zip would stop at the shorter one)
+    with pytest.raises(ValueError, match="rollout_sample_id has 1 entries but episode_reward has 2"):
+        rollout_reward(episode_reward=[1.0, 1.0], sample_id=["a", "b"], rollout_sample_id=["a"])
+    with pytest.raises(ValueError, match="sample_id has 2 entries but episode_reward has 1"):
+        rollout_reward(episode_reward=[1.0], sample_id=["a", "b"], rollout_sample_id=["a", "b"])
+    with pytest.raises(ValueError, match="reward_components has 1 entries"):
+        rollout_reward(episode_reward=[1.0, 0.0], reward_components=[{"ex": 1.0}])
+    with pytest.raises(ValueError, match="completions has 3 entries"):
+        rollout_reward(completions=["a", "b", "c"], episode_reward=[1.0, 0.0])
 
 
 # ---------------------------------------------------------------------------------------- model tests

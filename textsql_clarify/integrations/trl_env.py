@@ -48,6 +48,7 @@ the system prompt (:data:`TOOL_INSTRUCTIONS`) and the worked example show the ex
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 from typing import Any, Callable, Sequence
 
@@ -56,7 +57,7 @@ from ..samples import Sample
 __all__ = ["TextSQLClarifyToolEnv", "TextSQLClarifyClassifyToolEnv", "make_environment_factory",
            "build_prompt_dataset", "tool_system_message", "apply_tool_chat_template", "tool_chat_template",
            "TOOL_INSTRUCTIONS", "TOOL_CLASSIFY_INSTRUCTIONS", "TOOL_WORKED_EXAMPLE", "TOOL_RESPONSE_TEMPLATE",
-           "EPISODE_OVER"]
+           "EPISODE_OVER", "tool_text"]
 
 #: The tools variant of :data:`textsql_clarify.envs.render.INSTRUCTIONS` (the same three actions, as tools).
 TOOL_INSTRUCTIONS = (
@@ -108,6 +109,14 @@ TOOL_RESPONSE_TEMPLATE = {
         },
     },
 }
+
+#: env texts that tell the agent to write tagged (or JSON) actions, and their wording on the tools path
+_TOOL_WORDING = (
+    ("reply <category>SUBCATEGORY</category>", "call classify(category) with one subcategory name"),
+    ("answer with <sql> or <feedback>", "call submit_sql(sql) or report_unanswerable(explanation)"),
+    ("a JSON action's 'content' must be a string", "the tool's argument must be a string"),
+)
+_TOO_LONG = re.compile(r"action too long: \d+ characters \(limit \d+\)")
 
 _ENDED = {"sql": "SQL received. The episode is over.",
           "feedback": "Explanation received. The episode is over.",
@@ -164,6 +173,30 @@ def apply_tool_chat_template(tokenizer: Any, *, force: bool = False) -> Any:
     return tokenizer
 
 
+def tool_text(text: str) -> str:
+    """An env text (a refusal, the classification-phase request) worded for the tools path: where it tells the
+    agent to write a tagged action (``reply <category>...``, ``answer with <sql> or <feedback>``) it names the
+    tool to call instead; other text is returned unchanged."""
+    from ..envs import render
+
+    text = text.replace(render.CLASSIFY_INSTRUCTIONS, TOOL_CLASSIFY_INSTRUCTIONS)
+    for tagged, tools in _TOOL_WORDING:
+        text = text.replace(tagged, tools)
+    return text
+
+
+def _env_options(kwargs: dict, where: str) -> None:
+    """Raise ValueError naming the keys of ``kwargs`` that are no ``TextSQLClarifyEnv`` option."""
+    import inspect
+
+    from ..envs.env import TextSQLClarifyEnv
+
+    known = set(inspect.signature(TextSQLClarifyEnv.__init__).parameters) - {"self"}
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown env option(s) {unknown}; TextSQLClarifyEnv takes {sorted(known)}")
+
+
 def tool_system_message(tag_system: str) -> str:
     """The tools variant of an env system message: the tag instructions replaced by :data:`TOOL_INSTRUCTIONS`
     (and the classification instructions by :data:`TOOL_CLASSIFY_INSTRUCTIONS`); context and schema kept.
@@ -194,10 +227,18 @@ class TextSQLClarifyToolEnv:
             (``reward_preset``, ``max_clarifications``, ``category_mode`` ...).
 
     Attributes (read after a rollout): ``sample_id``, ``done``, ``step_rewards``, ``reward_components``,
-    ``scores``, ``trajectory``, ``tool_calls`` (``[(tool, argument, returned text)]``).
+    ``scores``, ``trajectory``, ``tool_calls`` (``[(tool, argument, returned text)]``),
+    ``max_argument_chars`` (the env's ``max_action_chars``, applied to a tool's argument itself, as the
+    tagged path applies it to the action text; the JSON envelope and its escapes are not counted).
+
+    A refusal a tool returns names tools, not tags (:func:`tool_text`): in the final turn an ``ask_user``
+    call is told to call ``submit_sql(sql)`` or ``report_unanswerable(explanation)``.
 
     Raises:
-        ValueError: as :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` (bad options, no samples).
+        ValueError: as :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` (bad options, no samples); an
+            unknown option (named); ``classification_phase=True`` or ``category_mode="predicted"`` on this
+            class, which has no ``classify`` tool (use :class:`TextSQLClarifyClassifyToolEnv` or
+            :func:`make_environment_factory`).
     """
 
     def __init__(self, samples: Sequence[Sample], *, simulator: Any = "rule", feedback_judge: Any = None,
@@ -207,8 +248,19 @@ class TextSQLClarifyToolEnv:
         for k in ("samples", "dataset", "limit"):
             if k in env_kwargs:
                 raise ValueError(f"env_kwargs must not set {k!r}: the samples are given as an argument")
+        _env_options(env_kwargs, type(self).__name__)
+        wants_classify = bool(env_kwargs.get("classification_phase")) or env_kwargs.get("category_mode") == "predicted"
+        if wants_classify and not callable(getattr(self, "classify", None)):
+            raise ValueError(
+                f"{type(self).__name__} has no classify tool, so with classification_phase=True or "
+                f"category_mode='predicted' every episode would stop at the classification phase and score 0; "
+                f"use TextSQLClarifyClassifyToolEnv, or make_environment_factory(samples, **env_kwargs), which "
+                f"picks it")
         self._env = TextSQLClarifyEnv(samples=samples, simulator=simulator, feedback_judge=feedback_judge,
                                       **env_kwargs)
+        #: the longest tool argument accepted, in characters: the env's ``max_action_chars`` applied to the
+        #: argument itself, as on the tagged path, not to its JSON envelope and escapes
+        self.max_argument_chars = self._env.max_action_chars
         self._clear()
 
     def _clear(self) -> None:
@@ -254,7 +306,14 @@ class TextSQLClarifyToolEnv:
             self.tool_calls.append((tool, value, EPISODE_OVER))
             return EPISODE_OVER
         action = json.dumps({"type": kind, "content": value}, ensure_ascii=False, default=str)
-        _obs, reward, terminated, truncated, info = self._env.step(action)
+        limit = self.max_argument_chars
+        # the env measures the whole JSON action; count only the argument (the envelope and escapes are ours)
+        overhead = len(action) - len(value) if isinstance(value, str) else 0
+        self._env.max_action_chars = limit + overhead
+        try:
+            _obs, reward, terminated, truncated, info = self._env.step(action)
+        finally:
+            self._env.max_action_chars = limit
         self.step_rewards.append(float(reward))
         for k, v in (info.get("reward_components") or {}).items():
             if isinstance(v, dict):
@@ -275,6 +334,13 @@ class TextSQLClarifyToolEnv:
             text = last["content"]
         else:  # pragma: no cover - the env always ends a non-terminal step on a user message
             text = ""
+        err = info.get("error")
+        if err:  # the env's refusal, worded for tools (the user's replies are left as they are)
+            worded = tool_text(err)
+            if _TOO_LONG.fullmatch(err):
+                n = len(value) if isinstance(value, str) else len(action)
+                worded = f"{tool} argument too long: {n} characters (limit {limit})"
+            text = text.replace(err, worded)
         self.tool_calls.append((tool, value, text))
         return text
 
@@ -391,7 +457,8 @@ def build_prompt_dataset(samples: Sequence[Sample], sample_ids: Sequence[str] | 
         or for p-protocol chain samples the pre-filled L1 exchange too; every message also carries the row's
         ``sample_id`` key, which chat templates ignore and the rollout reads), ``sample_id`` and ``group``.
     Raises:
-        KeyError: a sample id not among ``samples``. ValueError: an unknown style or bad env options.
+        KeyError: a sample id not among ``samples``. ValueError: an unknown style, an unknown env option
+            (named) or bad env option values.
     """
     import datasets
 
@@ -402,6 +469,7 @@ def build_prompt_dataset(samples: Sequence[Sample], sample_ids: Sequence[str] | 
         raise ValueError(f"style must be 'tools' or 'tags', got {style!r}")
     kw = {k: v for k, v in dict(env_kwargs or {}).items()
           if k not in ("simulator", "feedback_judge", "samples", "dataset", "limit")}
+    _env_options(kw, "build_prompt_dataset env_kwargs")
     env = TextSQLClarifyEnv(samples=list(samples), simulator="rule", **kw)
     ids = [s.id for s in env.samples] if sample_ids is None else list(sample_ids)
     rows: dict[str, list] = {"prompt": [], "sample_id": [], "group": []}
@@ -414,6 +482,8 @@ def build_prompt_dataset(samples: Sequence[Sample], sample_ids: Sequence[str] | 
             msgs = [dict(m) for m in info["messages"]]
             msgs[0]["content"] = tool_system_message(msgs[0]["content"]) + (
                 "\n\n" + TOOL_WORKED_EXAMPLE if example else "")
+            for m in msgs[1:]:  # the classification phase asks in a user turn
+                m["content"] = tool_text(m["content"])
         rows["prompt"].append([{"role": m["role"], "content": m["content"], "sample_id": sid} for m in msgs])
         rows["sample_id"].append(sid)
         rows["group"].append(env.current_sample.group)

@@ -485,12 +485,20 @@ def rollout_reward(prompts: Any = None, completions: Any = None, *, episode_rewa
         sample_id: the dataset column, when present; checked against ``rollout_sample_id``.
         log_metric: TRL's metric logger (``GRPOTrainer._log_metric``).
     Raises:
-        ValueError: no ``episode_reward`` (the trainer was not given this module's rollout), or a row
-            whose rollout played another sample than its ``sample_id`` column says.
+        ValueError: no ``episode_reward`` (the trainer was not given this module's rollout), a field whose
+            length differs from ``episode_reward``'s (``completions``, ``reward_components``, ``sample_id``,
+            ``rollout_sample_id``), or a row whose rollout played another sample than its ``sample_id``
+            column says.
     """
     if episode_reward is None:
         raise ValueError("rollout_reward needs the 'episode_reward' field of make_rollout_func's rollout: "
                          "pass rollout_func=make_rollout_func(...) to GRPOTrainer")
+    n = len(episode_reward)
+    for name, column in (("completions", completions), ("reward_components", reward_components),
+                         ("sample_id", sample_id), ("rollout_sample_id", rollout_sample_id)):
+        if column is not None and len(column) != n:
+            raise ValueError(f"rollout_reward: {name} has {len(column)} entries but episode_reward has {n} "
+                             f"(one per completion expected)")
     if sample_id is not None and rollout_sample_id is not None:
         for k, (a, b) in enumerate(zip(sample_id, rollout_sample_id)):
             if a != b:
