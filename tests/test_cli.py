@@ -47,8 +47,73 @@ def test_num_envs_gives_the_same_metrics(tmp_path, capsys):
     assert main(["eval", "--agent", "no-clarify", "--out", str(tmp_path / "seq"), "--no-progress", "--json"]) == 0
     seq = json.loads(capsys.readouterr().out)
     assert par["overall"] == seq["overall"] and par["overall"]["EX"]["n"] == 36
-    with pytest.raises(SystemExit, match="--num-envs must be >= 1"):
-        main(["eval", "--num-envs", "0", "--out", str(tmp_path), "--no-progress"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["eval", "--num-envs", "0"], "--num-envs must be >= 1, got 0"),
+    (["eval", "--limit", "0"], "--limit must be >= 1, got 0"),
+    (["eval", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),
+    (["export-sft", "--limit", "0"], "--limit must be >= 1, got 0"),
+])
+def test_bad_numbers_exit_2(args, message, tmp_path, capsys):
+    out = ["--out", str(tmp_path / ("x.jsonl" if args[0] == "export-sft" else "run"))]
+    assert main(args + out + (["--no-progress"] if args[0] == "eval" else [])) == 2  # main: 2 is bad input
+    assert f"error: {message}" in capsys.readouterr().err
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+NO_SOLVER = """
+class AlwaysFeedback:
+    privileged = False
+    def begin_episode(self, sample):
+        pass
+    def act(self, observation, info):
+        return "<feedback>The database cannot answer this.</feedback>"
+"""
+
+
+def test_export_sft_keeping_no_record_exits_2_and_writes_nothing(tmp_path, capsys):
+    agent = tmp_path / "agent.py"
+    agent.write_text(NO_SOLVER, encoding="utf-8")
+    out = tmp_path / "sft.jsonl"
+    # the first two embedded samples are answerable: feedback solves neither, so no record is kept
+    assert main(["export-sft", "--agent", f"{agent}:AlwaysFeedback", "--limit", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "export-sft kept no records" in err and "kept 0 of 2 episodes" in err and f"{out} was not written" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agent.py"]  # no file, no .tmp
+
+
+def test_agent_exiting_on_import_exits_2(tmp_path, capsys):
+    agent = tmp_path / "exit_import.py"
+    agent.write_text("import sys; sys.exit(0)\n", encoding="utf-8")
+    assert main(["eval", "--agent", f"{agent}:X", "--limit", "2", "--no-progress", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert f"bad agent spec '{agent}:X'" in err and "it called sys.exit(0) on import" in err
+
+
+PRIVILEGED = """
+class Peeker:
+    privileged = True
+    def begin_episode(self, sample):
+        self.sample = sample
+    def act(self, observation, info):
+        return f"<sql>{self.sample.gold_sql}</sql>"
+"""
+
+
+def test_privileged_agent_run_is_marked(tmp_path, capsys):
+    agent = tmp_path / "peek.py"
+    agent.write_text(PRIVILEGED + NO_SOLVER, encoding="utf-8")
+    spec = f"{agent}:Peeker"
+    assert main(["eval", "--agent", spec, "--limit", "2", "--no-progress", "--out", str(tmp_path / "p")]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header == f"dataset=embedded agent={spec} simulator=rule episodes=2 (privileged: the agent sees the gold)"
+    metrics = json.loads((tmp_path / "p" / "metrics.json").read_text())
+    assert metrics["run"] == {"agent": spec, "privileged": True} and metrics["overall"]["EX"] == {"value": 1.0, "n": 2}
+    spec = f"{agent}:AlwaysFeedback"
+    assert main(["eval", "--agent", spec, "--limit", "2", "--no-progress", "--out", str(tmp_path / "f")]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"dataset=embedded agent={spec} simulator=rule episodes=2"
+    assert json.loads((tmp_path / "f" / "metrics.json").read_text())["run"] == {"agent": spec, "privileged": False}
 
 
 @pytest.mark.parametrize("args, message", [

@@ -88,6 +88,10 @@ def test_make_agent_builtins():
     ("hf:", "hf: needs a model path or id"),
     ("openai:nourl", "openai: needs <base_url>/<model>"),
     ("openai:http://127.0.0.1:8000/v1/", "openai: needs <base_url>/<model>"),
+    # a bare server URL: the model name is missing (not "base_url must be an http(s) URL ... 'http:/'")
+    ("openai:http://127.0.0.1:8000", "'http://127.0.0.1:8000' has no model name after the base URL; expected the "
+                                     "form openai:<base_url>/<model>"),
+    ("openai:http://127.0.0.1:8000/v1", "'http://127.0.0.1:8000/v1' has no model name after the base URL"),
     ("no_such_module_xyz:Agent", "no module named 'no_such_module_xyz'"),
     ("json:NoSuchAgent", "'json' has no attribute 'NoSuchAgent'"),
     ("missing/dir/agent.py:Agent", "does not exist"),
@@ -143,6 +147,22 @@ def test_make_agent_loads_a_class_from_a_file_and_from_a_module(tmp_path, monkey
     bad.write_text("def (:\n", encoding="utf-8")
     with pytest.raises(ValueError, match="importing .*bad_syntax.py.* failed: SyntaxError"):
         make_agent(f"{bad}:Agent")
+
+
+
+def test_make_agent_survives_an_agent_that_exits(tmp_path, monkeypatch):
+    # sys.exit on import (or in the constructor) must not end the caller: a ValueError naming the spec
+    (tmp_path / "exits_on_import.py").write_text("import sys\nsys.exit(0)\n", encoding="utf-8")
+    (tmp_path / "exits_when_built.py").write_text(
+        "import sys\n\nclass Agent:\n    def __init__(self):\n        sys.exit(3)\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for spec in (f"{tmp_path / 'exits_on_import.py'}:Agent", "exits_on_import:Agent"):
+        with pytest.raises(ValueError) as e:
+            make_agent(spec)
+        assert repr(spec) in str(e.value) and "failed: it called sys.exit(0) on import" in str(e.value)
+        assert isinstance(e.value.__cause__, SystemExit)
+    with pytest.raises(ValueError, match=r"Agent\(\) failed: it called sys.exit\(3\) when built"):
+        make_agent(f"{tmp_path / 'exits_when_built.py'}:Agent")
 
 
 def test_make_agent_openai_spec_splits_at_the_last_slash():

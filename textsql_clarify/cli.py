@@ -98,16 +98,16 @@ def _eval(args: argparse.Namespace) -> int:
     from .rewards.report import render_table
 
     if args.limit is not None and args.limit < 1:
-        raise SystemExit("error: --limit must be >= 1")
+        raise ValueError(f"--limit must be >= 1, got {args.limit}")
     if args.num_envs < 1:
-        raise SystemExit("error: --num-envs must be >= 1")
+        raise ValueError(f"--num-envs must be >= 1, got {args.num_envs}")
     samples = load_dataset(args.dataset, limit=args.limit)
     if args.out is None:
         protocol = "-p" if args.protocol == "p" else ""
         args.out = str(Path("runs") / f"{_dataset_kind(args.dataset)}-{_safe_name(args.agent)}-"
                                       f"{_safe_name(args.simulator)}{protocol}")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        raise SystemExit("error: --max-new-tokens must be >= 1")
+        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     try:
         agent = make_agent(args.agent, seed=args.seed, max_new_tokens=args.max_new_tokens, device=args.device)
     except ImportError as e:
@@ -115,11 +115,13 @@ def _eval(args: argparse.Namespace) -> int:
     _, metrics = evaluate(samples, agent, seed=args.seed, out_dir=args.out, progress=not args.no_progress,
                           simulator=args.simulator, reward_preset=args.preset,
                           max_clarifications=args.max_clarifications, category_mode=args.category_mode,
-                          protocol=args.protocol, num_envs=args.num_envs)
+                          protocol=args.protocol, num_envs=args.num_envs, agent_spec=args.agent)
     if args.json:
         print(json.dumps(metrics, indent=2, default=str))
     else:
-        print(f"dataset={args.dataset} agent={args.agent} simulator={args.simulator} episodes={len(samples)}")
+        privileged = " (privileged: the agent sees the gold)" if metrics["run"]["privileged"] else ""
+        print(f"dataset={args.dataset} agent={args.agent} simulator={args.simulator} episodes={len(samples)}"
+              f"{privileged}")
         print(render_table(metrics))
         fv = metrics["overall"].get("format_valid_rate") or {}
         if fv.get("n"):
@@ -160,7 +162,7 @@ def _export_sft(args: argparse.Namespace) -> int:
     from .datasets import load_dataset
 
     if args.limit is not None and args.limit < 1:
-        raise SystemExit("error: --limit must be >= 1")
+        raise ValueError(f"--limit must be >= 1, got {args.limit}")
     samples = load_dataset(args.dataset, limit=args.limit)
     try:
         agent = make_agent(args.agent, seed=args.seed)
@@ -169,6 +171,9 @@ def _export_sft(args: argparse.Namespace) -> int:
                               category_mode=args.category_mode, protocol=args.protocol)
     except ImportError as e:
         raise ValueError(f"export-sft --style {args.style} with agent {args.agent!r} needs an optional library: {e}") from e
+    if not records:  # an empty training file would only fail later, in the trainer
+        raise ValueError(f"export-sft kept no records, none of the episodes was solved ({records.summary()}); "
+                         f"{args.out} was not written")
     path = write_sft_jsonl(records, args.out)
     print(records.summary())
     print(f"wrote {len(records)} {args.style} records to {path}")

@@ -190,8 +190,21 @@ def _bad(spec: str, why: str) -> ValueError:
     return ValueError(f"bad agent spec {spec!r}: {why}; valid forms: {', '.join(AGENT_SPEC_FORMS)}")
 
 
+def _import_failure(e: BaseException) -> str:
+    """How an import failed, for an error message (``SystemExit`` says that the module exited)."""
+    if isinstance(e, SystemExit):
+        return f"it called sys.exit({e.code!r}) on import"
+    return f"{type(e).__name__}: {e}"
+
+
 def _load_class(spec: str, target: str, cls_name: str):
-    """The class ``cls_name`` from a module name (``pkg.mod``) or a Python file (``dir/file.py``)."""
+    """The class ``cls_name`` from a module name (``pkg.mod``) or a Python file (``dir/file.py``).
+
+    Raises:
+        ValueError: naming ``spec``: no such file or module, or importing it raised anything but
+            ``KeyboardInterrupt`` (``SystemExit`` included: a module calling ``sys.exit`` on import), or no
+            such callable attribute.
+    """
     import importlib
     import importlib.util
     import sys
@@ -209,16 +222,21 @@ def _load_class(spec: str, target: str, cls_name: str):
         sys.modules[mod_name] = module  # dataclasses and pickling look the module up by name
         try:
             module_spec.loader.exec_module(module)
-        except Exception as e:
+        except KeyboardInterrupt:
             sys.modules.pop(mod_name, None)
-            raise _bad(spec, f"importing {str(path)!r} failed: {type(e).__name__}: {e}") from e
+            raise
+        except BaseException as e:  # SystemExit too: an agent file that exits on import must not end the run
+            sys.modules.pop(mod_name, None)
+            raise _bad(spec, f"importing {str(path)!r} failed: {_import_failure(e)}") from e
     else:
         try:
             module = importlib.import_module(target)
         except ModuleNotFoundError as e:
             raise _bad(spec, f"no module named {target!r} ({e})") from e
-        except Exception as e:
-            raise _bad(spec, f"importing module {target!r} failed: {type(e).__name__}: {e}") from e
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # SystemExit too (module doc of make_agent)
+            raise _bad(spec, f"importing module {target!r} failed: {_import_failure(e)}") from e
     cls = getattr(module, cls_name, None)
     if cls is None:
         raise _bad(spec, f"{target!r} has no attribute {cls_name!r}")
@@ -252,8 +270,8 @@ def make_agent(spec: str, *, seed: int = 0, **options: Any):
     Returns:
         The agent.
     Raises:
-        ValueError: a spec of none of these forms, an empty model or class name, a module or file that
-            does not import, a missing class, a class that fails to build or lacks ``act`` / ``act_batch``,
+        ValueError: a spec of none of these forms, an empty model or class name, an ``openai:`` URL with no
+            model name after it, a module or file that does not import (or exits on import), a missing class, a class that fails to build or lacks ``act`` / ``act_batch``,
             or an option the agent does not take (each message names the spec).
         ModelLoadError: an ``hf:`` model cannot be loaded offline.
         ImportError: the optional library of an ``hf:`` (transformers, torch) or ``openai:`` (openai) agent
@@ -281,6 +299,15 @@ def make_agent(spec: str, *, seed: int = 0, **options: Any):
     if kind == "openai":
         import re
 
+        from urllib.parse import urlsplit
+
+        example = "openai:http://127.0.0.1:8000/v1/Qwen2.5-7B-Instruct"
+        whole = urlsplit(rest.strip())
+        if (whole.scheme in ("http", "https") and whole.netloc
+                and re.fullmatch(r"(/v\d+)?/*", whole.path or "") and not whole.query):
+            # a bare server URL (http://host:8000 or http://host:8000/v1): the model name is missing
+            raise _bad(spec, f"openai: needs <base_url>/<model>, but {rest.strip()!r} has no model name after "
+                             f"the base URL; expected the form openai:<base_url>/<model>, e.g. {example}")
         versioned = re.match(r"^(.*?/v\d+)/(.+)$", rest)  # .../v1/<model>, the model may hold a '/'
         base_url, slash, model = (versioned.group(1), "/", versioned.group(2)) if versioned else rest.rpartition("/")
         if not slash or not base_url.strip() or not model.strip():
@@ -299,8 +326,10 @@ def make_agent(spec: str, *, seed: int = 0, **options: Any):
     cls = _load_class(spec, target.strip(), cls_name.strip())
     try:
         agent = cls()
-    except Exception as e:
-        raise _bad(spec, f"{cls_name}() failed: {type(e).__name__}: {e}") from e
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # SystemExit too
+        raise _bad(spec, f"{cls_name}() failed: {_import_failure(e).replace('on import', 'when built')}") from e
     if not (callable(getattr(agent, "act", None)) or callable(getattr(agent, "act_batch", None))):
         raise _bad(spec, f"{cls_name} has no act(observation, info) or act_batch(observations, infos) method")
     if not callable(getattr(agent, "begin_episode", None)):

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from tqdm import tqdm
 
-from ..rewards.metrics import aggregate, write_metrics_json
+from ..rewards.metrics import aggregate
 from ..samples import Sample
 from ..trajectory import Trajectory
 
@@ -173,7 +173,8 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
 
 
 def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: str | os.PathLike | None = None,
-             progress: bool = True, num_envs: int = 1, **env_kwargs: Any) -> tuple[list[Trajectory], dict]:
+             progress: bool = True, num_envs: int = 1, agent_spec: str | None = None,
+             **env_kwargs: Any) -> tuple[list[Trajectory], dict]:
     """Run ``agent`` once on every sample, in order, and aggregate.
 
     Args:
@@ -187,6 +188,8 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
             stage. A batch agent (``act_batch``) answers all live envs of a turn in one call. A
             deterministic agent and simulator give the same trajectories for any value, up to the
             floating-point effect of padding on a batched LLM (a near-tie token may flip).
+        agent_spec: how the agent was named (the CLI's ``--agent``), recorded in the ``run`` block;
+            ``None``: the agent's ``name`` attribute (or its class name).
         env_kwargs: passed to :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` (``limit`` keeps the first
             ``limit`` samples).
 
@@ -195,7 +198,9 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
         ValueError: ``num_envs`` below 1.
 
     Returns:
-        ``(trajectories, metrics)`` where metrics is :func:`textsql_clarify.rewards.metrics.aggregate`'s dict.
+        ``(trajectories, metrics)`` where metrics is :func:`textsql_clarify.rewards.metrics.aggregate`'s dict
+        plus a ``run`` block ``{"agent": spec or name, "privileged": bool}``; ``privileged`` true marks a run
+        whose agent was given each episode's sample (the gold), so its scores are no model's.
     """
     from ..envs.env import TextSQLClarifyEnv, episode_samples
 
@@ -215,12 +220,17 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
             for i in range(len(samples)):
                 trajs.append(run_episode(env, agent, index=i, seed=seed + i))
                 bar.update(1)
+    run = {"agent": agent_spec if agent_spec is not None else str(getattr(agent, "name", type(agent).__name__)),
+           "privileged": bool(getattr(agent, "privileged", False))}
     if out_dir is None:
-        return trajs, aggregate(trajs)
+        return trajs, {**aggregate(trajs), "run": run}
     out = Path(out_dir)
     with open(out / "trajectories.jsonl", "w", encoding="utf-8") as fh:
         for t in trajs:
             # ASCII escapes: a lone surrogate from an agent's output cannot break the file
             fh.write(json.dumps(t.to_dict(), ensure_ascii=True, default=str) + "\n")
-    metrics = write_metrics_json(trajs, out / "metrics.json")
+    metrics = {**aggregate(trajs), "run": run}
+    with open(out / "metrics.json", "w", encoding="utf-8") as fh:
+        json.dump(metrics, fh, indent=2, ensure_ascii=False)
+        fh.write("\n")
     return trajs, metrics
