@@ -2,10 +2,13 @@
 in-process Environment, both checked against the local env on the same actions."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 import socket
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -17,7 +20,9 @@ from textsql_clarify.baselines.agents import OracleAgent  # noqa: E402
 from textsql_clarify.datasets import load_dataset  # noqa: E402
 from textsql_clarify.envs.env import TextSQLClarifyEnv  # noqa: E402
 from textsql_clarify.integrations.openenv_server import (  # noqa: E402
-    SharedResources, TextSQLClarifyAction, TextSQLClarifyClient, TextSQLClarifyEnvironment, _parser, make_app)
+    NoEpisodeError, RequestError, ResetArgumentError, SampleIndexError, SharedResources, TextSQLClarifyAction,
+    TextSQLClarifyClient, TextSQLClarifyEnvironment, UnknownSampleError, _parser, make_app)
+from textsql_clarify.simulators.rule_based import RuleBasedUser  # noqa: E402
 
 SAMPLE = "uni-scope-001"  # ambiguous (scope): the oracle asks once, then answers
 PRESET = "shaped"         # the clarification costs 0.05, so the episode reward is not just EX
@@ -163,3 +168,208 @@ def test_private_resources_and_bad_options():
         SharedResources(limit=1, max_clarifications=-1)
     args = _parser().parse_args(["--dataset", "embedded", "--host", "127.0.0.1", "--port", "8123"])
     assert (args.dataset, args.host, args.port, args.simulator) == ("embedded", "127.0.0.1", 8123, "rule")
+
+
+# -- regressions: a failed reset changes nothing; a slow query stalls no other session; HTTP 4xx ---------------
+DRIFT = "uni-drift-001"   # answerable with a drift: the first correct SQL pays 1.0 and the episode goes on
+OTHER = "uni-ans-002"
+SLOW_SQL = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
+#: "did not hang" bound of the concurrency tests (seconds); never a timing claim
+HANG_S = 60.0
+
+
+class _FakeJudge:
+    """A FB judge that accepts every feedback and records, per call, whether another thread could take
+    ``lock`` while the judge ran (it must not: judge calls are serialised)."""
+
+    name = "fake"
+
+    def __init__(self):
+        self.lock = None
+        self.free_during_call: list[bool] = []
+
+    def judge(self, sample, feedback, schema_identifiers):
+        self.free_during_call.append(_free_elsewhere(self.lock))
+        return True
+
+
+class _ProbingUser(RuleBasedUser):
+    """The rule-based user, recording per ``respond`` whether another thread could take ``lock``."""
+
+    def __init__(self):
+        super().__init__()
+        self.lock = None
+        self.free_during_call: list[bool] = []
+
+    def respond(self, batch):
+        self.free_during_call.append(_free_elsewhere(self.lock))
+        return super().respond(batch)
+
+
+def _free_elsewhere(lock) -> bool:
+    """Whether a thread other than this one can acquire ``lock`` right now."""
+    got = []
+
+    def probe():
+        ok = lock.acquire(blocking=False)
+        if ok:
+            lock.release()
+        got.append(ok)
+
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    return got[0]
+
+
+def test_failed_reset_changes_nothing_and_a_new_episode_starts_at_zero(samples):
+    by_id = {s.id: s for s in samples}
+    env = TextSQLClarifyEnvironment(SharedResources(samples=samples, feedback_judge=_FakeJudge()))
+    env.reset(sample_id=DRIFT, episode_id="ep-drift")
+    first = env.step(f"<sql>{by_id[DRIFT].gold_sql}</sql>")
+    assert (first.reward, first.done, first.episode_reward) == (1.0, False, 1.0)  # the drift turn follows
+    before = env.state.model_dump()
+    bad = [({"sample_id": OTHER, "episode_id": 123}, ResetArgumentError, "'episode_id' must be a string"),
+           ({"sample_id": OTHER, "episode_id": "x" * 256}, ResetArgumentError, "at most 255"),
+           ({"seed": -1}, ResetArgumentError, "'seed' must be an int >= 0"),
+           ({"seed": "x"}, ResetArgumentError, "'seed'"), ({"seed": True}, ResetArgumentError, "'seed'"),
+           ({"sample_id": 5}, ResetArgumentError, "'sample_id' must be a string"),
+           ({"index": "0"}, ResetArgumentError, "'index' must be an int"),
+           ({"index": 999}, SampleIndexError, "'index' 999 is out of range 0..47"),
+           ({"sample_id": "nope"}, UnknownSampleError, "unknown sample_id 'nope'"),
+           ({"sample_id": OTHER, "index": 0}, ResetArgumentError, "either 'sample_id' or 'index'"),
+           ({"sample": OTHER}, ResetArgumentError, "unknown reset argument")]
+    for kwargs, error, message in bad:
+        with pytest.raises(error, match=message):
+            env.reset(**kwargs)
+        assert env.state.model_dump() == before, kwargs
+        assert env.env.current_sample.id == DRIFT, kwargs
+    assert issubclass(UnknownSampleError, KeyError) and issubclass(SampleIndexError, IndexError)
+
+    # a reset failing inside the env (here: the database of a sample not yet seen) is undone too
+    def broken(_sample):
+        raise OSError("database unreadable")
+
+    env.env._build_static = broken
+    with pytest.raises(OSError, match="unreadable"):
+        env.reset(sample_id=OTHER)
+    del env.env._build_static
+    assert env.state.model_dump() == before and env.env.current_sample.id == DRIFT
+    # ... so the drift episode goes on where it was, env and state in step
+    post = env.step(f"<sql>{by_id[DRIFT].drift.post_gold_sql}</sql>")
+    assert (post.sample_id, post.done, post.reward, post.episode_reward) == (DRIFT, True, 1.0, 2.0)
+    assert (env.state.sample_id, env.state.step_count, env.state.episode_reward) == (DRIFT, 2, 2.0)
+
+    # a new episode starts from zero: its one correct SQL makes an episode reward of 1.0, not 3.0
+    obs = env.reset(sample_id=OTHER, episode_id="ep-other")
+    assert (obs.episode_reward, env.state.episode_reward, env.state.step_count) == (0.0, 0.0, 0)
+    assert (env.state.sample_id, env.state.episode_id, env.state.done) == (OTHER, "ep-other", False)
+    r = env.step(f"<sql>{by_id[OTHER].gold_sql}</sql>")
+    assert (r.sample_id, r.reward, r.episode_reward, env.state.episode_reward) == (OTHER, 1.0, 1.0, 1.0)
+    with pytest.raises(NoEpisodeError, match=r"call reset\(\) before step\(\)"):
+        env.step("<sql>SELECT 1</sql>")
+
+
+def test_failed_reset_over_the_websocket_keeps_the_episode(server_url, samples):
+    by_id = {s.id: s for s in samples}
+    with _client(server_url) as client:
+        client.reset(sample_id=DRIFT, episode_id="ep-ws")
+        assert client.step(f"<sql>{by_id[DRIFT].gold_sql}</sql>").observation.episode_reward == pytest.approx(1.0)
+        with pytest.raises(RuntimeError, match="'episode_id' must be a string"):
+            client.reset(sample_id=OTHER, episode_id=123)
+        state = client.state()
+        assert (state.sample_id, state.episode_id, state.step_count) == (DRIFT, "ep-ws", 1)
+        assert state.episode_reward == pytest.approx(1.0)
+        client.reset(sample_id=OTHER)
+        r = client.step(f"<sql>{by_id[OTHER].gold_sql}</sql>")
+        assert (r.observation.sample_id, r.reward) == (OTHER, 1.0)
+        assert r.observation.episode_reward == pytest.approx(1.0) == client.state().episode_reward
+
+
+def _post(url, body):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_http_routes_answer_bad_requests_with_4xx_and_the_message(server_url):
+    status, body = _post(f"{server_url}/step", {"action": {"action": "<sql>SELECT 1</sql>"}})
+    assert status == 409 and "call reset() before step()" in body["detail"]
+    for data, message in [({"sample_id": "nope"}, "unknown sample_id 'nope'"),
+                          ({"index": 999}, "'index' 999 is out of range"),
+                          ({"bogus": 1}, "unknown reset argument(s) ['bogus']"),
+                          ({"sample_id": OTHER, "index": 0}, "either 'sample_id' or 'index'")]:
+        status, body = _post(f"{server_url}/reset", data)
+        assert status == 400 and message in body["detail"], (data, status, body)
+    status, body = _post(f"{server_url}/reset", {"seed": -1})  # OpenEnv's own ResetRequest check
+    assert status == 422
+    status, body = _post(f"{server_url}/reset", {"sample_id": OTHER})
+    assert status == 200 and body["observation"]["sample_id"] == OTHER and body["done"] is False
+    assert RequestError.status_code == 400 and NoEpisodeError.status_code == 409
+
+
+class _SignallingSandbox:
+    """A session's sandbox that signals when a query starts, then runs it on the real sandbox."""
+
+    def __init__(self, real):
+        self.real, self.started = real, threading.Event()
+
+    def execute(self, sql):
+        self.started.set()
+        return self.real.execute(sql)
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+def test_a_slow_query_does_not_stall_other_sessions(samples, tmp_path):
+    """A hostile session's query runs (on its own database, under a 60 s limit) while a victim session
+    plays a clarification, a feedback and a SQL step; all three finish before the hostile query does,
+    which only ends when the test interrupts it. With a lock held across whole steps the victim would
+    wait for the query instead."""
+    base = next(s for s in samples if s.id == OTHER)
+    copy_db = tmp_path / "copy.sqlite"
+    shutil.copy(base.db_path, copy_db)
+    slow_sample = dataclasses.replace(base, id="copy-ans-002", db_path=str(copy_db))
+    judge, user = _FakeJudge(), _ProbingUser()
+    shared = SharedResources(samples=[*samples, slow_sample], simulator=user, feedback_judge=judge, timeout_s=HANG_S)
+    judge.lock, user.lock = shared.judge_lock, shared.simulator_lock
+    hostile, victim = TextSQLClarifyEnvironment(shared), TextSQLClarifyEnvironment(shared)
+    hostile.reset(sample_id=slow_sample.id)
+    sandbox = hostile.env._sandbox = _SignallingSandbox(hostile.env._sandbox)
+    hostile_out: list = []
+    hostile_thread = threading.Thread(target=lambda: hostile_out.append(hostile.step(f"<sql>{SLOW_SQL}</sql>")),
+                                      daemon=True)
+    hostile_thread.start()
+    assert sandbox.started.wait(HANG_S), "the hostile query did not start"
+
+    victim_out: list = []
+
+    def play_victim():
+        victim.reset(sample_id="uni-missent-001")  # unanswerable: no SQL on the way
+        victim_out.append(victim.step("<clarify>Which staff do you mean?</clarify>"))
+        victim_out.append(victim.step("<feedback>The database records no administrative staff.</feedback>"))
+        victim.reset(sample_id=OTHER)
+        victim_out.append(victim.step(f"<sql>{base.gold_sql}</sql>"))
+
+    victim_thread = threading.Thread(target=play_victim, daemon=True)
+    victim_thread.start()
+    victim_thread.join(HANG_S)
+    try:
+        assert not victim_thread.is_alive(), "the victim's steps waited for the hostile query"
+        assert hostile_thread.is_alive() and hostile_out == [], "the hostile query ended before the victim's steps"
+    finally:
+        while hostile_thread.is_alive():  # end the hostile query (interrupt: a runtime error, not a timeout)
+            sandbox.real.interrupt()
+            hostile_thread.join(0.05)
+    clarify, feedback, sql = victim_out
+    assert clarify.action_type == "clarify" and clarify.last_message and not clarify.done
+    assert feedback.done and feedback.scores["fb"] == 1.0
+    assert sql.sample_id == OTHER and sql.reward == 1.0 and sql.scores["ex"] == 1.0
+    (h,) = hostile_out
+    assert h.done and h.reward == 0.0 and h.trajectory["turns"][0]["execution"]["error_kind"] == "runtime"
+    # the shared user and judge were each called under their lock (no other thread could take it)
+    assert user.free_during_call == [False] and judge.free_during_call == [False]

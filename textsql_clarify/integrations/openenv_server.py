@@ -10,7 +10,15 @@ API (``pip install textsql-clarify[openenv]``, openenv-core 0.3):
 * :func:`make_app(dataset, **env_kwargs) <make_app>`: the FastAPI app of OpenEnv's own
   ``create_app`` (routes ``/ws``, ``/reset``, ``/step``, ``/state``, ``/schema``, ``/health``); every
   WebSocket session gets its own environment, all sharing one sample list, one simulated user and
-  one FB judge.
+  one FB judge. Only the calls into that simulated user and that judge are serialised (one lock each);
+  SQL runs in each session's own thread, so a slow query holds up no other session's step (but see
+  :class:`SharedResources` for two sessions on one database).
+* Errors: bad reset arguments raise :class:`ResetArgumentError` (a ``ValueError``),
+  :class:`UnknownSampleError` (``KeyError``) or :class:`SampleIndexError` (``IndexError``); a step
+  without a running episode raises :class:`NoEpisodeError` (``RuntimeError``). All are
+  :class:`RequestError`: the WebSocket answers them with an OpenEnv error message, the HTTP routes
+  with 400 (reset) or 409 (step) and ``{"detail": message}``. A reset that fails changes nothing: the
+  previous episode (env and state) stays as it was.
 * :class:`TextSQLClarifyClient`: an ``openenv.core.EnvClient`` for that server (async;
   ``.sync()`` gives the blocking wrapper). ``client.reset(sample_id=...)``,
   ``client.step("<sql>...</sql>")`` (a string or a :class:`TextSQLClarifyAction`), ``client.state()``.
@@ -21,7 +29,7 @@ Protocol (OpenEnv 0.3, ``openenv/core/env_server/http_server.py``): an episode i
 ``/ws`` WebSocket, one environment per connection, which is what :class:`TextSQLClarifyClient` (like
 every OpenEnv ``EnvClient``) uses. The HTTP ``/reset`` and ``/step`` routes build a fresh environment
 per request and close it after, so they cannot play a multi-turn episode (``/step`` there answers
-"call reset() before step()"); they serve inspection only.
+409 "call reset() before step()"); they serve inspection only.
 
 Action: the env's action string, tagged (``<sql>``, ``<clarify>``, ``<feedback>``, ``<category>``) or
 JSON ``{"type", "content"}`` (DESIGN.md "Contracts"); a malformed one gets the env's error
@@ -61,10 +69,43 @@ from ..samples import Sample
 
 __all__ = ["TextSQLClarifyAction", "TextSQLClarifyObservation", "TextSQLClarifyState",
            "TextSQLClarifyEnvironment", "TextSQLClarifyClient", "SharedResources", "make_app",
-           "environment_factory", "main"]
+           "environment_factory", "main", "RequestError", "ResetArgumentError", "UnknownSampleError",
+           "SampleIndexError", "NoEpisodeError"]
 
 #: reset keywords the environment accepts besides OpenEnv's ``seed`` and ``episode_id``
 RESET_OPTIONS = ("sample_id", "index")
+#: longest ``episode_id`` accepted (OpenEnv 0.3 ``ResetRequest.episode_id`` max_length)
+MAX_EPISODE_ID_CHARS = 255
+
+
+class RequestError(Exception):
+    """A client's request the environment refuses (bad reset argument, step without an episode).
+
+    ``status_code`` is the HTTP status :func:`make_app` answers it with; the message names the argument.
+    """
+
+    status_code = 400
+
+    def __str__(self) -> str:  # KeyError would quote its message
+        return str(self.args[0]) if self.args else ""
+
+
+class ResetArgumentError(RequestError, ValueError):
+    """A reset argument with a bad type or value, an unknown keyword, or ``sample_id`` with ``index``."""
+
+
+class UnknownSampleError(RequestError, KeyError):
+    """``reset(sample_id=...)`` names no sample of the server."""
+
+
+class SampleIndexError(RequestError, IndexError):
+    """``reset(index=...)`` is out of range."""
+
+
+class NoEpisodeError(RequestError, RuntimeError):
+    """``step`` before ``reset`` or after the episode ended (HTTP 409)."""
+
+    status_code = 409
 
 
 class TextSQLClarifyAction(Action):
@@ -140,16 +181,26 @@ def _jsonable(x: Any) -> Any:
 
 class SharedResources:
     """What every environment of one server shares: the samples, one simulated user, one FB judge, the
-    env options, and a lock that serialises steps (the simulator and judge are called from OpenEnv's
-    per-session worker threads; sandboxes are thread-safe on their own, ``database.get_sandbox``).
+    env options, and the two locks that serialise calls into the simulated user and into the judge
+    (OpenEnv runs each session in its own worker thread; neither a MiniLM judge loading lazily nor a
+    transformers user is safe to call from two threads at once).
+
+    Nothing else is locked here: a step's SQL runs in its session's thread, so a session running a
+    slow query (up to the env's ``timeout_s``) holds up no other session's clarification, feedback,
+    or query on another database. Sandboxes are shared per database and lock themselves
+    (``database.get_sandbox``, one connection per database): two sessions' queries on the *same*
+    database still run one after the other, each bounded by ``timeout_s``.
 
     Args:
         dataset: dataset spec for :func:`textsql_clarify.datasets.load_dataset` (ignored with ``samples``).
         samples: the samples (default: the dataset's).
         limit: keep the first ``limit`` samples.
-        serialize_steps: hold one lock around every reset and step of every session (default ``True``).
+        serialize_steps: lock the simulated user's ``respond`` and the judge's ``judge`` calls (default
+            ``True``); ``False`` only for a simulator and judge that are thread-safe themselves.
         env_kwargs: :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` options (``simulator``,
             ``reward_preset``, ``max_clarifications``, ``category_mode``, ``feedback_judge`` ...).
+    Attributes:
+        simulator_lock, judge_lock: the locks (``threading.RLock``, or no-ops without ``serialize_steps``).
     Raises:
         DatasetError: the dataset cannot be loaded; ValueError: bad env options (checked by building one env).
     """
@@ -164,15 +215,20 @@ class SharedResources:
         self.simulator = make_simulator(env_kwargs.pop("simulator", "rule"))
         self.feedback_judge = env_kwargs.pop("feedback_judge", None) or default_judge()
         self.env_kwargs = env_kwargs
-        self.lock: Any = threading.RLock() if serialize_steps else _NoLock()
+        self.simulator_lock: Any = threading.RLock() if serialize_steps else _NoLock()
+        self.judge_lock: Any = threading.RLock() if serialize_steps else _NoLock()
+        self._locked_judge = _LockedJudge(self.feedback_judge, self.judge_lock)
         self.make_env()  # fail at build time on bad options, not in the first session
 
     def make_env(self):
-        """A new :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` over the shared parts."""
+        """A new :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` over the shared parts; its judge
+        calls hold ``judge_lock`` (the env calls the judge inside ``begin_step``). Its ``simulator`` is
+        the shared one, unlocked: :meth:`TextSQLClarifyEnvironment.step` holds ``simulator_lock``
+        around it."""
         from ..envs.env import TextSQLClarifyEnv
 
         return TextSQLClarifyEnv(samples=self.samples, simulator=self.simulator,
-                                 feedback_judge=self.feedback_judge, **self.env_kwargs)
+                                 feedback_judge=self._locked_judge, **self.env_kwargs)
 
 
 class _NoLock:
@@ -181,6 +237,62 @@ class _NoLock:
 
     def __exit__(self, *exc):
         return False
+
+
+class _LockedJudge:
+    """The shared FB judge with every ``judge`` call under ``lock``; other attributes (``name``,
+    ``used``) are the judge's own."""
+
+    def __init__(self, judge: Any, lock: Any):
+        self._judge, self._lock = judge, lock
+
+    def judge(self, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return self._judge.judge(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._judge, name)
+
+
+def _check_reset_args(env: Any, seed: Any, episode_id: Any, sample_id: Any, index: Any,
+                      kwargs: dict) -> tuple[Optional[int], str, Optional[int]]:
+    """Check every reset argument without touching ``env``; ``(seed, episode id, sample index or None)``.
+
+    Raises:
+        ResetArgumentError, UnknownSampleError, SampleIndexError: as
+        :meth:`TextSQLClarifyEnvironment.reset`.
+    """
+    import numpy as np
+
+    if kwargs:
+        raise ResetArgumentError(f"unknown reset argument(s) {sorted(kwargs)}; accepted: seed, episode_id, "
+                                 f"{', '.join(RESET_OPTIONS)}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise ResetArgumentError(f"reset argument 'seed' must be an int >= 0 or null, got {seed!r}")
+    if episode_id is not None and not isinstance(episode_id, str):
+        raise ResetArgumentError(f"reset argument 'episode_id' must be a string or null, "
+                                 f"got {type(episode_id).__name__} {episode_id!r}")
+    if episode_id is not None and len(episode_id) > MAX_EPISODE_ID_CHARS:
+        raise ResetArgumentError(f"reset argument 'episode_id' is {len(episode_id)} characters long; "
+                                 f"at most {MAX_EPISODE_ID_CHARS}")
+    if sample_id is not None and index is not None:
+        raise ResetArgumentError("give either 'sample_id' or 'index' to reset, not both")
+    idx: Optional[int] = None
+    if sample_id is not None:
+        if not isinstance(sample_id, str):
+            raise ResetArgumentError(f"reset argument 'sample_id' must be a string, "
+                                     f"got {type(sample_id).__name__} {sample_id!r}")
+        try:
+            idx = env.sample_index(sample_id)
+        except KeyError as e:
+            raise UnknownSampleError(str(e.args[0]) if e.args else f"unknown sample_id {sample_id!r}") from None
+    elif index is not None:
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise ResetArgumentError(f"reset argument 'index' must be an int, got {type(index).__name__} {index!r}")
+        idx = int(index)
+        if not 0 <= idx < len(env.samples):
+            raise SampleIndexError(f"reset argument 'index' {idx} is out of range 0..{len(env.samples) - 1}")
+    return (None if seed is None else int(seed)), (episode_id or uuid.uuid4().hex), idx
 
 
 class TextSQLClarifyEnvironment(Environment[TextSQLClarifyAction, TextSQLClarifyObservation, TextSQLClarifyState]):
@@ -207,35 +319,59 @@ class TextSQLClarifyEnvironment(Environment[TextSQLClarifyAction, TextSQLClarify
               index: Optional[int] = None, **kwargs: Any) -> TextSQLClarifyObservation:
         """Start an episode on the sample named by ``sample_id`` or ``index``, else one drawn with ``seed``.
 
+        All or nothing: every argument is checked before the env is touched, and an env reset that fails
+        anyway is undone (``TextSQLClarifyEnv.snapshot`` / ``restore``), so after an error the previous
+        episode, env and :attr:`state` alike, is as it was. A new episode's ``episode_reward`` is 0.
+
         Args:
-            seed: reset seed (int); episode_id: an id to record (default: a new uuid4 hex).
+            seed: reset seed (int >= 0, as OpenEnv's ``ResetRequest``); episode_id: an id to record, a string
+                of at most 255 characters (default: a new uuid4 hex).
             sample_id / index: the sample (give at most one).
         Raises:
-            ValueError: unknown keyword, both ``sample_id`` and ``index``, bad values; KeyError: unknown
-            ``sample_id``; IndexError: ``index`` out of range. Over the WebSocket these come back as an
-            OpenEnv error message, which the client raises as ``RuntimeError``.
+            ResetArgumentError (a ``ValueError``): unknown keyword, both ``sample_id`` and ``index``, a bad
+            type or value; UnknownSampleError (``KeyError``): unknown ``sample_id``; SampleIndexError
+            (``IndexError``): ``index`` out of range. Over the WebSocket these come back as an OpenEnv error
+            message naming the argument, which the client raises as ``RuntimeError``; over HTTP as 400.
         """
-        if kwargs:
-            raise ValueError(f"unknown reset argument(s) {sorted(kwargs)}; accepted: seed, episode_id, "
-                             f"{', '.join(RESET_OPTIONS)}")
-        options = {k: v for k, v in (("sample_id", sample_id), ("index", index)) if v is not None}
-        with self.shared.lock:
-            obs, info = self.env.reset(seed=seed, options=options or None)
-        self._state = TextSQLClarifyState(episode_id=episode_id or uuid.uuid4().hex, step_count=0,
-                                          sample_id=info["sample_id"], turn=int(obs["turn"]))
+        seed, episode_id, idx = _check_reset_args(self.env, seed, episode_id, sample_id, index, kwargs)
+        new_state = TextSQLClarifyState(episode_id=episode_id, step_count=0, episode_reward=0.0, done=False)
+        snap = self.env.snapshot()
+        try:
+            obs, info = self.env.reset(seed=seed, options=None if idx is None else {"index": idx})
+            new_state.sample_id = info["sample_id"]
+            new_state.turn = int(obs["turn"])
+        except BaseException:
+            self.env.restore(snap)  # the previous episode goes on as if this reset had not been asked for
+            raise
+        self._state = new_state
         return self._observation(obs, None, False, False, info)
 
     def step(self, action: TextSQLClarifyAction | str, timeout_s: Optional[float] = None,
              **kwargs: Any) -> TextSQLClarifyObservation:
         """Apply one action (a :class:`TextSQLClarifyAction` or its string).
 
-        ``timeout_s`` is accepted for OpenEnv's HTTP route and ignored: the env bounds each query itself
-        (``timeout_s`` env option). Raises RuntimeError before ``reset`` or after the episode ended.
+        The env's ``begin_step`` runs the SQL in this thread, with no lock held; only the shared FB
+        judge (inside ``begin_step``, ``SharedResources.judge_lock``) and the shared simulated user
+        (:func:`~textsql_clarify.envs.env.answer_clarifications`, ``SharedResources.simulator_lock``) are
+        called under a lock. ``timeout_s`` is accepted for OpenEnv's HTTP route and ignored: the env
+        bounds each query itself (``timeout_s`` env option).
+
+        Raises:
+            NoEpisodeError (a ``RuntimeError``): before ``reset`` or after the episode ended (HTTP 409).
+            Any error of the judge or simulator, after which the episode is as it was before the step.
         """
-        text = action.action if isinstance(action, TextSQLClarifyAction) else action
-        with self.shared.lock:
-            obs, reward, terminated, truncated, info = self.env.step(text)
+        from ..envs.env import answer_clarifications
+        from ..simulators.base import UserRequest
+
         st = self._state
+        if st.sample_id is None or st.done:
+            raise NoEpisodeError("call reset() before step(): the episode has ended or not started")
+        text = action.action if isinstance(action, TextSQLClarifyAction) else action
+        out = self.env.begin_step(text)
+        if isinstance(out, UserRequest):
+            with self.shared.simulator_lock:
+                out = answer_clarifications(self.shared.simulator, [(self.env, out)])[0]
+        obs, reward, terminated, truncated, info = out
         st.step_count += 1
         st.turn = int(obs["turn"])
         st.episode_reward = float(st.episode_reward + reward)
@@ -297,8 +433,19 @@ def make_app(dataset: str = "embedded", *, samples: Sequence[Sample] | None = No
         as :class:`SharedResources`.
     """
     shared = SharedResources(dataset, samples=samples, limit=limit, serialize_steps=serialize_steps, **env_kwargs)
-    return create_app(environment_factory(shared), TextSQLClarifyAction, TextSQLClarifyObservation,
-                      env_name="textsql_clarify", max_concurrent_envs=max_concurrent_envs)
+    app = create_app(environment_factory(shared), TextSQLClarifyAction, TextSQLClarifyObservation,
+                     env_name="textsql_clarify", max_concurrent_envs=max_concurrent_envs)
+    app.add_exception_handler(RequestError, _request_error_response)
+    return app
+
+
+async def _request_error_response(_request: Any, exc: Exception):
+    """FastAPI exception handler: a :class:`RequestError` from the HTTP ``/reset`` or ``/step`` route as its
+    ``status_code`` with ``{"detail": message}`` (FastAPI's ``HTTPException`` body), not a bare 500.
+    (The WebSocket route catches errors itself and answers with an OpenEnv error message.)"""
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse(status_code=getattr(exc, "status_code", 400), content={"detail": str(exc)})
 
 
 class TextSQLClarifyClient(EnvClient[TextSQLClarifyAction, TextSQLClarifyObservation, TextSQLClarifyState]):
