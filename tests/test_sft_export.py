@@ -149,6 +149,74 @@ def test_jsonl_round_trip_and_errors(tagged, tmp_path):
         read_sft_jsonl(bad)
 
 
+GOOD = {"messages": [{"role": "user", "content": "x"}]}
+CALL = {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+    "name": "submit_sql", "arguments": {"sql": "SELECT 1"}}}]}
+
+
+@pytest.mark.parametrize("lines, where, message", [
+    (['{"messages": [1, 2]}'], "line 1", "messages[0] must be a message dict with 'role' and 'content', got number"),
+    (['{"messages": [{"content": "x"}]}'], "line 1", "messages[0]: 'role' must be a non-empty string"),
+    ([json.dumps(GOOD), '{"messages": [{"role": "user", "content": 5}]}'], "line 2",
+     "messages[0]: 'content' must be a string, got number"),
+    (['{"messages": [{"role": "assistant", "content": "", "tool_calls": [{"type": "function"}]}]}'], "line 1",
+     "messages[0].tool_calls[0] must be {'type': 'function', 'function'"),
+    (['{"messages": [{"role": "assistant", "content": "", "tool_calls": ["x"]}]}'], "line 1",
+     "messages[0].tool_calls[0] must be"),
+    (['{"messages": [{"role": "assistant", "content": "", "tool_calls": {"a": 1}}]}'], "line 1",
+     "messages[0]: 'tool_calls' must be a list"),
+    (['{"messages": [{"role": "assistant", "content": "", "tool_calls": [{"function": {"arguments": {}}}]}]}'],
+     "line 1", "messages[0].tool_calls[0].function: 'name' must be a non-empty string"),
+    (['{"messages": [{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", '
+      '"arguments": 3}}]}]}'], "line 1", "'arguments' must be an object or a JSON string, got number"),
+    ([json.dumps(GOOD), json.dumps({**GOOD, "tools": 7})], "line 2", "'tools' must be a list of tool schemas"),
+    ([json.dumps({**GOOD, "sample_id": 1}), "", json.dumps({**GOOD, "sample_id": "a"})], "line 3",
+     "field 'sample_id' is a number in "),
+    (['{"messages": ' + "[" * 100_000 + "]" * 100_000 + "}"], "line 1", "JSON nested too deeply to decode"),
+])
+def test_bad_records_name_file_line_and_field(lines, where, message, tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError) as e:
+        read_sft_jsonl(path)
+    assert str(e.value).startswith(f"field 'sample_id'" if "field" in message else f"{path}, {where}: ")
+    assert message in str(e.value) and where in str(e.value)
+    if importlib.util.find_spec("datasets") is not None:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            sft_dataset(path)  # the file path: the same check
+        if "nested" not in message:  # records given as objects are named by their index
+            recs = [json.loads(x) for x in lines if x]
+            with pytest.raises(ValueError, match=r"SFT record \d"):
+                sft_dataset(recs)
+
+
+def test_bad_bytes_and_good_edge_cases(tmp_path):
+    path = tmp_path / "bytes.jsonl"
+    path.write_bytes((json.dumps(GOOD) + "\n").encode() + b'{"messages": [{"role": "user", "content": "\xff"}]}\n')
+    with pytest.raises(ValueError, match=r"bytes\.jsonl, line 2: not UTF-8 \(byte 43: invalid start byte\)"):
+        read_sft_jsonl(path)
+    # accepted: a byte order mark, blank lines, content None beside tool_calls, ints and floats in one field
+    call = {**CALL, "content": None}
+    path.write_text("\ufeff" + json.dumps({**GOOD, "w": 1}) + "\n\n" + json.dumps({"messages": [call], "w": 0.5}) + "\n",
+                    encoding="utf-8")
+    assert read_sft_jsonl(path) == [{**GOOD, "w": 1}, {"messages": [call], "w": 0.5}]
+    if importlib.util.find_spec("datasets") is not None:
+        ds = sft_dataset(path)
+        assert ds["w"] == [1.0, 0.5] and json.loads(ds[1]["messages"][0]["tool_calls"][0]["function"]["arguments"]) == {
+            "sql": "SELECT 1"}
+
+
+def test_write_leaves_nothing_behind_on_a_bad_record(tagged, tmp_path):
+    out = tmp_path / "sft.jsonl"
+    with pytest.raises(TypeError, match="SFT record 1 is not JSON-ready"):
+        write_sft_jsonl([tagged[0], {"x": object()}], out)
+    assert list(tmp_path.iterdir()) == []  # neither sft.jsonl nor sft.jsonl.tmp
+    write_sft_jsonl(tagged[:2], out)
+    with pytest.raises(TypeError, match="SFT record 0"):
+        write_sft_jsonl([{"x": {1, 2}}], out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sft.jsonl"] and read_sft_jsonl(out) == list(tagged[:2])
+
+
 def test_cli_export_sft(tmp_path, capsys):
     out = tmp_path / "sft.jsonl"
     assert main(["export-sft", "--agent", "oracle", "--dataset", "embedded", "--limit", "8", "--out", str(out)]) == 0
@@ -200,6 +268,9 @@ def test_tools_classification_phase(embedded, trl_env):
     assert m[0]["content"].count("classify(category)") == 1
     call = [x for x in m if x["role"] == "assistant"][0]["tool_calls"][0]["function"]
     assert call == {"name": "classify", "arguments": {"category": embedded[6].subcategory}}
+    # the classification request (a user turn) names the classify tool, not a <category> tag
+    assert [x["content"] for x in m[:3] if x["role"] == "user"][-1].startswith(trl_env.TOOL_CLASSIFY_INSTRUCTIONS)
+    assert not any("<category>" in x["content"] for rec in r for x in rec["messages"])
 
 
 def test_sft_dataset_stores_json_strings(tools, trl_env):

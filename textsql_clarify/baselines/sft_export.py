@@ -197,6 +197,8 @@ def _tool_messages(tool_env: Any, trl_env: Any, traj: Trajectory, tagged: list[d
     msgs = [dict(m) for m in first_prompt]
     msgs[0]["content"] = trl_env.tool_system_message(msgs[0]["content"]) + (
         "\n\n" + trl_env.TOOL_WORKED_EXAMPLE if example else "")
+    for m in msgs[1:]:  # the classification phase asks in a user turn: in tool terms, as build_prompt_dataset
+        m["content"] = trl_env.tool_text(m["content"])
     tool_env.reset(sample_id=traj.sample_id)
     # the user messages that followed each action in the played episode (None after the last action)
     n_pre = sum(m["role"] == "assistant" for m in first_prompt)  # the p-protocol's pre-filled L1 exchange
@@ -290,39 +292,132 @@ def write_sft_jsonl(records: Iterable[dict], path: str | os.PathLike) -> Path:
     Returns:
         The path written.
     Raises:
-        IsADirectoryError: ``path`` is an existing folder. TypeError: a record that is not JSON-ready.
+        IsADirectoryError: ``path`` is an existing folder. TypeError: a record that is not JSON-ready (the
+            message names its index). Nothing is left behind on an error: the records go to
+            ``<path>.tmp`` first, which is removed, and ``path`` is only replaced once all are written.
     """
     p = Path(path)
     if p.is_dir():
         raise IsADirectoryError(f"SFT output {p} is a folder, expected a .jsonl file path")
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for r in records:
-            fh.write(json.dumps(r, ensure_ascii=True) + "\n")
-    tmp.replace(p)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for i, r in enumerate(records):
+                try:
+                    line = json.dumps(r, ensure_ascii=True)
+                except (TypeError, ValueError) as e:  # ValueError: a circular reference
+                    raise TypeError(f"SFT record {i} is not JSON-ready: {e}") from e
+                fh.write(line + "\n")
+        tmp.replace(p)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return p
+
+
+def _kind(value: Any) -> str:
+    """The JSON kind of a value: ``string``, ``number`` (int or float), ``boolean``, ``list``, ``object``."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _check_record(rec: Any, where: str) -> None:
+    """Raise ValueError (``where``: the file and line, or the record's index) unless ``rec`` is an SFT record:
+    a dict whose ``messages`` is a list of dicts with a string ``role`` and a string ``content`` (``None``
+    allowed beside ``tool_calls``), ``tool_calls`` a list of ``{"function": {"name": str, "arguments":
+    dict | str}}`` dicts, and ``tools`` (when present) a list of dicts or a JSON string (TRL docs,
+    "Dataset formats": conversational, tool calling)."""
+    if not isinstance(rec, dict) or not isinstance(rec.get("messages"), list):
+        raise ValueError(f"{where}: an SFT record needs a 'messages' list")
+    for j, m in enumerate(rec["messages"]):
+        at = f"{where}: messages[{j}]"
+        if not isinstance(m, dict):
+            raise ValueError(f"{at} must be a message dict with 'role' and 'content', got {_kind(m)}")
+        if not isinstance(m.get("role"), str) or not m["role"]:
+            raise ValueError(f"{at}: 'role' must be a non-empty string, got {m.get('role')!r}")
+        calls = m.get("tool_calls")
+        content = m.get("content")
+        if not (isinstance(content, str) or (content is None and calls)):
+            raise ValueError(f"{at}: 'content' must be a string, got {_kind(content) if 'content' in m else 'none'}")
+        if calls is None:
+            continue
+        if not isinstance(calls, list):
+            raise ValueError(f"{at}: 'tool_calls' must be a list, got {_kind(calls)}")
+        for k, c in enumerate(calls):
+            cat = f"{at}.tool_calls[{k}]"
+            fn = c.get("function") if isinstance(c, dict) else None
+            if not isinstance(fn, dict):
+                raise ValueError(f"{cat} must be {{'type': 'function', 'function': {{'name': ..., 'arguments': ...}}}}, "
+                                 f"got {c!r:.80}")
+            if not isinstance(fn.get("name"), str) or not fn["name"]:
+                raise ValueError(f"{cat}.function: 'name' must be a non-empty string, got {fn.get('name')!r:.80}")
+            if "arguments" in fn and not isinstance(fn["arguments"], (dict, str)):
+                raise ValueError(f"{cat}.function: 'arguments' must be an object or a JSON string, "
+                                 f"got {_kind(fn['arguments'])}")
+    tools = rec.get("tools")
+    if tools is not None and not (isinstance(tools, str) or (isinstance(tools, list)
+                                                             and all(isinstance(t, dict) for t in tools))):
+        raise ValueError(f"{where}: 'tools' must be a list of tool schemas (dicts) or a JSON string")
+
+
+def _check_columns(records: Sequence[dict], wheres: Sequence[str]) -> None:
+    """Raise ValueError naming the field and two records where a top-level field changes JSON kind
+    (Arrow stores one type per column; ``None`` fits any)."""
+    first: dict[str, tuple[str, str]] = {}
+    for rec, where in zip(records, wheres):
+        for key, value in rec.items():
+            if value is None or key in ("messages", "tools"):
+                continue
+            kind = _kind(value)
+            if key not in first:
+                first[key] = (kind, where)
+            elif first[key][0] != kind:
+                raise ValueError(f"field {key!r} is a {first[key][0]} in {first[key][1]} but a {kind} in {where}: "
+                                 f"a dataset column holds one type")
 
 
 def read_sft_jsonl(path: str | os.PathLike) -> list[dict]:
     """Read a file written by :func:`write_sft_jsonl`.
 
+    Blank lines are skipped; a UTF-8 byte order mark at the start is allowed.
+
     Raises:
-        FileNotFoundError: no such file. ValueError: a line that is not a JSON object with ``messages``
-            (the message names the file and line).
+        FileNotFoundError: no such file. IsADirectoryError: ``path`` is a folder. ValueError: a line that is
+            not UTF-8, not JSON (or nested too deeply to decode), or not an SFT record (``messages``: a list
+            of ``{"role": str, "content": str}`` dicts, ``tool_calls`` of ``{"function": {"name", "arguments"}}``
+            dicts), or a top-level field whose JSON type differs between lines; each message names the file
+            and line (and the field).
     """
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
+    out, wheres = [], []
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            where = f"{path}, line {n}"
+            try:
+                line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{where}: not UTF-8 (byte {e.start}: {e.reason})") from None
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}, line {n}: not JSON ({e})") from e
-            if not isinstance(rec, dict) or not isinstance(rec.get("messages"), list):
-                raise ValueError(f"{path}, line {n}: an SFT record needs a 'messages' list")
+                raise ValueError(f"{where}: not JSON ({e})") from e
+            except RecursionError:
+                raise ValueError(f"{where}: JSON nested too deeply to decode") from None
+            _check_record(rec, where)
             out.append(rec)
+            wheres.append(where)
+    _check_columns(out, wheres)
     return out
 
 
@@ -361,16 +456,31 @@ def sft_dataset(records: Iterable[dict] | str | os.PathLike) -> Any:
         A ``datasets.Dataset`` with a ``messages`` column and the records' other fields (``None`` in a row
         whose record lacks one: a tagged record mixed with tools records has ``tools`` None).
     Raises:
-        ImportError: ``datasets`` is not installed (extra ``trl``). ValueError: no records, or a bad file.
+        ImportError: ``datasets`` is not installed (extra ``trl``). ValueError: no records; a bad file or
+            record (as :func:`read_sft_jsonl`; a given record is named by its index); records that Arrow
+            cannot hold in one table.
     """
     import datasets
+    import pyarrow as pa
 
     if isinstance(records, (str, os.PathLike)):
+        source = str(records)
         records = read_sft_jsonl(records)
+    else:
+        source = "records"
+        records = list(records)
+        wheres = [f"SFT record {i}" for i in range(len(records))]
+        for rec, where in zip(records, wheres):
+            _check_record(rec, where)
+        _check_columns(records, wheres)
     rows = [_arrow_safe(r) for r in records]
     if not rows:
         raise ValueError("no SFT records to build a dataset from")
     # ``Dataset.from_list`` takes its columns from the first row: give every row every field (None where absent),
     # so mixing tagged and tools records keeps the tools records' ``tools``
     keys = list(dict.fromkeys(k for r in rows for k in r))
-    return datasets.Dataset.from_list([{k: r.get(k) for k in keys} for r in rows])
+    try:
+        return datasets.Dataset.from_list([{k: r.get(k) for k in keys} for r in rows])
+    except (pa.ArrowException, TypeError, ValueError, RecursionError) as e:
+        raise ValueError(f"{source}: the SFT records do not form one dataset table (a field whose type "
+                         f"differs between records?): {type(e).__name__}: {e}") from e
