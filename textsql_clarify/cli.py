@@ -36,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="folder for trajectories.jsonl and metrics.json (default: runs/<dataset kind>-<agent>-<simulator>[-p], "
                         "the agent spec made folder-safe)")
     e.add_argument("--seed", type=int, default=0, help="seed of the first episode (default 0)")
-    e.add_argument("--simulator", default="rule", help="'rule' (default) or 'transformers'")
+    e.add_argument("--simulator", default="rule", help="'rule' (default), 'transformers' (SmolLM2) or 'transformers:<model>[,<model>...]' (local paths or cached hub ids; several make a council)")
     e.add_argument("--preset", default="binary", choices=sorted(PRESETS), help="reward preset (default: binary)")
     e.add_argument("--max-clarifications", type=int, default=3, help="clarification budget (default 3, ABISS §6.1)")
     e.add_argument("--category-mode", default="taxonomy_free",
@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="assistant turns as tagged actions (default) or as tool calls (integrations.trl_env tools)")
     x.add_argument("--out", required=True, help="the .jsonl file to write")
     x.add_argument("--seed", type=int, default=0, help="seed of the first episode (default 0)")
-    x.add_argument("--simulator", default="rule", help="'rule' (default) or 'transformers'")
+    x.add_argument("--simulator", default="rule", help="'rule' (default), 'transformers' (SmolLM2) or 'transformers:<model>[,<model>...]' (local paths or cached hub ids; several make a council)")
     x.add_argument("--max-clarifications", type=int, default=3, help="clarification budget (default 3)")
     x.add_argument("--category-mode", default="taxonomy_free",
                    choices=["ground_truth", "predicted", "taxonomy_only", "taxonomy_free"])

@@ -7,8 +7,8 @@ ordinary safetensors checkpoint, with its tokenizer and chat template, in a loca
 ``from_pretrained(folder)`` treats it as a plain model. Nothing is fetched: the source is an installed
 package, a local path or a hub id already in the local HF cache (:func:`resolve_model_source`).
 
-The cache folder is ``$TEXTSQL_CLARIFY_CACHE/models/<name>-<dtype>`` (default
-``~/.cache/textsql-clarify``). A folder is written under a temporary name and renamed when complete,
+The cache folder is ``<cache_root>/models/<name>-<dtype>``, where the cache root is
+``$TEXTSQL_CLARIFY_CACHE``, else ``$XDG_CACHE_HOME/textsql-clarify``, else ``~/.cache/textsql-clarify``. A folder is written under a temporary name and renamed when complete,
 so a crash mid-write never leaves a half checkpoint that a later run would trust.
 """
 from __future__ import annotations
@@ -31,9 +31,13 @@ _DTYPES = ("float32", "bfloat16")
 
 
 def cache_root() -> Path:
-    """The project's cache folder: ``$TEXTSQL_CLARIFY_CACHE`` or ``~/.cache/textsql-clarify``."""
+    """The project's cache folder: ``$TEXTSQL_CLARIFY_CACHE``, else ``$XDG_CACHE_HOME/textsql-clarify``,
+    else ``~/.cache/textsql-clarify``."""
     env = os.environ.get("TEXTSQL_CLARIFY_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "textsql-clarify"
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "textsql-clarify"
 
 
 def _check_dtype(dtype: str) -> str:

@@ -218,7 +218,7 @@ class OpenAIAgent:
             return resp.choices[0].message.content or ""
         raise AgentServerError(
             f"chat completions server {self.base_url} (model {self.model!r}) failed {attempts} time(s); "
-            f"last error: {type(last).__name__}: {_short(last)}. Is the server running and serving that model?") from last
+            f"last error: {type(last).__name__}: {_short(last).rstrip('.')}. Is the server running and serving that model?") from last
 
     def __repr__(self) -> str:
         return f"OpenAIAgent(base_url={self.base_url!r}, model={self.model!r}, requests_sent={self.requests_sent})"

