@@ -61,6 +61,26 @@ def _is_complete(folder: Path) -> bool:
     return (folder / _MARKER).is_file() and (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
 
 
+def _source_path(src: Any) -> str:
+    """The resolved file (GGUF) or folder a checkpoint was prepared from, as its marker records it."""
+    return str(src.folder / src.gguf_file) if src.gguf_file else str(src.folder)
+
+
+def _prepared_from(folder: Path, src: Any) -> bool:
+    """Whether the checkpoint in ``folder`` was prepared from ``src``: two specs with the same file stem
+    (``/a/model.gguf``, ``/b/model.gguf``) share a cache folder name. A marker without ``source_path``
+    (written before it was recorded) is matched on its source folder name and GGUF file name."""
+    try:
+        marker = json.loads((folder / _MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(marker, dict):
+        return False
+    if "source_path" in marker:
+        return marker["source_path"] == _source_path(src)
+    return marker.get("source_folder_name") == src.folder.name and marker.get("gguf_file") == src.gguf_file
+
+
 def _plain_copy(model: Any, dtype: Any) -> Any:
     """The same weights in a model built from its config without the GGUF quantisation record, which
     transformers refuses to serialise (the weights are already de-quantised floats)."""
@@ -90,7 +110,9 @@ def prepare_model(name: str = "smollm2", *, dtype: str = "float32", cache_dir: s
             file or folder, a model folder, an installed model package, a cached hub id).
         dtype: ``"float32"`` (default; what CPU training wants) or ``"bfloat16"``.
         cache_dir: parent folder for the checkpoint (default ``cache_root()/models``).
-        force: rebuild even if a complete checkpoint exists.
+        force: rebuild even if a complete checkpoint exists. A complete checkpoint prepared from another
+            source whose name gives the same folder (``/a/model.gguf`` and ``/b/model.gguf``) is rebuilt
+            from this one, never returned for it.
     Returns:
         The folder holding ``config.json``, ``model.safetensors``, the tokenizer files and a marker
         ``textsql_clarify_prepared.json`` (source spec, file, dtype, parameter count).
@@ -102,9 +124,11 @@ def prepare_model(name: str = "smollm2", *, dtype: str = "float32", cache_dir: s
     spec = PREPARABLE.get(name, name)
     dest = prepared_path(name if name in PREPARABLE else Path(str(name)).stem or "model", dtype=dtype,
                          cache_dir=cache_dir)
-    if _is_complete(dest) and not force:
+    if _is_complete(dest) and not force and name in PREPARABLE:
         return dest
     src = resolve_model_source(spec)
+    if _is_complete(dest) and not force and _prepared_from(dest, src):
+        return dest  # else another source with the same name was prepared there: rebuilt from this one
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -131,6 +155,7 @@ def prepare_model(name: str = "smollm2", *, dtype: str = "float32", cache_dir: s
         tok.save_pretrained(str(tmp))
         (tmp / _MARKER).write_text(json.dumps({
             "source_spec": spec, "source_folder_name": src.folder.name, "gguf_file": src.gguf_file,
+            "source_path": _source_path(src),
             "dtype": dtype, "n_params": sum(p.numel() for p in model.parameters()),
         }, indent=2), encoding="utf-8")
         if dest.exists():

@@ -50,7 +50,8 @@ class TransformersAgent:
         name: the agent's name in logs and progress bars (default ``hf:<model folder name>``).
 
     Attributes:
-        model, tokenizer: the loaded model (eval mode) and its tokenizer.
+        model, tokenizer: the loaded model and its tokenizer (a spec is loaded in eval mode; an in-memory
+            model keeps its mode, and each ``generate`` runs in eval mode).
         generate_calls: ``model.generate`` calls made so far (one per :meth:`act_batch` unless
             ``batch_size`` splits it).
         batch_rows: rows of each ``generate`` call, in order (``sum(batch_rows) == stats["actions"]``).
@@ -173,7 +174,8 @@ class TransformersAgent:
         return actions
 
     def _generate(self, prompts: list[str]) -> list[str]:
-        """Completions of ``prompts`` from one padded ``model.generate`` call (text after the prompt)."""
+        """Completions of ``prompts`` from one padded ``model.generate`` call (text after the prompt), in
+        eval mode (no dropout) even when an in-memory model came in train mode, which it is left in."""
         import torch
 
         tok = self.tokenizer
@@ -188,10 +190,19 @@ class TransformersAgent:
         else:  # greedy: drop the checkpoint's sampling defaults so generate does not warn about them
             kw.update(temperature=None, top_p=None, top_k=None)
         cuda = [device.index or 0] if device.type == "cuda" else []
-        with torch.inference_mode(), torch.random.fork_rng(devices=cuda, enabled=self.do_sample):
-            if self.do_sample and self.seed is not None:
-                torch.manual_seed(int(self.seed) + self.generate_calls)
-            gen = self.model.generate(input_ids=ids, attention_mask=mask, **kw)
+        # an in-memory policy may be in train mode (dropout on, e.g. LoRA's): generate in eval mode, then
+        # give the model back in the mode it came in
+        was_training = bool(getattr(self.model, "training", False))
+        if was_training:
+            self.model.eval()
+        try:
+            with torch.inference_mode(), torch.random.fork_rng(devices=cuda, enabled=self.do_sample):
+                if self.do_sample and self.seed is not None:
+                    torch.manual_seed(int(self.seed) + self.generate_calls)
+                gen = self.model.generate(input_ids=ids, attention_mask=mask, **kw)
+        finally:
+            if was_training:
+                self.model.train()
         self.generate_calls += 1
         self.batch_rows.append(len(prompts))
         new = gen[:, ids.shape[1]:]

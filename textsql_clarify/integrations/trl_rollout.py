@@ -217,7 +217,13 @@ def _default_generate(trainer: Any, tokenizer: Any, *, temperature: float, top_p
     Each row is left-padded, sampled (greedy at temperature 0), and cut right after the first EOS or
     the first token that completes a stop string (``stop_strings``, the closing action tags); the
     log-probabilities are ``log_softmax(logits / temperature)`` at the sampled tokens (TRL's
-    ``_get_per_token_logps_and_entropies`` convention).
+    ``_get_per_token_logps_and_entropies`` convention). The trainer's other sampling settings apply as in
+    TRL's own transformers path (``GRPOTrainer.__init__``'s ``generation_kwargs``): ``min_p`` (when set),
+    ``repetition_penalty`` and ``generation_kwargs`` of its ``GRPOConfig``; TRL's log-probabilities ignore
+    them too (a ``generation_kwargs`` key never replaces a setting named above). Generation goes through
+    ``unwrap_model_for_generation`` with the config's
+    ``gradient_checkpointing_kwargs``, so the checkpointing that it turns off for generation comes back
+    as the trainer set it (TRL forces ``use_reentrant=True`` for PEFT with ZeRO-3).
     """
     import torch
     from trl.models.utils import unwrap_model_for_generation
@@ -253,13 +259,24 @@ def _default_generate(trainer: Any, tokenizer: Any, *, temperature: float, top_p
                                   "output_logits": True}
         if temperature and temperature > 0:
             kwargs.update(do_sample=True, temperature=float(temperature), top_p=float(top_p), top_k=int(top_k))
+            if getattr(trainer.args, "min_p", None) is not None:
+                kwargs["min_p"] = float(trainer.args.min_p)
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        penalty = getattr(trainer.args, "repetition_penalty", None)
+        if penalty is not None and float(penalty) != 1.0:
+            kwargs["repetition_penalty"] = float(penalty)
+        extra = getattr(trainer.args, "generation_kwargs", None)
+        for k, v in (extra.items() if isinstance(extra, dict) else ()):
+            kwargs.setdefault(k, v)  # never over the settings above (the log-probabilities assume them)
         if stop_strings:
             kwargs.update(stop_strings=list(stop_strings), tokenizer=tokenizer)
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
                                          gather_deepspeed3_params=getattr(trainer.args, "ds3_gather_for_generation",
-                                                                          True)) as model, torch.no_grad():
+                                                                          True),
+                                         gradient_checkpointing_kwargs=getattr(
+                                             trainer.args, "gradient_checkpointing_kwargs", None)) as model, \
+                torch.no_grad():
             out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
         new = out.sequences[:, width:].cpu()
         logits = torch.stack(out.logits, dim=1).float().cpu() if out.logits else None
