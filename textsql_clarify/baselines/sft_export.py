@@ -155,19 +155,18 @@ def tool_schemas(tool_env: Any) -> list[dict]:
 
 def _play(env: Any, agent: Any, index: int, seed: int) -> tuple[dict, list[list[dict]], list[Any]]:
     """One episode: ``(final info, each turn's info["messages"], each turn's action)``
-    (as :func:`~textsql_clarify.baselines.rollout.run_episode`, keeping what the agent was shown)."""
+    (as :func:`~textsql_clarify.baselines.rollout.run_episode`, keeping what the agent was shown; an
+    agent with only ``act_batch``, which :func:`~textsql_clarify.baselines.agents.make_agent` accepts,
+    is asked one observation at a time)."""
+    from .rollout import _act
+
     obs, info = env.reset(seed=seed, options={"index": index})
     sample = env.current_sample
     agent.begin_episode(sample if getattr(agent, "privileged", False) else None)
     prompts, actions = [], []
     for turn in range(env.max_turns + 1):
         prompts.append(info["messages"])
-        try:
-            action = agent.act(obs, info)
-        except Exception as e:
-            if hasattr(e, "add_note"):  # Python 3.11+
-                e.add_note(f"raised by the agent on sample {sample.id} (turn {turn + 1})")
-            raise
+        action = _act(agent, obs, info, f"sample {sample.id} (turn {turn + 1})")  # errors get that note
         actions.append(action)
         obs, _reward, terminated, truncated, info = env.step(action)
         if terminated or truncated:
