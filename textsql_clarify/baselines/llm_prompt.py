@@ -90,7 +90,16 @@ def extract_action(text: str) -> str:
 
 def is_format_valid(action: str, *, kinds: Sequence[str] = ("sql", "clarify", "feedback", "classify")) -> bool:
     """True when the env's parser (:func:`~textsql_clarify.envs.actions.parse_action`) reads
-    ``action`` as one action of one of ``kinds``."""
+    ``action`` as one action of one of ``kinds``.
+
+    Args:
+        action: the action string (tagged or JSON).
+        kinds: the action types that count (default: all four).
+    Returns:
+        Whether it parses as one action of those types; never raises for a malformed action. Whether the
+        env would also allow it in its turn (a clarification on the final turn is refused) is not checked.
+    Source: TIDE App. D (one action per turn; malformed actions).
+    """
     try:
         return parse_action(action).type in kinds
     except ActionError:

@@ -69,7 +69,15 @@ def _as_ids(out: Any) -> list[int]:
 def clean_messages(prompt: Sequence[dict]) -> list[dict[str, Any]]:
     """Chat messages with only the keys a chat template reads (``role``, ``content`` and, where set,
     ``tool_calls`` / ``name``); the dataset's ``sample_id`` key (and ``None`` fields that
-    ``datasets`` adds to make the messages one struct type) are dropped."""
+    ``datasets`` adds to make the messages one struct type) are dropped.
+
+    Args:
+        prompt: chat messages (dicts with ``role`` and ``content``).
+    Returns:
+        New message dicts (the input is not changed).
+    Raises:
+        KeyError: a message has no ``role``.
+    """
     out = []
     for m in prompt:
         d = {"role": m["role"], "content": m.get("content") or ""}
@@ -87,6 +95,8 @@ def prompt_sample_id(prompt: Any, by_question: dict[str, list[str]] | None = Non
     Args:
         prompt: a conversational prompt (list of ``{"role", "content", ...}`` dicts).
         by_question: first user message -> sample ids (for prompts without the key).
+    Returns:
+        The sample id.
     Raises:
         TypeError: the prompt is not a list of messages.
         KeyError: no id, or a question that several samples share (add the ``sample_id`` key).
@@ -119,8 +129,17 @@ def turn_suffix_ids(tokenizer: Any, content: str, *, chat_template_kwargs: dict 
     conversation with and without the user turn, trim the first at its last EOS, and take the rest of
     the second.
 
+    Args:
+        tokenizer: a tokenizer with a chat template and ``eos_token_id`` (the end-of-turn token).
+        content: the user turn's text.
+        chat_template_kwargs: passed to ``apply_chat_template``.
+    Returns:
+        The ids to append after the assistant's end-of-turn token (the user turn and the next
+        assistant header).
     Raises:
         ValueError: the template is not prefix-preserving (the shorter rendering is not a prefix).
+
+    Source: TRL 1.16 ``GRPOTrainer._get_tool_suffix_ids`` (``trl/trainer/grpo_trainer.py``).
     """
     kw = dict(chat_template_kwargs or {})
     dummy = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
@@ -501,11 +520,15 @@ def rollout_reward(prompts: Any = None, completions: Any = None, *, episode_rewa
         reward_components: one ``{component: summed value or None}`` per completion.
         sample_id: the dataset column, when present; checked against ``rollout_sample_id``.
         log_metric: TRL's metric logger (``GRPOTrainer._log_metric``).
+    Returns:
+        The episode rewards, one float per completion, in order.
     Raises:
         ValueError: no ``episode_reward`` (the trainer was not given this module's rollout), a field whose
             length differs from ``episode_reward``'s (``completions``, ``reward_components``, ``sample_id``,
             ``rollout_sample_id``), or a row whose rollout played another sample than its ``sample_id``
             column says.
+
+    Source: TRL 1.16 ``GRPOTrainer._calculate_rewards`` (rollout fields as reward keywords, ``log_metric``).
     """
     if episode_reward is None:
         raise ValueError("rollout_reward needs the 'episode_reward' field of make_rollout_func's rollout: "
