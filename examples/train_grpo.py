@@ -27,9 +27,13 @@ The pipeline (``docs/training.md``):
 Which train samples: on a CPU the prompt (instructions, schema, worked example) dominates the cost of
 every step, so each training subset takes, per group and source, the samples with the shortest prompts
 (``--prefer-short``, on by default; measured in tokens of the model's chat template). The held-out
-subset is drawn at random per group and source (``--eval-per-group``), never by length. GRPO skips
-unanswerable samples without a stated rationale (Spider-unanswerable): under the ``binary`` preset their
-feedback is undefined and every action pays 0, so a group of them has no advantage to learn from.
+subset is drawn at random per group and source (``--eval-per-group``), never by length; its episodes run
+in order of prompt length, so that each lockstep batch pads to similar lengths. GRPO skips unanswerable
+samples without a stated rationale (Spider-unanswerable): their feedback is undefined (FB ``None``), so no
+action earns more than 0 there and a group of them has no advantage to learn from.
+
+The GRPO reward (``--reward-preset``, default :data:`TRAIN_PRESET`) is partial SQL credit plus FB plus the
+format penalty; the held-out tables always use the env's ``binary`` preset (EX or FB).
 
 Every optional library (torch, transformers, trl, datasets, matplotlib, peft) is imported inside the
 functions. Nothing is fetched from the network: the model is a local folder (``--model``, default the
@@ -46,6 +50,7 @@ import math
 import os
 import platform
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -62,6 +67,10 @@ if str(REPO) not in sys.path:  # run from a checkout without installing
 GROUPS = ("answerable", "ambiguous", "unanswerable")
 #: Table rows, in order.
 STAGES = ("base", "SFT", "SFT+GRPO")
+#: The GRPO reward of the measured CPU run (``docs/training.md``): partial SQL credit (``rewards/dense.py``), FB,
+#: and the format penalty; no turn penalty, so asking costs nothing by itself. The held-out tables use the
+#: env's default ``binary`` preset.
+TRAIN_PRESET = '{"sql_partial": 1, "feedback": 1, "format": 0.1}'
 
 
 # ------------------------------------------------------------------------------------------ arguments
@@ -82,13 +91,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefer-short", action=argparse.BooleanOptionalAction, default=True,
                    help="train on the samples with the shortest prompts (per group and source)")
     # SFT
-    p.add_argument("--sft-per-group", type=int, default=6, help="train samples per group for SFT demonstrations")
-    p.add_argument("--sft-steps", type=int, default=18)
+    p.add_argument("--sft-per-group", type=parse_per_group, default="answerable=6,ambiguous=4,unanswerable=3",
+                   help="train samples per group for SFT demonstrations: N, or answerable=N,ambiguous=N,unanswerable=N")
+    p.add_argument("--sft-steps", type=int, default=13)
     p.add_argument("--sft-batch", type=int, default=1, help="per-device batch (records)")
-    p.add_argument("--sft-grad-accum", type=int, default=1)
-    p.add_argument("--sft-lr", type=float, default=5e-5)
+    p.add_argument("--sft-grad-accum", type=int, default=2)
+    p.add_argument("--sft-lr", type=float, default=1e-4)
+    p.add_argument("--sft-scheduler", default="linear", help="SFT learning-rate schedule (transformers name)")
     # GRPO
-    p.add_argument("--grpo-per-group", type=int, default=4, help="train samples per group for GRPO prompts")
+    p.add_argument("--grpo-per-group", type=parse_per_group, default="answerable=6,ambiguous=3,unanswerable=3",
+                   help="train samples per group for GRPO prompts (same forms as --sft-per-group)")
     p.add_argument("--grpo-steps", type=int, default=14)
     p.add_argument("--grpo-prompts-per-step", type=int, default=1)
     p.add_argument("--num-generations", type=int, default=4, help="GRPO group size (episodes per prompt)")
@@ -96,9 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-completion-length", type=int, default=160,
                    help="token budget of a whole GRPO episode (actions and the user's replies)")
     p.add_argument("--grpo-lr", type=float, default=2e-5)
-    p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature of GRPO rollouts")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of GRPO rollouts")
     p.add_argument("--beta", type=float, default=0.0, help="KL coefficient (0: no reference model)")
-    p.add_argument("--reward-preset", default="binary", help="env reward preset for GRPO (docs/rewards.md)")
+    p.add_argument("--reward-preset", default=TRAIN_PRESET, type=parse_preset,
+                   help="env reward preset for GRPO: a name (docs/rewards.md) or a JSON {component: weight} "
+                        "mapping, e.g. '{\"sql_partial\": 1, \"feedback\": 1, \"format\": 0.1}'")
     p.add_argument("--max-clarifications", type=int, default=3)
     # hardware
     p.add_argument("--bf16", action="store_true", help="bfloat16 weights and training (GPU)")
@@ -110,6 +124,52 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--smoke", action="store_true",
                    help="CI size: 1 eval sample per group, 2 SFT steps, 2 GRPO steps, short completions")
     return p
+
+
+def parse_per_group(text: str) -> int | dict[str, int]:
+    """``N`` (the same cap for every group) or ``answerable=N,ambiguous=N,unanswerable=N`` (groups left out: 0).
+
+    Raises:
+        argparse.ArgumentTypeError: not an int >= 0, or an unknown group.
+    """
+    try:
+        if "=" not in str(text):
+            n = int(text)
+            if n < 0:
+                raise ValueError
+            return n
+        out = {g: 0 for g in GROUPS}
+        for part in str(text).split(","):
+            g, _, n = part.partition("=")
+            if g.strip() not in out or int(n) < 0:
+                raise ValueError
+            out[g.strip()] = int(n)
+        return out
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or answerable=N,ambiguous=N,unanswerable=N, got {text!r}") \
+            from None
+
+
+def parse_preset(text: str) -> Any:
+    """``--reward-preset``: a preset name, or a JSON object of component weights (checked by the env's
+    :func:`~textsql_clarify.rewards.presets.resolve_preset`).
+
+    Raises:
+        argparse.ArgumentTypeError: bad JSON, or a name / mapping that ``resolve_preset`` refuses.
+    """
+    from textsql_clarify.rewards.presets import resolve_preset
+
+    value: Any = text
+    if text.strip().startswith("{"):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise argparse.ArgumentTypeError(f"--reward-preset is not valid JSON: {e}") from e
+    try:
+        resolve_preset(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    return value
 
 
 def apply_smoke(args: argparse.Namespace) -> argparse.Namespace:
@@ -169,7 +229,7 @@ def source_of(sample: Any) -> str:
     return str((sample.provenance or {}).get("source") or "unknown")
 
 
-def stratified_pick(samples: Sequence[Any], ids: Sequence[str], per_group: int, *, seed: int,
+def stratified_pick(samples: Sequence[Any], ids: Sequence[str], per_group: int | dict[str, int], *, seed: int,
                     key: Callable[[Any], Any] | None = None, filter_fn: Callable[[Any], bool] | None = None,
                     ) -> list[str]:
     """Up to ``per_group`` ids of each group, taken round-robin over the group's sources.
@@ -180,7 +240,8 @@ def stratified_pick(samples: Sequence[Any], ids: Sequence[str], per_group: int, 
     the source whose first sample has the smallest ``key`` (with ``key``), else at the first source by name.
 
     Args:
-        samples: all samples; ids: the candidates (e.g. the held-out ids); per_group: the cap per group.
+        samples: all samples; ids: the candidates (e.g. the held-out ids); per_group: the cap per group (an
+            int, or ``{group: cap}`` with 0 for a missing group).
         seed: the shuffle's seed; key: sort key of a sample; filter_fn: keep only samples it accepts.
     Returns:
         The chosen ids, grouped in :data:`GROUPS` order.
@@ -203,10 +264,11 @@ def stratified_pick(samples: Sequence[Any], ids: Sequence[str], per_group: int, 
             queues.append(lst)
         if key is not None:
             queues.sort(key=lambda q: key(q[0]))
+        cap = per_group.get(group, 0) if isinstance(per_group, dict) else per_group
         chosen: list[str] = []
-        while len(chosen) < per_group and any(queues):
+        while len(chosen) < cap and any(queues):
             for q in queues:
-                if q and len(chosen) < per_group:
+                if q and len(chosen) < cap:
                     chosen.append(q.pop(0).id)
         out += chosen
     return out
@@ -256,10 +318,15 @@ def load_policy(spec: str, *, bf16: bool, device: str) -> tuple[Any, Any, str]:
     return model, tok, folder
 
 
-def sft_tokenizer(folder: str) -> Any:
-    """The SFT tokenizer: the model's own, with the shipped tool-calling chat template, which renders tagged
-    chats exactly as SmolLM2's ChatML template and marks the assistant turns (``{% generation %}``), so
-    ``assistant_only_loss`` trains on the actions only (``integrations/trl_env.apply_tool_chat_template``)."""
+def sft_tokenizer(folder: str) -> tuple[Any, bool]:
+    """The SFT tokenizer and whether the loss can be limited to the assistant's tokens.
+
+    A template that already marks the assistant turns (``{% generation %}``) is kept. Otherwise a ChatML
+    model (SmolLM2, Qwen2.5) gets the shipped tool-calling chat template, which renders tagged chats exactly
+    as ChatML and marks the assistant turns, so ``assistant_only_loss`` trains on the actions only
+    (``integrations/trl_env.apply_tool_chat_template``). A model without ChatML tokens keeps its own
+    template and trains on whole sequences (``False``).
+    """
     from transformers import AutoTokenizer
 
     from textsql_clarify.integrations.trl_env import apply_tool_chat_template
@@ -267,7 +334,13 @@ def sft_tokenizer(folder: str) -> Any:
     tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
-    return apply_tool_chat_template(tok, force=True)
+    if re.search(r"\{%-?\s*generation\s*-?%\}", getattr(tok, "chat_template", None) or ""):
+        return tok, True
+    try:
+        return apply_tool_chat_template(tok, force=True), True
+    except ValueError as e:  # no ChatML tokens
+        log(f"SFT loss over whole sequences: {e}")
+        return tok, False
 
 
 def _merge_lora(model: Any) -> Any:
@@ -356,12 +429,12 @@ def run_sft(model: Any, folder: str, samples: Sequence[Any], args: argparse.Name
                        max_clarifications=args.max_clarifications)
     if not recs:
         raise RuntimeError(f"the oracle solved none of the {len(samples)} SFT samples: {recs.dropped[:3]}")
-    tok = sft_tokenizer(folder)
+    tok, assistant_only = sft_tokenizer(folder)
     lengths = [len(tok.apply_chat_template(r["messages"], tokenize=True, return_dict=False)) for r in recs]
     cfg = SFTConfig(output_dir=str(out / "sft"), max_steps=args.sft_steps, per_device_train_batch_size=args.sft_batch,
                     gradient_accumulation_steps=args.sft_grad_accum, learning_rate=args.sft_lr,
-                    lr_scheduler_type="constant", warmup_steps=0, max_length=max(lengths) + 8,
-                    assistant_only_loss=True, logging_steps=1, save_strategy="no", report_to=[],
+                    lr_scheduler_type=args.sft_scheduler, warmup_steps=0, max_length=max(lengths) + 8,
+                    assistant_only_loss=assistant_only, logging_steps=1, save_strategy="no", report_to=[],
                     use_cpu=not _cuda(), bf16=args.bf16, seed=args.seed, data_seed=args.seed, disable_tqdm=True,
                     activation_checkpointing=False, dataloader_num_workers=0)
     trainer = SFTTrainer(model=model, args=cfg, train_dataset=sft_dataset(recs), processing_class=tok,
@@ -374,7 +447,7 @@ def run_sft(model: Any, folder: str, samples: Sequence[Any], args: argparse.Name
         "dropped": list(recs.dropped), "record_tokens": _stats(lengths), "steps": steps,
         "epochs": trainer.state.epoch, "wall_s": round(time.perf_counter() - t0, 1),
         "config": {"max_steps": args.sft_steps, "batch": args.sft_batch, "grad_accum": args.sft_grad_accum,
-                   "lr": args.sft_lr, "scheduler": "constant", "assistant_only_loss": True, "lora": args.lora},
+                   "lr": args.sft_lr, "scheduler": args.sft_scheduler, "assistant_only_loss": assistant_only, "lora": args.lora},
     }
 
 
@@ -515,7 +588,8 @@ def plot_curve(run: dict[str, Any], path: Path) -> Path:
         ax.plot(xs, ys, style, label=name)
     ax.set_title("GRPO rollouts: reward, EX, FB")
     ax.set_xlabel("GRPO step")
-    ax.set_ylim(-0.05, 1.05)
+    low = min([0.0] + [r["reward"]["value"] for r in steps if r["reward"]["value"] is not None])
+    ax.set_ylim(min(-0.05, low - 0.05), 1.05)  # shaped rewards go below 0
     ax.legend(fontsize=8)
     ax = axes[2]
     for name, style in (("format_valid_rate", "o-"), ("AR_ambiguous", "s--"), ("AR_answerable", "^--")):
@@ -642,7 +716,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                           "eval": _stats(list(eval_len.values()))},
         "tables": {}, "wall_s": wall,
     }
-    eval_samples = [by_id[i] for i in eval_ids]
+    # episodes in order of prompt length: the lockstep batches then pad to similar lengths (same samples)
+    eval_samples = sorted((by_id[i] for i in eval_ids), key=lambda s: (eval_len[s.id], s.id))
 
     def save() -> None:
         run["wall_s"]["total_s"] = round(time.perf_counter() - t_start, 1)

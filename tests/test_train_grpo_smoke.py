@@ -114,3 +114,23 @@ def test_smoke_run_writes_log_tables_and_curve(tmp_path):
     png = (tmp_path / "learning_curve.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert "| SFT+GRPO |" in mod.format_table(log["tables"])
+
+
+def test_per_group_caps_and_reward_presets_parse_or_fail_clearly():
+    import argparse
+
+    mod = _load()
+    assert mod.parse_per_group("5") == 5
+    assert mod.parse_per_group("answerable=6,ambiguous=3") == {"answerable": 6, "ambiguous": 3, "unanswerable": 0}
+    for bad in ("-1", "answerable=x", "easy=3"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected N or answerable=N"):
+            mod.parse_per_group(bad)
+    assert mod.parse_preset("binary") == "binary"
+    assert mod.parse_preset('{"sql_partial": 1, "format": 0.1}') == {"sql_partial": 1, "format": 0.1}
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown reward component 'bogus'"):
+        mod.parse_preset('{"bogus": 1}')
+    with pytest.raises(argparse.ArgumentTypeError, match="not valid JSON"):
+        mod.parse_preset("{sql_partial: 1}")
+    args = mod.build_parser().parse_args(["--sft-per-group", "ambiguous=2", "--smoke"])
+    assert args.sft_per_group == {"answerable": 0, "ambiguous": 2, "unanswerable": 0}
+    assert mod.apply_smoke(args).sft_per_group == 1 and args.grpo_steps == 2
