@@ -1,7 +1,7 @@
 """A measured training run: SFT on oracle dialogues, then multi-turn GRPO in the env, evaluated on held-out samples.
 
     HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv/bin/python examples/train_grpo.py --out runs/train_grpo
-    .venv/bin/python examples/train_grpo.py --smoke --out /tmp/smoke      # CI: 2 SFT steps, 2 GRPO steps, tiny eval
+    .venv/bin/python examples/train_grpo.py --smoke --out runs/train_grpo_smoke      # CI: 2 SFT steps, 2 GRPO steps, tiny eval
 
 The pipeline (``docs/training.md``):
 
@@ -196,6 +196,17 @@ def log(msg: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------ data
+def _portable(value):
+    """A config value for the log: a path under the repository's parent is written relative to the
+    repository (``../shared/data``), so a committed log names no folder of the machine it ran on."""
+    if isinstance(value, str) and os.path.isabs(value):
+        try:
+            return os.path.relpath(value, REPO) if Path(value).resolve().is_relative_to(REPO.parent.resolve()) else value
+        except ValueError:
+            return value
+    return value
+
+
 def dataset_specs(data_root: str | os.PathLike, *, spider: bool = True) -> tuple[list[str], list[str]]:
     """The dataset specs to load and the messages about absent sets.
 
@@ -700,7 +711,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     wall["select_s"] = round(time.perf_counter() - t, 1)
     assert not set(eval_ids) & set(train_ids) and not set(sft_ids + grpo_ids) & set(heldout_ids)
     run: dict[str, Any] = {
-        "config": {k: v for k, v in vars(args).items()},
+        "config": {k: _portable(v) for k, v in vars(args).items()},
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__, "trl": _version("trl"), "device": device,
                      "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count()},
