@@ -65,6 +65,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
         "textsql_clarify.integrations.openenv_server needs openenv-core>=0.3: "
         "pip install 'textsql-clarify[openenv]'") from e
 
+from .common import jsonable
 from ..samples import Sample
 
 __all__ = ["TextSQLClarifyAction", "TextSQLClarifyObservation", "TextSQLClarifyState",
@@ -155,28 +156,6 @@ class TextSQLClarifyState(State):
     turn: int = 0
     done: bool = False
     episode_reward: float = 0.0
-
-
-def _jsonable(x: Any) -> Any:
-    """``x`` with numpy scalars, tuples and sets turned into JSON types (non-finite floats -> ``None``)."""
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (set, frozenset)):
-        return sorted(_jsonable(v) for v in x)
-    if hasattr(x, "item") and callable(x.item) and not isinstance(x, (str, bytes)):
-        try:
-            x = x.item()
-        except (TypeError, ValueError):
-            return str(x)
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if x is None or isinstance(x, (str, int, float, bool)):
-        return x
-    if hasattr(x, "to_dict"):
-        return _jsonable(x.to_dict())
-    return str(x)
 
 
 class SharedResources:
@@ -387,11 +366,11 @@ class TextSQLClarifyEnvironment(Environment[TextSQLClarifyAction, TextSQLClarify
             question=obs["question"], evidence=obs["evidence"], db_schema=obs["schema"], context=obs["context"],
             history=obs["history"], last_message=obs["last_message"], turn=int(obs["turn"]),
             clarifications_left=int(obs["clarifications_left"]), phase=PHASES[int(obs["phase"])],
-            messages=_jsonable(info["messages"]), reward_components=_jsonable(info.get("reward_components") or {}),
+            messages=jsonable(info["messages"]), reward_components=jsonable(info.get("reward_components") or {}),
             action_type=info.get("action_type"), error=info.get("error"), sample_id=info.get("sample_id"),
             terminated=bool(terminated), truncated=bool(truncated), episode_reward=self._state.episode_reward,
-            scores=_jsonable(info["scores"]) if "scores" in info else None,
-            trajectory=_jsonable(traj.to_dict()) if traj is not None else None,
+            scores=jsonable(info["scores"]) if "scores" in info else None,
+            trajectory=jsonable(traj.to_dict()) if traj is not None else None,
             reward=reward, done=bool(terminated or truncated))
 
     @property

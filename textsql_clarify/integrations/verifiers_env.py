@@ -51,6 +51,7 @@ import math
 import sys
 import threading
 from typing import Any, Iterator, Sequence
+from .common import jsonable
 
 try:
     import verifiers.v1 as vf
@@ -120,25 +121,9 @@ class TextSQLClarifyState(vf.State):
     def summary(self) -> dict[str, Any]:
         """The JSON-ready record kept in ``trace.info["textsql_clarify"]``."""
         return {"episode_reward": self.episode_reward, "step_rewards": list(self.step_rewards),
-                "reward_components": dict(self.reward_components), "scores": _jsonable(self.scores),
+                "reward_components": dict(self.reward_components), "scores": jsonable(self.scores),
                 "finished": self.finished, "outcome": self.outcome, "actions": list(self.actions),
                 "replies": list(self.replies)}
-
-
-def _jsonable(x: Any) -> Any:
-    """``x`` with numpy scalars and tuples turned into JSON types; non-finite floats -> ``None``."""
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
-        try:
-            x = x.item()
-        except (TypeError, ValueError):
-            return str(x)
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x if x is None or isinstance(x, (str, int, float, bool)) else str(x)
 
 
 # ---------------------------------------------------------------------------------------------- task
