@@ -18,3 +18,13 @@ def test_jsonable_converts_numpy_nonfinite_sets_and_to_dict():
     assert out["bad"] is None and out["s"] == ["a", "b"] and out["t"] == {"turns": [1, 2]}
     assert out["o"].startswith("<object object")
     json.dumps(out, allow_nan=False)  # raises if anything non-JSON survived
+
+
+def test_add_components_sums_numbers_and_keeps_undefined_as_none():
+    from textsql_clarify.integrations.common import add_components
+
+    totals = {}
+    add_components(totals, {"ex": None, "format": -1, "drift": True, "components": {"x": 1}})
+    add_components(totals, {"ex": 1.0, "format": math.nan, "drift": False, "feedback": None})
+    add_components(totals, None)
+    assert totals == {"ex": 1.0, "format": -1.0, "drift": 1.0, "feedback": None}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["jsonable"]
+__all__ = ["add_components", "jsonable"]
 
 
 def jsonable(x: Any) -> Any:
@@ -37,3 +37,27 @@ def jsonable(x: Any) -> Any:
     if hasattr(x, "to_dict"):
         return jsonable(x.to_dict())
     return str(x)
+
+
+def add_components(totals: dict[str, float | None], components: dict[str, Any] | None) -> dict[str, float | None]:
+    """Add one step's reward components to an episode's per-component sums, in place.
+
+    Numeric components (bools as 0/1) are summed; a component that is ``None`` or not finite on a
+    step leaves its sum as it was (``None`` until some step defines it: DESIGN "Undefined is not
+    zero"); nested dicts (the ``components`` detail) are skipped. Used by every adapter that reports an
+    episode's components (TRL tool env, TRL rollout, verifiers).
+
+    Args:
+        totals: component name -> running sum or ``None``; changed in place.
+        components: the step's ``info["reward_components"]`` (``None`` = no components).
+    Returns:
+        ``totals``.
+    """
+    for k, v in (components or {}).items():
+        if isinstance(v, dict):
+            continue
+        if isinstance(v, (bool, int, float)) and math.isfinite(float(v)):
+            totals[k] = (totals.get(k) or 0.0) + float(v)
+        else:
+            totals.setdefault(k, None)
+    return totals

@@ -48,7 +48,6 @@ environment template (``openenv/cli/templates/openenv_env``).
 from __future__ import annotations
 
 import argparse
-import math
 import threading
 import uuid
 from typing import Any, Optional, Sequence

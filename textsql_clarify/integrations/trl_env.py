@@ -52,6 +52,7 @@ import re
 from importlib import resources
 from typing import Any, Callable, Sequence
 
+from .common import add_components
 from ..samples import Sample
 
 __all__ = ["TextSQLClarifyToolEnv", "TextSQLClarifyClassifyToolEnv", "make_environment_factory",
@@ -315,13 +316,7 @@ class TextSQLClarifyToolEnv:
         finally:
             self._env.max_action_chars = limit
         self.step_rewards.append(float(reward))
-        for k, v in (info.get("reward_components") or {}).items():
-            if isinstance(v, dict):
-                continue
-            if isinstance(v, (bool, int, float)):
-                self.reward_components[k] = (self.reward_components.get(k) or 0.0) + float(v)
-            else:
-                self.reward_components.setdefault(k, None)
+        add_components(self.reward_components, info.get("reward_components"))
         last = info["messages"][-1]
         if terminated or truncated:
             self.done = True

@@ -39,9 +39,9 @@ at the end, ``None`` when unfinished), ``finished``, ``num_turns``, ``outcome`` 
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Sequence
 
+from .common import add_components
 from ..samples import Sample
 
 __all__ = ["make_rollout_func", "rollout_reward", "RolloutEpisode", "turn_suffix_ids", "prompt_sample_id"]
@@ -213,15 +213,7 @@ class RolloutEpisode:
     def record(self, reward: float, comps: dict) -> None:
         """Add one step's reward and reward components (numeric ones summed, ``None`` skipped)."""
         self.step_rewards.append(float(reward))
-        for k, v in comps.items():
-            if isinstance(v, dict):
-                continue  # nested detail (``components``), not a weightable component
-            if isinstance(v, bool):
-                v = float(v)
-            if isinstance(v, (int, float)) and math.isfinite(float(v)):
-                self.components[k] = (self.components.get(k) or 0.0) + float(v)
-            else:
-                self.components.setdefault(k, None)
+        add_components(self.components, comps)
 
     @property
     def reward(self) -> float:

@@ -51,7 +51,7 @@ import math
 import sys
 import threading
 from typing import Any, Iterator, Sequence
-from .common import jsonable
+from .common import add_components, jsonable
 
 try:
     import verifiers.v1 as vf
@@ -108,15 +108,7 @@ class TextSQLClarifyState(vf.State):
         """Add one step's reward and reward components (numeric ones summed, nested dicts and ``None`` skipped)."""
         self.step_rewards.append(float(reward))
         self.episode_reward = float(sum(self.step_rewards))
-        for k, v in comps.items():
-            if isinstance(v, dict):
-                continue
-            if isinstance(v, bool):
-                v = float(v)
-            if isinstance(v, (int, float)) and math.isfinite(float(v)):
-                self.reward_components[k] = (self.reward_components.get(k) or 0.0) + float(v)
-            else:
-                self.reward_components.setdefault(k, None)
+        add_components(self.reward_components, comps)
 
     def summary(self) -> dict[str, Any]:
         """The JSON-ready record kept in ``trace.info["textsql_clarify"]``."""
