@@ -101,7 +101,9 @@ def test_spec_type_checked():
 def test_list_dataset_kinds_names_every_spec_form():
     kinds = list_dataset_kinds()
     heads = [k.split()[0] for k in kinds]
-    assert heads == ["embedded", "spider:<root>", "spider-unanswerable:<file>:<spider", "<path>.jsonl"]
+    assert heads == ["embedded", "spider:<root>", "spider-unanswerable:<file>:<spider", "<path>.jsonl",
+                     "mmsql:<file>:<spider", "cosql:<dir>:<spider", "ambiqt:<dir>:<spider", "mini-interact:<dir>",
+                     "bird:<root>", "abiss:<file>:<db"]
 
 
 # --------------------------------------------------------------------------- Spider (synthetic errors)

@@ -19,7 +19,13 @@ from .taxonomy import GROUPS, PREMISE_FLAWS, SUBCATEGORIES
 
 DRIFT_SUBTYPES = ("value", "constraint", "projection")
 CHAIN_VERDICTS = ("eliminated", "transformed")
-DIFFICULTIES = ("easy", "medium", "hard", "extra", "unknown")
+#: Spider's hardness levels, then BIRD's difficulty labels, then ``unknown``.
+DIFFICULTIES = ("easy", "medium", "hard", "extra", "simple", "moderate", "challenging", "unknown")
+DIALOGUE_ROLES = ("user", "system")
+#: Load-time validation flags (:mod:`textsql_clarify.datasets.validate`); a flagged sample is reported,
+#: and ``indistinguishable`` ones are kept out of the ambiguous metrics unless asked.
+SAMPLE_FLAGS = ("gold_error", "gold_empty", "gold_timeout", "gold_nondeterministic", "interpretation_error",
+                "indistinguishable", "duplicate_gold")
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,21 @@ class DriftEvent:
 
 
 @dataclass(frozen=True)
+class DialogueTurn:
+    """One earlier turn of a multi-turn dialogue, before the sample's question (MMSQL, CoSQL).
+
+    Attributes:
+        role: ``user`` or ``system``.
+        text: what was said (for a system turn that only answered with SQL, may be empty).
+        sql: the SQL the system answered with on that turn, where known; else ``None``.
+    """
+
+    role: str
+    text: str
+    sql: str | None = None
+
+
+@dataclass(frozen=True)
 class Sample:
     """One benchmark sample, the spec of one episode.
 
@@ -90,15 +111,21 @@ class Sample:
         question: the user's natural-language question.
         evidence: external knowledge shown to the agent (list of strings; may be empty).
         group: ``answerable`` | ``ambiguous`` | ``unanswerable`` (ABISS §3.1).
-        subcategory: one of the 13 ABISS subcategories (:mod:`textsql_clarify.taxonomy`).
+        subcategory: one of the 13 ABISS subcategories (:mod:`textsql_clarify.taxonomy`), or ``None``
+            for an ambiguous or unanswerable sample whose source does not say which (reported as its own
+            ``unknown`` row in breakdowns).
         premise_flaw: a PremiseSQL flaw type or ``None``.
         style: the linguistic style of the question (free text, e.g. ``"terse"``).
-        difficulty: ``easy`` | ``medium`` | ``hard`` | ``extra`` | ``unknown``.
+        difficulty: Spider's ``easy`` | ``medium`` | ``hard`` | ``extra``, BIRD's ``simple`` |
+            ``moderate`` | ``challenging``, or ``unknown``.
         gold_sql: the gold SQL of the intended interpretation; ``None`` for unanswerable samples.
         hidden_knowledge: what the user knows: the disambiguating fact, or why it is unanswerable.
         interpretations: the other readings of an ambiguous question.
         chain: optional chain ambiguity.
         drift: optional drift event.
+        dialogue: earlier turns of the dialogue, oldest first (:class:`DialogueTurn`); the agent sees them
+            as history before the question, and the simulated user sees them too.
+        flags: load-time validation flags (:data:`SAMPLE_FLAGS`), e.g. ``indistinguishable``.
         provenance: where the sample came from (free-form mapping; ``source`` at least).
     """
 
@@ -107,7 +134,7 @@ class Sample:
     db_path: str
     question: str
     group: str
-    subcategory: str
+    subcategory: str | None
     gold_sql: str | None = None
     hidden_knowledge: str = ""
     evidence: tuple[str, ...] = ()
@@ -118,6 +145,8 @@ class Sample:
     chain: Chain | None = None
     drift: DriftEvent | None = None
     provenance: Mapping[str, Any] = field(default_factory=dict)
+    dialogue: tuple[DialogueTurn, ...] = ()
+    flags: tuple[str, ...] = ()
 
     @property
     def solvable(self) -> bool:
@@ -130,13 +159,16 @@ class Sample:
         d["evidence"] = list(self.evidence)
         d["interpretations"] = [asdict(i) for i in self.interpretations]
         d["provenance"] = dict(self.provenance)
+        d["dialogue"] = [asdict(t) for t in self.dialogue]
+        d["flags"] = list(self.flags)
         return d
 
 
-_REQUIRED_STR = ("id", "db_id", "question", "group", "subcategory")
+_REQUIRED_STR = ("id", "db_id", "question", "group")
 _KNOWN = {
     "id", "db_id", "db_path", "question", "evidence", "group", "subcategory", "premise_flaw", "style",
     "difficulty", "gold_sql", "hidden_knowledge", "interpretations", "chain", "drift", "provenance",
+    "dialogue", "flags",
 }
 
 
@@ -182,10 +214,20 @@ def sample_from_dict(
         if k not in _KNOWN:
             problems.append(where(k, "unknown field"))
     vals = {n: _str_field(rec, n, problems, where, True) for n in _REQUIRED_STR}
-    group, sub = vals["group"], vals["subcategory"]
+    group = vals["group"]
     if group is not None and group not in GROUPS:
         problems.append(where("group", f"must be one of {list(GROUPS)}, got {group!r}"))
-    if sub is not None:
+    if "subcategory" not in rec:
+        problems.append(where("subcategory", "is required (null when the source does not say, for an "
+                                             "ambiguous or unanswerable sample)"))
+    sub = rec.get("subcategory")
+    if sub is None:
+        if "subcategory" in rec and group == "answerable":
+            problems.append(where("subcategory", "may be null only for an ambiguous or unanswerable sample"))
+    elif not isinstance(sub, str):
+        problems.append(where("subcategory", f"must be a string or null, got {type(sub).__name__}"))
+        sub = None
+    else:
         if sub not in SUBCATEGORIES:
             problems.append(where("subcategory", f"unknown ABISS subcategory {sub!r}"))
         elif group in GROUPS and SUBCATEGORIES[sub].group != group:
@@ -240,6 +282,54 @@ def sample_from_dict(
         d = _str_field(it, "description", problems, lambda n, m: where(f"{f}.{n}", m), False) or ""
         if s is not None and h is not None:
             interps.append(Interpretation(s, h, d))
+
+    dialogue: list[DialogueTurn] = []
+    raw_dl = rec.get("dialogue") or []
+    if not isinstance(raw_dl, list):
+        problems.append(where("dialogue", "must be a list of turns"))
+        raw_dl = []
+    for k, turn in enumerate(raw_dl):
+        f = f"dialogue[{k}]"
+        if not isinstance(turn, dict):
+            problems.append(where(f, "must be an object {role, text, sql}"))
+            continue
+        extra = set(turn) - {"role", "text", "sql"}
+        for x in sorted(extra):
+            problems.append(where(f"{f}.{x}", "unknown field"))
+        role = turn.get("role")
+        if role not in DIALOGUE_ROLES:
+            problems.append(where(f"{f}.role", f"must be one of {list(DIALOGUE_ROLES)}, got {role!r}"))
+        text = turn.get("text", "")
+        if text is None:
+            text = ""
+        if not isinstance(text, str):
+            problems.append(where(f"{f}.text", f"must be a string, got {type(text).__name__}"))
+            continue
+        tsql = turn.get("sql")
+        if tsql is not None and not isinstance(tsql, str):
+            problems.append(where(f"{f}.sql", f"must be a string or null, got {type(tsql).__name__}"))
+            continue
+        if tsql is not None and not tsql.strip():
+            tsql = None
+        if role == "user" and tsql is not None:
+            problems.append(where(f"{f}.sql", "only a system turn carries SQL"))
+            continue
+        if not text.strip() and tsql is None:
+            problems.append(where(f"{f}.text", "must not be empty (a system turn may give sql instead)"))
+            continue
+        if role in DIALOGUE_ROLES:
+            dialogue.append(DialogueTurn(role, text, tsql))
+
+    flags: list[str] = []
+    raw_fl = rec.get("flags") or []
+    if not isinstance(raw_fl, list) or not all(isinstance(x, str) for x in raw_fl):
+        problems.append(where("flags", "must be a list of strings"))
+        raw_fl = []
+    for x in raw_fl:
+        if x not in SAMPLE_FLAGS:
+            problems.append(where("flags", f"unknown flag {x!r}; known: {list(SAMPLE_FLAGS)}"))
+        elif x not in flags:
+            flags.append(x)
 
     chain = None
     raw_c = rec.get("chain")
@@ -305,7 +395,7 @@ def sample_from_dict(
         id=vals["id"], db_id=vals["db_id"], db_path=db_path, question=vals["question"], group=group,
         subcategory=sub, gold_sql=gold, hidden_knowledge=hk, evidence=tuple(evidence), premise_flaw=flaw,
         style=style, difficulty=diff, interpretations=tuple(interps), chain=chain, drift=drift,
-        provenance=dict(prov),
+        provenance=dict(prov), dialogue=tuple(dialogue), flags=tuple(flags),
     ), []
 
 

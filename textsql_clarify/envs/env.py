@@ -69,6 +69,9 @@ class TextSQLClarifyEnv(gym.Env):
             ``"spider:<root>"``, a ``.jsonl`` path ...), ignored when ``samples`` is given.
         samples: the samples to draw episodes from.
         limit: keep only the first ``limit`` samples.
+        db_root: folder of ``<db_id>/<db_id>.sqlite`` files for dataset records that name no database file.
+        validate: run the load-time validation of :mod:`textsql_clarify.datasets.validate` (default ``True``;
+            cached per file); ``False`` skips it.
         simulator: ``"rule"`` | ``"transformers"`` | dict | object with ``respond(batch)``.
         reward_preset: a name in :data:`textsql_clarify.rewards.presets.PRESETS` or ``{component: weight}``.
         max_clarifications: clarification budget (default 3, ABISS §6.1).
@@ -103,8 +106,9 @@ class TextSQLClarifyEnv(gym.Env):
                  classification_phase: bool = False, protocol: str = "f",
                  schema_tables: SchemaTablesHook | None = None, detailed_scores: bool = True,
                  timeout_s: float = 5.0, row_cap: int = 10_000, feedback_judge: FeedbackJudge | None = None,
-                 max_action_chars: int = MAX_ACTION_CHARS, render_mode: str | None = None, ex_options: Any = None):
-        self.samples: list[Sample] = episode_samples(dataset, samples, limit)
+                 max_action_chars: int = MAX_ACTION_CHARS, render_mode: str | None = None, ex_options: Any = None,
+                 db_root: str | None = None, validate: bool = True):
+        self.samples: list[Sample] = episode_samples(dataset, samples, limit, db_root=db_root, validate=validate)
         if not self.samples:
             raise ValueError("the env needs at least one sample")
         self._by_id = {s.id: i for i, s in enumerate(self.samples)}
@@ -655,16 +659,18 @@ class TextSQLClarifyEnv(gym.Env):
                 "clarifications_left": max(0, self.max_clarifications - self._clar_used)}
 
 
-def episode_samples(dataset: str, samples: Sequence[Sample] | None, limit: int | None) -> list[Sample]:
+def episode_samples(dataset: str, samples: Sequence[Sample] | None, limit: int | None, *,
+                    db_root: str | None = None, validate: bool = True) -> list[Sample]:
     """The samples an env draws episodes from: ``samples`` when given, else the dataset ``dataset`` loaded
-    by :func:`textsql_clarify.datasets.load_dataset`; the first ``limit`` of them when ``limit`` is set.
+    by :func:`textsql_clarify.datasets.load_dataset` (with ``db_root`` and ``validate``); the first ``limit``
+    of them when ``limit`` is set.
 
     Raises:
         DatasetError: the dataset cannot be loaded.
     """
     if samples is None:
         from ..datasets import load_dataset
-        return load_dataset(dataset, limit=limit)
+        return load_dataset(dataset, limit=limit, db_root=db_root, validate=validate)
     return list(samples)[:limit] if limit is not None else list(samples)
 
 
