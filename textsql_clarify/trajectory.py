@@ -51,7 +51,8 @@ class Trajectory:
     """A finished (or truncated) episode.
 
     Attributes:
-        sample_id, db_id, group, subcategory, difficulty, premise_flaw: copied from the sample.
+        sample_id, db_id, group, subcategory, difficulty, premise_flaw: copied from the sample
+            (``subcategory`` is ``None`` for an ambiguous or unanswerable sample whose source does not say).
         has_chain, has_drift, drift_subtype: sample features used by TIDE metrics.
         protocol: ``f`` | ``p`` (TIDE §4.1); category_mode: ABISS §5.1 mode.
         turns: every agent turn, in order.
@@ -64,12 +65,15 @@ class Trajectory:
         scores: final per-episode scores: ``ex`` (pre-drift or only SQL), ``ex_post`` (after drift),
             ``fb``, ``cell_f1`` ... (``None`` where undefined).
         seed: the reset seed.
+        flags: the sample's load-time validation flags (``Sample.flags``,
+            :data:`~textsql_clarify.samples.SAMPLE_FLAGS`); metrics count them and, unless asked, leave
+            ``indistinguishable`` trajectories out of every mean (``docs/metrics.md``).
     """
 
     sample_id: str
     db_id: str
     group: str
-    subcategory: str
+    subcategory: str | None
     difficulty: str = "unknown"
     premise_flaw: str | None = None
     has_chain: bool = False
@@ -83,6 +87,7 @@ class Trajectory:
     gold_status: str = "ok"
     scores: dict[str, Any] = field(default_factory=dict)
     seed: int | None = None
+    flags: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (one line of ``trajectories.jsonl``)."""
@@ -90,7 +95,7 @@ class Trajectory:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict` (a record written before ``flags`` existed reads as unflagged)."""
         d = dict(d)
         d["turns"] = [Turn(**t) for t in d.get("turns", [])]
         return cls(**d)

@@ -73,6 +73,7 @@ class OracleAgent(_PrivilegedAgent):
     * ambiguous: asks one clarification built from the hidden knowledge (for a chain sample: the L1
       then the L2 question, TIDE §2.1), then submits the gold SQL;
     * unanswerable: gives the hidden knowledge as feedback;
+    * in a classification phase: the sample's subcategory, or its group when the subcategory is unknown;
     * after a drift utterance: submits the post-drift gold SQL (TIDE §4.1).
     """
 
@@ -97,7 +98,8 @@ class OracleAgent(_PrivilegedAgent):
         """The next action of the plan (see class doc)."""
         s = self._sample
         if observation.get("phase") == 0:  # classification phase
-            return f"<category>{s.subcategory}</category>"
+            # an unknown subcategory (None): the group is all the oracle knows (Rec scores it, Cls is undefined)
+            return f"<category>{s.subcategory or s.group}</category>"
         post = self._after_drift()
         if post:
             return post

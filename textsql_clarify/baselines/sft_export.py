@@ -95,7 +95,8 @@ def episode_solved(traj: Trajectory) -> tuple[bool, str]:
     has ``ex`` 1.0 (the pre-drift and, on a drift sample, the post-drift SQL: ABISS §5.3 EX, TIDE §4.1),
     a feedback turn has ``feedback`` 1.0 (the FB judge accepted it, ABISS §5.3) or, on an unanswerable
     sample without a stated rationale, ``abstained`` 1.0, a classification-phase label is the sample's
-    subcategory (``classification`` 1.0, ABISS §5.1), and a drift sample answered both requests.
+    subcategory (``classification`` 1.0, ABISS §5.1; a sample whose subcategory is unknown has no
+    label to demonstrate and is dropped), and a drift sample answered both requests.
 
     Returns:
         ``(solved, reason)``; the reason says what failed (``""`` when solved).
@@ -112,6 +113,8 @@ def episode_solved(traj: Trajectory) -> tuple[bool, str]:
     if traj.has_drift and traj.outcome == "sql" and len(sql) < 2:
         return False, "drift request not answered"
     for t in traj.turns:
+        if t.action_type == "classify" and t.reward_components.get("classification") is None:
+            return False, "subcategory unknown: no classification to demonstrate"
         if t.action_type == "classify" and t.reward_components.get("classification") != 1.0:
             return False, f"wrong category {t.content!r}"
         if t.action_type == "feedback":

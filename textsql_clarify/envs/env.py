@@ -13,6 +13,12 @@ Episode protocol (ABISS §5.1, TIDE §4.1, App. D):
 5. A malformed action gets an error observation and a ``format`` component of -1. Two malformed
    actions in a row end the episode as an abstention (TIDE App. D: one retry).
 
+A sample with a ``dialogue`` (earlier turns, MMSQL / CoSQL) starts with those turns in the history, before
+the question: user turns as user messages, system turns as assistant messages (SQL as ``<sql>…</sql>``;
+:func:`~textsql_clarify.envs.render.initial_history`). The simulated user gets them too (the sample is in its
+request). In the classification phase, a sample whose subcategory is unknown (``None``) scores the
+``classification`` component ``None`` (undefined, not 0).
+
 Chain samples under the p-protocol (``protocol="p"``) start with the L1 clarification and its canonical
 answer already in the history, and the simulated user's L1 state resolved (TIDE §4.1).
 
@@ -227,7 +233,8 @@ class TextSQLClarifyEnv(gym.Env):
         self._cset_memo: dict[tuple[str, bool], frozenset | None] = {}  # commitment sets of this episode
         self._l1_resolved = False
         self._done = False
-        self._history: list[tuple[str, str]] = [("user", render.first_user_message(s))]
+        # the sample's earlier turns (MMSQL / CoSQL follow-ups) come first, then the question
+        self._history: list[tuple[str, str]] = render.initial_history(s)
         if self.protocol == "p" and s.chain is not None:
             self._history += [("assistant", f"<clarify>{s.chain.l1.question}</clarify>"), ("user", s.chain.l1.answer)]
             self._l1_resolved = True
@@ -238,7 +245,7 @@ class TextSQLClarifyEnv(gym.Env):
             drift_subtype=s.drift.subtype if s.drift else None,
             protocol=self.protocol if s.chain is not None else "f",  # p only changes chain samples
             category_mode=self.category_mode, seed=seed,
-            gold_status="none" if s.gold_sql is None else "ok")
+            gold_status="none" if s.gold_sql is None else "ok", flags=list(s.flags))
         self._scores: dict[str, Any] = {"ex": None, "ex_strict": None, "ex_post": None, "fb": None, "abstained": None,
                                         "drift_recognised": None if s.drift is None else False,
                                         "drift_revised": None if s.drift is None else False}
@@ -418,7 +425,9 @@ class TextSQLClarifyEnv(gym.Env):
         label = act.content.strip().lower().replace(" ", "_")
         self._predicted = label
         self._traj.predicted_category = label
-        comps = {"classification": 1.0 if label == self._sample.subcategory else 0.0}
+        # undefined (not 0) when the source does not say which subcategory the sample is
+        truth = self._sample.subcategory
+        comps = {"classification": None if truth is None else (1.0 if label == truth else 0.0)}
         reward = scalar_reward(comps, self.weights)
         self._traj.turns.append(Turn(self._turn - 1, "classification", "classify", act.content, reward=reward,
                                      reward_components=comps))

@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from ..samples import Sample
+from ..samples import DialogueTurn, Sample
 from ..taxonomy import SUBCATEGORIES, taxonomy_text
 
 CATEGORY_MODES = ("ground_truth", "predicted", "taxonomy_only", "taxonomy_free")
@@ -70,7 +70,8 @@ def evidence_text(sample: Sample) -> str:
 def context_text(mode: str, sample: Sample, predicted: str | None = None) -> str:
     """Category information for one of the four ABISS §5.1 usage modes.
 
-    * ``ground_truth``: the true subcategory and its definition.
+    * ``ground_truth``: the true subcategory and its definition; for a sample whose subcategory is unknown
+      (``None``, the source does not say), its group and a note that the subcategory is not known.
     * ``predicted``: the agent's own classification-phase label (if valid).
     * ``taxonomy_only``: all 13 definitions, no label.
     * ``taxonomy_free``: only the answerable / ambiguous / unanswerable distinction.
@@ -79,6 +80,9 @@ def context_text(mode: str, sample: Sample, predicted: str | None = None) -> str
         ValueError: unknown mode.
     """
     if mode == "ground_truth":
+        if sample.subcategory is None:
+            return (f"Question category: {sample.group} (the subcategory is not known). "
+                    f"{_GROUP_HINTS.get(sample.group, '')}").rstrip()
         sc = SUBCATEGORIES[sample.subcategory]
         return f"Question category: {sc.name} ({sc.group}). {sc.definition}"
     if mode == "predicted":
@@ -92,6 +96,44 @@ def context_text(mode: str, sample: Sample, predicted: str | None = None) -> str
         return ("A question may be answerable (write SQL), ambiguous (ask a clarification first) "
                 "or unanswerable (explain why with feedback).")
     raise ValueError(f"unknown category mode {mode!r}; expected one of {list(CATEGORY_MODES)}")
+
+
+#: what each group asks of the agent, for the ``ground_truth`` context of a sample with no known subcategory.
+_GROUP_HINTS = {
+    "answerable": "Write the SQL.",
+    "ambiguous": "The question can be read in more than one way: ask a clarification first.",
+    "unanswerable": "The database cannot answer it: explain why with feedback.",
+}
+
+
+def dialogue_turn_text(turn: DialogueTurn) -> str:
+    """What one earlier turn says as a chat message: a user turn's text; a system turn's text, its SQL as
+    the assistant's ``<sql>…</sql>`` action, or the text then (on a new line) the SQL when it has both."""
+    if turn.role != "system" or turn.sql is None:
+        return turn.text
+    action = f"<sql>{turn.sql}</sql>"
+    return f"{turn.text}\n{action}" if turn.text.strip() else action
+
+
+def initial_history(sample: Sample) -> list[tuple[str, str]]:
+    """The history an episode starts from: the sample's earlier turns (``Sample.dialogue``, MMSQL / CoSQL
+    follow-ups), then the first user message (:func:`first_user_message`), as ``(role, text)`` pairs with
+    roles ``user`` / ``assistant`` that alternate.
+
+    A system turn becomes an ``assistant`` message (:func:`dialogue_turn_text`). Consecutive turns of the
+    same role are joined into one message (blank line between), and when the dialogue ends with a user
+    turn, that turn and the question are one user message (earlier text first): chat templates expect
+    user and assistant turns to alternate. Without a dialogue this is ``[("user", first_user_message)]``.
+    """
+    out: list[tuple[str, str]] = []
+    items = [("assistant" if t.role == "system" else "user", dialogue_turn_text(t)) for t in sample.dialogue]
+    items.append(("user", first_user_message(sample)))
+    for role, text in items:
+        if out and out[-1][0] == role:
+            out[-1] = (role, out[-1][1] + "\n\n" + text)
+        else:
+            out.append((role, text))
+    return out
 
 
 def history_text(history: Sequence[tuple[str, str]]) -> str:

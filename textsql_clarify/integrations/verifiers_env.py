@@ -77,8 +77,9 @@ _STEP_LOCK = threading.RLock()
 
 # ---------------------------------------------------------------------------------------------- data
 class TextSQLClarifyData(vf.TaskData):
-    """One task row: the sample id plus the sample's group, subcategory and database (for reports);
-    ``prompt`` / ``system_prompt`` are the env's first chat (``agent_messages``)."""
+    """One task row: the sample id plus the sample's group, subcategory (``unknown`` where the sample's
+    source does not say, as in the metrics breakdowns) and database (for reports); ``prompt`` /
+    ``system_prompt`` are the env's first chat (``agent_messages``)."""
 
     sample_id: str
     group: str = ""
@@ -231,7 +232,8 @@ class TextSQLClarifyTaskset(vf.Taskset[TextSQLClarifyTask, TextSQLClarifyTaskset
                 [vf.UserMessage(content=m["content"]) if m["role"] == "user" else
                  vf.AssistantMessage(content=m["content"]) for m in chat]
             yield TextSQLClarifyTask(
-                TextSQLClarifyData(id=s.id, name=s.id, sample_id=s.id, group=s.group, subcategory=s.subcategory,
+                TextSQLClarifyData(id=s.id, name=s.id, sample_id=s.id, group=s.group,
+                                   subcategory=s.subcategory or "unknown",
                                    db_id=s.db_id, prompt=prompt, system_prompt=system or None),
                 self.config.task)
 
