@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="episodes played at once; their clarifications reach the simulated user in one batch (default 1)")
     e.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     e.add_argument("--json", action="store_true", help="print metrics.json to stdout instead of the table")
+    e.add_argument("--include-indistinguishable", action="store_true",
+                   help="keep samples flagged 'indistinguishable' (readings that return the same rows) in the means; "
+                        "by default they are left out of every mean and counted")
 
     m = sub.add_parser("models", help="trainable offline models: prepare a plain checkpoint, or print its folder")
     msub = m.add_subparsers(dest="models_command", required=True)
@@ -115,7 +118,8 @@ def _eval(args: argparse.Namespace) -> int:
     _, metrics = evaluate(samples, agent, seed=args.seed, out_dir=args.out, progress=not args.no_progress,
                           simulator=args.simulator, reward_preset=args.preset,
                           max_clarifications=args.max_clarifications, category_mode=args.category_mode,
-                          protocol=args.protocol, num_envs=args.num_envs, agent_spec=args.agent)
+                          protocol=args.protocol, num_envs=args.num_envs, agent_spec=args.agent,
+                          include_indistinguishable=args.include_indistinguishable)
     if args.json:
         print(json.dumps(metrics, indent=2, default=str))
     else:

@@ -174,7 +174,7 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
 
 def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: str | os.PathLike | None = None,
              progress: bool = True, num_envs: int = 1, agent_spec: str | None = None,
-             **env_kwargs: Any) -> tuple[list[Trajectory], dict]:
+             include_indistinguishable: bool = False, **env_kwargs: Any) -> tuple[list[Trajectory], dict]:
     """Run ``agent`` once on every sample, in order, and aggregate.
 
     Args:
@@ -190,6 +190,9 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
             floating-point effect of padding on a batched LLM (a near-tie token may flip).
         agent_spec: how the agent was named (the CLI's ``--agent``), recorded in the ``run`` block;
             ``None``: the agent's ``name`` attribute (or its class name).
+        include_indistinguishable: keep samples flagged ``indistinguishable`` in the metrics' means
+            (:func:`~textsql_clarify.rewards.metrics.aggregate`); by default they are played and written to
+            ``trajectories.jsonl`` but left out of every mean and counted in ``excluded_indistinguishable``.
         env_kwargs: passed to :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` (``limit`` keeps the first
             ``limit`` samples).
 
@@ -223,13 +226,13 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
     run = {"agent": agent_spec if agent_spec is not None else str(getattr(agent, "name", type(agent).__name__)),
            "privileged": bool(getattr(agent, "privileged", False))}
     if out_dir is None:
-        return trajs, {**aggregate(trajs), "run": run}
+        return trajs, {**aggregate(trajs, include_indistinguishable=include_indistinguishable), "run": run}
     out = Path(out_dir)
     with open(out / "trajectories.jsonl", "w", encoding="utf-8") as fh:
         for t in trajs:
             # ASCII escapes: a lone surrogate from an agent's output cannot break the file
             fh.write(json.dumps(t.to_dict(), ensure_ascii=True, default=str) + "\n")
-    metrics = {**aggregate(trajs), "run": run}
+    metrics = {**aggregate(trajs, include_indistinguishable=include_indistinguishable), "run": run}
     with open(out / "metrics.json", "w", encoding="utf-8") as fh:
         json.dump(metrics, fh, indent=2, ensure_ascii=False)
         fh.write("\n")

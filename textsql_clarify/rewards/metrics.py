@@ -13,6 +13,15 @@ scorer disagreement) are counted next to the numbers, never corrected for.
 Which trajectories each metric is taken over, and what counts as a hit, is documented on
 :func:`trajectory_metrics` and in ``docs/metrics.md`` ("Aggregated metrics").
 
+Flags: a trajectory carries its sample's load-time validation flags (``Sample.flags``). Each run counts them
+(``flagged``). A sample flagged ``indistinguishable`` (an ambiguous sample whose readings return the same rows,
+so EX cannot reward asking) is left out of every mean of every row, overall and in each breakdown, unless
+``include_indistinguishable=True``; ``excluded_indistinguishable`` says how many were left out. The other
+flags exclude nothing here: a gold that fails, returns nothing, times out or reads the clock is already left
+out of EX by the env's ``gold_status`` (one mechanism, counted in ``ceilings``).
+
+A sample whose subcategory is unknown (``None``) is its own ``unknown`` row of ``by_subcategory``, last.
+
 Protocols (TIDE §4.1, Table 2 caption): ``p``-protocol episodes (L1 pre-resolved) exist only to
 measure L2-IR^p; they feed that metric and nothing else. Every other metric uses ``f``-protocol
 episodes, so a run that holds both protocols does not count a sample twice.
@@ -26,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from ..errors import TextSQLClarifyError
-from ..samples import DIFFICULTIES, DRIFT_SUBTYPES
+from ..samples import DIFFICULTIES, DRIFT_SUBTYPES, SAMPLE_FLAGS
 from ..taxonomy import GROUPS, PREMISE_FLAWS, SUBCATEGORIES, group_of
 from ..trajectory import ACTION_TYPES, Trajectory
 
@@ -54,6 +63,10 @@ METRICS: tuple[str, ...] = tuple(m for names in FAMILIES.values() for m in names
 #: ceiling counters reported next to the numbers (article: "Ceilings are counted, never corrected").
 CEILINGS = ("gold_error", "gold_empty", "gold_nondeterministic", "gold_truncated", "pred_truncated", "keyless",
             "scorer_inconsistent")
+#: the ``by_subcategory`` row of samples whose subcategory is unknown (``None``); always the last row.
+UNKNOWN_SUBCATEGORY = "unknown"
+#: the flag that keeps a sample out of the means unless asked (``aggregate(include_indistinguishable=...)``).
+INDISTINGUISHABLE = "indistinguishable"
 #: breakdown name -> output key.
 BREAKDOWNS = ("group", "subcategory", "difficulty", "drift_subtype", "sample_type")
 
@@ -145,11 +158,19 @@ def _check_in(i: int, t: Trajectory, fld: str, value: Any, allowed: Collection[A
 
 def _validate(i: int, t: Trajectory) -> None:
     _check_in(i, t, "group", t.group, GROUPS)
-    _check_in(i, t, "subcategory", t.subcategory, SUBCATEGORIES)
-    if SUBCATEGORIES[t.subcategory].group != t.group:
+    if t.subcategory is None:
+        if t.group == "answerable":
+            raise _problem(i, t, "subcategory", "may be None (unknown) only for an ambiguous or unanswerable sample")
+    else:
+        _check_in(i, t, "subcategory", t.subcategory, SUBCATEGORIES)
+    if t.subcategory is not None and SUBCATEGORIES[t.subcategory].group != t.group:
         raise _problem(i, t, "subcategory", f"{t.subcategory!r} belongs to group "
                                             f"{SUBCATEGORIES[t.subcategory].group!r}, not {t.group!r}")
     _check_in(i, t, "difficulty", t.difficulty, DIFFICULTIES)
+    if not isinstance(t.flags, (list, tuple)):
+        raise _problem(i, t, "flags", f"must be a list of flags, got {type(t.flags).__name__}")
+    for k, flag in enumerate(t.flags):
+        _check_in(i, t, f"flags[{k}]", flag, SAMPLE_FLAGS)
     _check_in(i, t, "protocol", t.protocol, PROTOCOLS)
     _check_in(i, t, "outcome", t.outcome, OUTCOMES)
     _check_in(i, t, "gold_status", t.gold_status, GOLD_STATUSES)
@@ -234,6 +255,8 @@ def _abiss(t: Trajectory) -> dict[str, float | None]:
             rec, cls = float(pred == t.group), 0.0
         else:  # no label or a label outside the taxonomy: the classification missed
             rec, cls = 0.0, 0.0
+        if t.subcategory is None:  # the true subcategory is unknown: Cls has nothing to compare with
+            cls = None
     out["Rec"], out["Cls"] = rec, cls
     air = None
     if t.group == "ambiguous":
@@ -342,7 +365,8 @@ def trajectory_metrics(t: Trajectory, *, original: bool = False) -> dict[str, fl
     * ``Rec`` / ``Cls`` (ABISS §5.3): over episodes that ran the classification phase (a predicted label,
       or a ``classification``-phase turn). Rec hits when the predicted subcategory's group
       (:func:`~textsql_clarify.taxonomy.group_of`; a bare group label is accepted) equals the true group;
-      Cls when the subcategory matches exactly. A missing or unknown label is a miss for both.
+      Cls when the subcategory matches exactly. A missing or unknown label is a miss for both. Cls is
+      ``None`` (undefined) for a sample whose true subcategory is unknown; Rec is still defined by its group.
     * ``AIR`` (ABISS §5.3, App. D): over ambiguous episodes with at least one ``relevant`` user reply; hit
       when the agent turn right after the first relevant reply is terminal (``sql`` or ``feedback``).
       An episode that ended before any next agent turn is left out (nothing to judge).
@@ -410,11 +434,28 @@ def _sample_type(t: Trajectory) -> str | None:
 def _key(t: Trajectory, breakdown: str) -> str | None:
     if breakdown == "sample_type":
         return _sample_type(t)
+    if breakdown == "subcategory" and t.subcategory is None:
+        return UNKNOWN_SUBCATEGORY
     return getattr(t, breakdown)
 
 
 _ORDER = {"group": GROUPS, "subcategory": tuple(SUBCATEGORIES), "difficulty": DIFFICULTIES,
           "drift_subtype": DRIFT_SUBTYPES, "sample_type": SAMPLE_TYPES}
+#: rows placed after every other row of their breakdown.
+_LAST = {"subcategory": (UNKNOWN_SUBCATEGORY,)}
+
+
+def count_flags(trajectories: Sequence[Trajectory]) -> dict[str, int]:
+    """How many f-protocol trajectories carry each load-time flag (:data:`~textsql_clarify.samples.SAMPLE_FLAGS`,
+    every flag listed, in that order); p-protocol re-runs of chain samples are not counted twice."""
+    c = dict.fromkeys(SAMPLE_FLAGS, 0)
+    for t in trajectories:
+        if t.protocol != "f":
+            continue
+        for flag in dict.fromkeys(t.flags):
+            if flag in c:
+                c[flag] += 1
+    return c
 
 
 # ------------------------------------------------------------------------------------------ aggregate
@@ -449,7 +490,7 @@ def _block(rows: list[dict[str, float | None]], names: Sequence[str],
 
 
 def aggregate(trajectories: Sequence[Trajectory | Mapping[str, Any]], *,
-              original_ids: Collection[str] | None = None) -> dict[str, Any]:
+              original_ids: Collection[str] | None = None, include_indistinguishable: bool = False) -> dict[str, Any]:
     """Every supported metric over a run, with its n, overall and by breakdown, plus ceiling counts.
 
     Args:
@@ -460,11 +501,17 @@ def aggregate(trajectories: Sequence[Trajectory | Mapping[str, Any]], *,
             ``premise_flaw``, the originals are taken to be the run's answerable samples without a flaw
             (PremiseSQL pairs each flawed query with an answerable original); when the run holds no
             flawed sample, GEN and VAL are undefined.
+        include_indistinguishable: keep trajectories flagged ``indistinguishable`` (an ambiguous sample whose
+            readings return the same rows: EX cannot reward asking) in the means. Default ``False``: they
+            are left out of every mean of every row (overall and each breakdown) and counted in
+            ``excluded_indistinguishable``.
 
     Returns:
         JSON-ready dict::
 
-            {"n_trajectories": N, "n_by_protocol": {"f": k, "p": k},
+            {"n_trajectories": N (aggregated, after the exclusion), "n_by_protocol": {"f": k, "p": k},
+             "flagged": {flag: k for every flag in SAMPLE_FLAGS} (f-protocol trajectories given, before the
+                 exclusion), "excluded_indistinguishable": k, "include_indistinguishable": bool,
              "overall": {metric: {"value": v, "n": n}},
              "ceilings": {"gold_error": k, "gold_empty": k, "gold_nondeterministic": k, "gold_truncated": k,
                           "pred_truncated": k,
@@ -475,7 +522,10 @@ def aggregate(trajectories: Sequence[Trajectory | Mapping[str, Any]], *,
 
         Metric definitions: :func:`trajectory_metrics`. Breakdown keys appear in taxonomy order and only
         when some trajectory has them (trajectories without drift are not in ``by_drift_subtype``;
-        ``by_sample_type`` holds TIDE's chain_only / drift_only / joint sets).
+        ``by_sample_type`` holds TIDE's chain_only / drift_only / joint sets); samples whose subcategory is
+        unknown are the ``unknown`` row of ``by_subcategory``, after every other row. ``by_difficulty``
+        follows :data:`~textsql_clarify.samples.DIFFICULTIES` (Spider's levels, then BIRD's simple /
+        moderate / challenging, then ``unknown``).
 
     Raises:
         MetricsError: a trajectory is malformed (names the index, sample id and field), or an
@@ -484,6 +534,8 @@ def aggregate(trajectories: Sequence[Trajectory | Mapping[str, Any]], *,
     trajs = [_as_trajectory(t, i) for i, t in enumerate(trajectories)]
     for i, t in enumerate(trajs):
         _validate(i, t)
+    flagged = count_flags(trajs)
+    n_given = len(trajs)
     if original_ids is not None:
         ids = set(original_ids)
         for i, t in enumerate(trajs):
@@ -497,6 +549,10 @@ def aggregate(trajectories: Sequence[Trajectory | Mapping[str, Any]], *,
     else:
         originals = [False] * len(trajs)
         rule = None
+    if not include_indistinguishable:  # out of every mean of every row (module docstring)
+        keep = [INDISTINGUISHABLE not in t.flags for t in trajs]
+        trajs = [t for t, k in zip(trajs, keep) if k]
+        originals = [o for o, k in zip(originals, keep) if k]
     rows = [trajectory_metrics(t, original=o) for t, o in zip(trajs, originals)]
     comp_sets = sorted({k for r in rows for k in r if k.startswith("components.")})
     names = list(METRICS) + comp_sets
@@ -504,12 +560,16 @@ def aggregate(trajectories: Sequence[Trajectory | Mapping[str, Any]], *,
     out: dict[str, Any] = {
         "n_trajectories": len(trajs),
         "n_by_protocol": {p: sum(t.protocol == p for t in trajs) for p in PROTOCOLS},
+        "flagged": flagged,
+        "excluded_indistinguishable": n_given - len(trajs),
+        "include_indistinguishable": bool(include_indistinguishable),
         "overall": _block(rows, names, trajs),
         "ceilings": count_ceilings(trajs),
     }
     for b in BREAKDOWNS:
         keys = {_key(t, b) for t in trajs} - {None}
-        order = [k for k in _ORDER[b] if k in keys] + sorted(keys - set(_ORDER[b]))
+        last = [k for k in _LAST.get(b, ()) if k in keys]
+        order = [k for k in _ORDER[b] if k in keys] + sorted(keys - set(_ORDER[b]) - set(last)) + last
         sub: dict[str, Any] = {}
         for k in order:
             idx = [j for j, t in enumerate(trajs) if _key(t, b) == k]
@@ -524,7 +584,8 @@ def aggregate(trajectories: Sequence[Trajectory | Mapping[str, Any]], *,
 
 
 def write_metrics_json(trajectories: Sequence[Trajectory | Mapping[str, Any]], path: str | os.PathLike, *,
-                       original_ids: Collection[str] | None = None) -> dict[str, Any]:
+                       original_ids: Collection[str] | None = None,
+                       include_indistinguishable: bool = False) -> dict[str, Any]:
     """Aggregate (see :func:`aggregate`) and write the result as ``metrics.json`` (UTF-8, indented).
 
     Returns:
@@ -534,7 +595,7 @@ def write_metrics_json(trajectories: Sequence[Trajectory | Mapping[str, Any]], p
         MetricsError: as :func:`aggregate`.
         OSError: the file cannot be written (e.g. its folder does not exist).
     """
-    result = aggregate(trajectories, original_ids=original_ids)
+    result = aggregate(trajectories, original_ids=original_ids, include_indistinguishable=include_indistinguishable)
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(result, fh, indent=2, ensure_ascii=False)
         fh.write("\n")

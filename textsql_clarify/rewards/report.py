@@ -2,7 +2,8 @@
 
 Every number is printed with the n it was taken over (``0.750 (n=4)``) and an undefined metric as
 ``—``, never as 0 (article: "Every mean carries its n", "Undefined is not zero"). Ceiling counts are
-printed under the tables (article: "Ceilings are counted, never corrected").
+printed under the tables (article: "Ceilings are counted, never corrected"), then the load-time flags
+that some trajectory carries and how many ``indistinguishable`` ones were left out of the means.
 """
 from __future__ import annotations
 
@@ -77,6 +78,9 @@ def render_table(metrics: Mapping[str, Any], *, breakdowns: Sequence[str] = ("gr
     head = f"Aggregated metrics: {n_all} trajectories"
     if protocols:
         head += " (" + ", ".join(f"{p}-protocol: {k}" for p, k in protocols.items()) + ")"
+    excluded = metrics.get("excluded_indistinguishable") or 0
+    if excluded:
+        head += f"; {excluded} indistinguishable left out (include them with --include-indistinguishable)"
     lines = [head]
     for b in breakdowns:
         key = f"by_{b}"
@@ -95,4 +99,7 @@ def render_table(metrics: Mapping[str, Any], *, breakdowns: Sequence[str] = ("gr
         lines += [f"  {m.ljust(w)}  {format_mean(overall[m])}" for m in article]
     ceil = metrics["ceilings"]
     lines += ["", "ceilings (trajectories): " + "  ".join(f"{c}={ceil.get(c, 0)}" for c in CEILINGS)]
+    flagged = {f: k for f, k in (metrics.get("flagged") or {}).items() if k}
+    if flagged:
+        lines.append("flagged samples (load-time validation): " + "  ".join(f"{f}={k}" for f, k in flagged.items()))
     return "\n".join(lines)
