@@ -49,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--include-indistinguishable", action="store_true",
                    help="keep samples flagged 'indistinguishable' (readings that return the same rows) in the means; "
                         "by default they are left out of every mean and counted")
+    _dataset_options(e)
 
     m = sub.add_parser("models", help="trainable offline models: prepare a plain checkpoint, or print its folder")
     msub = m.add_subparsers(dest="models_command", required=True)
@@ -73,7 +74,26 @@ def _parser() -> argparse.ArgumentParser:
                    choices=["ground_truth", "predicted", "taxonomy_only", "taxonomy_free"])
     x.add_argument("--protocol", default="f", choices=["f", "p"], help="chain protocol (TIDE §4.1)")
     x.add_argument("--no-example", action="store_true", help="leave the worked example out of the system message")
+    _dataset_options(x)
+
+    d = sub.add_parser("data", help="check a dataset: validate its golds (every problem with its sample id), or count it")
+    dsub = d.add_subparsers(dest="data_command", required=True)
+    dv = dsub.add_parser("validate", help="run the load-time validation and print every problem; exit 0 when nothing "
+                                          "is flagged, 1 when something is, 2 when the dataset cannot be loaded")
+    ds = dsub.add_parser("stats", help="print counts per group, subcategory, difficulty and gold status")
+    for q in (dv, ds):
+        q.add_argument("spec", help="dataset spec, as for eval --dataset")
+        q.add_argument("--db-root", default=None, help="folder of <db_id>/<db_id>.sqlite for records that name no database")
+        q.add_argument("--json", action="store_true", help="print JSON instead of text")
     return p
+
+
+def _dataset_options(q: argparse.ArgumentParser) -> None:
+    """``--db-root`` and ``--no-validate``, passed to :func:`textsql_clarify.datasets.load_dataset`."""
+    q.add_argument("--db-root", default=None,
+                   help="folder of <db_id>/<db_id>.sqlite files, for records that name no database file")
+    q.add_argument("--no-validate", action="store_true",
+                   help="skip the load-time validation (golds executed, interpretations compared; cached per file)")
 
 
 def _safe_name(text: str, limit: int = 80) -> str:
@@ -104,7 +124,7 @@ def _eval(args: argparse.Namespace) -> int:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
     if args.num_envs < 1:
         raise ValueError(f"--num-envs must be >= 1, got {args.num_envs}")
-    samples = load_dataset(args.dataset, limit=args.limit)
+    samples = load_dataset(args.dataset, limit=args.limit, db_root=args.db_root, validate=not args.no_validate)
     if args.out is None:
         protocol = "-p" if args.protocol == "p" else ""
         args.out = str(Path("runs") / f"{_dataset_kind(args.dataset)}-{_safe_name(args.agent)}-"
@@ -167,7 +187,7 @@ def _export_sft(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
-    samples = load_dataset(args.dataset, limit=args.limit)
+    samples = load_dataset(args.dataset, limit=args.limit, db_root=args.db_root, validate=not args.no_validate)
     try:
         agent = make_agent(args.agent, seed=args.seed)
         records = sft_records(samples, agent, style=args.style, seed=args.seed, example=not args.no_example,
@@ -184,8 +204,31 @@ def _export_sft(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data(args: argparse.Namespace) -> int:
+    """``data validate SPEC`` (exit 0: nothing flagged, 1: something flagged) and ``data stats SPEC``
+    (:mod:`textsql_clarify.datasets.validate`, :mod:`textsql_clarify.datasets.stats`)."""
+    from .datasets import load_dataset
+    from .datasets.stats import dataset_stats, render_stats, render_validation
+    from .datasets.validate import validate_samples
+
+    spec = args.spec.strip()
+    report = validate_samples(load_dataset(spec, db_root=args.db_root, validate=False), spec=spec)
+    if args.data_command == "stats":
+        stats = dataset_stats(report.samples)
+        print(json.dumps({"spec": spec, **stats}, indent=2) if args.json else render_stats(stats, spec))
+        return 0
+    if args.json:
+        print(json.dumps({"spec": spec, "n": len(report.samples), "flagged": report.n_flagged,
+                          "counts": report.counts(), "cached": report.cached,
+                          "problems": [{"sample_id": p.sample_id, "flag": p.flag, "message": p.message}
+                                       for p in report.problems]}, indent=2, ensure_ascii=False))
+    else:
+        print(render_validation(report, spec))
+    return 1 if report.n_flagged else 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point. Returns the exit status (0 ok, 2 bad input)."""
+    """Entry point. Returns the exit status (0 ok, 2 bad input; ``data validate``: 1 when a sample is flagged)."""
     args = _parser().parse_args(argv)
     try:
         if args.command == "eval":
@@ -194,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
             return _models(args)
         if args.command == "export-sft":
             return _export_sft(args)
+        if args.command == "data":
+            return _data(args)
     except (TextSQLClarifyError, ValueError, OSError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
