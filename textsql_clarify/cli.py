@@ -4,7 +4,9 @@
 rule-based user and prints EX and FB per group and per subcategory, each with its n. ``--agent`` takes
 any agent spec of :func:`textsql_clarify.baselines.agents.make_agent` (``hf:smollm2``,
 ``openai:<base_url>/<model>``, ``<module>:<Class>``). ``textsql-clarify models prepare smollm2`` builds the
-trainable SmolLM2 checkpoint once; ``models path smollm2`` prints its folder.
+trainable SmolLM2 checkpoint once; ``models path smollm2`` prints its folder. ``data validate SPEC`` prints
+every load-time validation problem with its sample id (exit 0: none flagged, 1: some flagged, 2: the dataset
+cannot be loaded); ``data stats SPEC`` counts samples per group, subcategory, difficulty and gold status.
 """
 from __future__ import annotations
 
