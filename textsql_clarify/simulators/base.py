@@ -28,9 +28,12 @@ class UserRequest:
     """One clarification to answer.
 
     Attributes:
-        sample: the episode's sample (question, hidden knowledge, gold SQL, chain).
+        sample: the episode's sample (question, hidden knowledge, gold SQL, chain, and ``dialogue``: the
+            earlier turns before the question, which :func:`dialogue_said` reads as the user remembers them).
         clarification: the agent's clarification question.
-        history: the dialogue so far as ``(role, text)`` pairs, role ``user`` | ``assistant``.
+        history: the dialogue so far as ``(role, text)`` pairs, role ``user`` | ``assistant``, as the agent
+            sees it: the sample's earlier turns first (a system turn's SQL as ``<sql>…</sql>``), then the
+            question and this episode's turns.
         schema_identifiers: lower-cased table and column names of the database (for the leakage guard).
         l1_resolved: TIDE router state: has the chain's L1 been answered already (or primed, p-protocol).
         gold_sql: the gold SQL currently in force (post-drift gold after a drift), else the sample's.
@@ -42,6 +45,34 @@ class UserRequest:
     schema_identifiers: frozenset[str] = frozenset()
     l1_resolved: bool = False
     gold_sql: str | None = None
+
+
+#: how a system turn that answered only with SQL reads to the simulated user (:func:`dialogue_said`).
+SQL_ONLY_TURN = "(answered with a query)"
+
+
+def dialogue_said(sample: Sample) -> tuple[tuple[str, str], ...]:
+    """The sample's earlier turns (``Sample.dialogue``, MMSQL / CoSQL) as the simulated user remembers them:
+    ``(role, text)`` pairs, role ``user`` | ``system``, oldest first. A system turn's SQL is left out: the
+    user is a person who saw the answers, not the queries, and SQL in the user's context invites SQL in its
+    replies (which the leakage guard would reject). A system turn that only gave SQL reads
+    :data:`SQL_ONLY_TURN`. Empty when the sample has no dialogue."""
+    return tuple((t.role, t.text.strip() or (SQL_ONLY_TURN if t.role == "system" else ""))
+                 for t in sample.dialogue)
+
+
+def said_before(sample: Sample) -> str:
+    """The words of the sample's earlier turns (:func:`dialogue_said`, user and system text, no SQL), one
+    turn per line; ``""`` without a dialogue. The simulated users count them as context the way they count
+    the question's words (what the user has already said or been told)."""
+    return "\n".join(text for _role, text in dialogue_said(sample) if text and text != SQL_ONLY_TURN)
+
+
+def with_dialogue(sample: Sample) -> str:
+    """The question preceded by the words of the earlier turns (:func:`said_before`): what the user has
+    said or been told so far, for the leakage guard's licence and the identifier-probe test."""
+    before = said_before(sample)
+    return f"{before}\n{sample.question}" if before else sample.question
 
 
 @dataclass(frozen=True)

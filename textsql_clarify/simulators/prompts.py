@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["PromptTask", "RenderedPrompt", "LABEL_OPTIONS", "JUDGE_OPTIONS", "render", "label_task",
+__all__ = ["PromptTask", "RenderedPrompt", "LABEL_OPTIONS", "JUDGE_OPTIONS", "render", "label_task", "conversation_block",
            "answer_task", "judge_task", "refusal_reply", "fallback_reply", "match_style", "clean_reply"]
 
 #: Stage-1 options, scored as the word after ``Label:`` (ABISS §5.2 relevancy labels).
@@ -27,6 +27,8 @@ JUDGE_OPTIONS = ("A", "B")
 _MAX_FIELD = 160  # characters kept of any one field in a prompt: keeps prefill and batch padding short
 _MAX_FRAGMENTS = 4  # gold-query fragments shown to stage 1
 _MAX_HISTORY = 2  # dialogue entries shown to stage 1
+_MAX_DIALOGUE = 4  # earlier turns of a follow-up sample shown (its "Conversation so far")
+_MAX_TURN = 100  # characters kept of one dialogue entry
 
 
 @dataclass(frozen=True)
@@ -121,21 +123,36 @@ _LABEL_SHOTS = (
 )
 
 
+def conversation_block(dialogue: Sequence[tuple[str, str]]) -> str:
+    """The ``Conversation so far:`` line of a follow-up sample's prompts: its last 4 earlier turns
+    (:func:`~.base.dialogue_said`), ``role: text`` each cut to 100 characters, joined by ``" / "``;
+    ``""`` without a dialogue."""
+    if not dialogue:
+        return ""
+    return "Conversation so far: " + " / ".join(f"{r}: {_cut(t, _MAX_TURN)}"
+                                                for r, t in list(dialogue)[-_MAX_DIALOGUE:])
+
+
 def label_task(*, question: str, clarification: str, knowledge: str = "", fragments_sql: Sequence[str] = (),
-               history: Sequence[tuple[str, str]] = ()) -> PromptTask:
-    """Stage 1 (ABISS §5.2): the question, recent dialogue, what the user knows, the gold query's
-    fragments (raw SQL, seen by stage 1 only) and the clarification; the model labels it.
+               history: Sequence[tuple[str, str]] = (), dialogue: Sequence[tuple[str, str]] = ()) -> PromptTask:
+    """Stage 1 (ABISS §5.2): the earlier turns of a follow-up question, the question, this episode's recent
+    dialogue, what the user knows, the gold query's fragments (raw SQL, seen by stage 1 only) and the
+    clarification; the model labels it.
 
     Args:
         question: the sample's question.
         clarification: the agent's clarification.
         knowledge: the hidden knowledge (``""`` -> "none").
         fragments_sql: ``Fragment.sql`` of the gold query, at most 4 shown (160 characters in all).
-        history: ``(role, text)`` dialogue pairs; the last 2 are shown (100 characters each).
+        history: ``(role, text)`` pairs of this episode from the question on; the last 2 are shown (100
+            characters each).
+        dialogue: the sample's earlier turns as the user remembers them (:func:`~.base.dialogue_said`),
+            shown before the question as ``Conversation so far`` (:func:`conversation_block`).
     """
-    lines = [f"Question: {_cut(question)}"]
+    conv = conversation_block(dialogue)
+    lines = ([conv] if conv else []) + [f"Question: {_cut(question)}"]
     if history:
-        said = " / ".join(f"{r}: {_cut(t, 100)}" for r, t in list(history)[-_MAX_HISTORY:])
+        said = " / ".join(f"{r}: {_cut(t, _MAX_TURN)}" for r, t in list(history)[-_MAX_HISTORY:])
         lines.append(f"Earlier: {said}")
     lines.append(f"Unclear point: {_cut(knowledge) if knowledge.strip() else 'none'}")
     if fragments_sql:
@@ -170,7 +187,8 @@ _ANSWER_SHOTS = (
 REFUSE_FACT = "none"
 
 
-def answer_task(*, label: str, question: str, clarification: str, fact: str | None) -> PromptTask:
+def answer_task(*, label: str, question: str, clarification: str, fact: str | None,
+                dialogue: Sequence[tuple[str, str]] = ()) -> PromptTask:
     """Stage 2 (ABISS §5.2, TIDE App. E): answer from one fact, in the question's style.
 
     Args:
@@ -178,6 +196,8 @@ def answer_task(*, label: str, question: str, clarification: str, fact: str | No
         question: the sample's question (the style to imitate).
         clarification: the agent's clarification.
         fact: the chosen hidden-knowledge fact (``relevant``) or fragment text (``technical``).
+        dialogue: the sample's earlier turns (:func:`~.base.dialogue_said`), shown before the question as
+            ``Conversation so far`` so that a reply to a follow-up can refer back.
     Raises:
         ValueError: unknown label, or no fact for ``relevant`` / ``technical``.
     """
@@ -189,7 +209,8 @@ def answer_task(*, label: str, question: str, clarification: str, fact: str | No
         if not fact or not fact.strip():
             raise ValueError(f"a {label!r} answer needs a fact")
         shown = _cut(fact)
-    q = f"Question: {_cut(question)}\nClarification: {_cut(clarification)}\nFact: {shown}"
+    conv = conversation_block(dialogue)
+    q = (f"{conv}\n" if conv else "") + f"Question: {_cut(question)}\nClarification: {_cut(clarification)}\nFact: {shown}"
     return PromptTask(_ANSWER_INSTRUCTION, _ANSWER_SHOTS, q, "Reply:")
 
 

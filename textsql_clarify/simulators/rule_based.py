@@ -12,8 +12,9 @@ It follows the two-stage protocol of ABISS §5.2 with rules in place of the mode
    the question and adds nothing but stock words); an ``unfocused`` clarification (covers the question,
    adds words) is judged on the words it adds only (issue 8).
 2. **Answer.** Relevant answers state the hidden knowledge (or the chosen chain layer's answer);
-   technical answers state one atomic gold-SQL fragment in words (TIDE App. E, :mod:`.fragments`);
-   irrelevant answers are refusals. Every reply passes the leakage guard (:mod:`.leakage`); a reply that
+   technical answers state one atomic gold-SQL fragment in words (TIDE App. E, :mod:`.fragments`; on a
+   sample whose gold is withheld, ``Sample.gold_withheld``, there is none, so the user leaves the detail to
+   the agent, and relevancy is judged as for any ambiguous sample); irrelevant answers are refusals. Every reply passes the leakage guard (:mod:`.leakage`); a reply that
    would leak is replaced by a vaguer one and counted in ``leak_rejections``.
 
 How an ambiguous sample's clarification is labelled (ABISS §5.2 "directly targets the core ambiguity
@@ -43,6 +44,17 @@ or knowledge gap" versus "a valid but secondary database concern"):
   your favourite", "have you ever", "are you a senior yourself") is ``irrelevant`` before any overlap
   counts.
 
+Dialogue context (a follow-up sample's earlier turns, ``Sample.dialogue``; MMSQL, CoSQL): the words of the
+earlier user and system turns (:func:`~.base.said_before`; the system's SQL is left out, the user saw answers,
+not queries) count as context the way the question's words do where a rule asks what the user has said:
+names they use are licensed in replies (leakage guard) and do not make a clarification an identifier probe,
+and a clarification that names them is on target and about the request (``targets``, "names a question
+word"). Where a rule asks what the *question* adds or leaves open, the question alone counts: the echo
+test (:func:`specificity`), what an unfocused clarification adds, and the split of hidden-knowledge words
+into strong and anchor words (a fact stated in an earlier turn is still the disambiguating fact when the
+hidden knowledge states it). A sample whose subcategory is unknown (``None``) gets no subcategory cue,
+only the cues that hold for any ambiguity (definition, meaning).
+
 TIDE router (§4.2, App. E), set on samples with a chain or a drift event (TIDE samples), else ``None``:
 relevant -> ``amb``, technical -> ``loc``, irrelevant -> ``una``. A clarification that targets L2 while
 L1 is unresolved (``request.l1_resolved`` False) is routed ``loc`` (label ``technical``, layer ``L2``)
@@ -65,7 +77,7 @@ from sqlglot import exp
 from ..errors import SQLParseError
 from ..samples import Chain, Sample
 from ..sqlschema import parse_sql
-from .base import ALLOWED_LABELS, UserReply, UserRequest
+from .base import ALLOWED_LABELS, UserReply, UserRequest, said_before, with_dialogue
 from .fragments import Fragment, gold_fragments, technical_topic, vague_text
 from .leakage import is_identifier_probe, leakage_reasons
 
@@ -464,9 +476,11 @@ def _alternatives_contrast(rest: str, words: set[str], entity: set[str]) -> bool
     return all(sides) and len(set(hits)) > 1 and bool(frozenset().union(*hits) - entity)
 
 
-def _ambiguity_cue(sub: str, clar: str, rest: str, c: set[str], targets: set[str]) -> str | None:
+def _ambiguity_cue(sub: str | None, clar: str, rest: str, c: set[str], targets: set[str]) -> str | None:
     """The subcategory cue a clarification matches (module docstring), as a reason name, else ``None``.
 
+    ``sub``: the sample's subcategory; ``None`` (unknown) gets only the cues of any ambiguity (definition,
+    meaning), as does every subcategory without a cue of its own.
     ``clar``: the clarification; ``rest``: it with technical phrases blanked; ``c``: the content stems
     of ``rest``; ``targets``: the non-entity content stems of the question, the hidden knowledge and the
     interpretations (what an ambiguity question can be about).
@@ -594,13 +608,13 @@ class RuleBasedUser:
         gold = req.gold_sql or s.gold_sql
         tide = s.chain is not None or s.drift is not None
 
-        if s.group == "unanswerable" or gold is None:
+        if s.group == "unanswerable" or (gold is None and not s.gold_withheld):
             return self._final(req, gold, kind, "irrelevant", None, tide, "unanswerable",
                                [_end(_UNANSWERABLE[kind])], {})
         clar = req.clarification
         if asks_for_sql(clar):
             return self._refuse(req, gold, kind, tide, "asks_for_sql")
-        if is_identifier_probe(clar, question=s.question, hidden_knowledge=user_knowledge(s),
+        if is_identifier_probe(clar, question=with_dialogue(s), hidden_knowledge=user_knowledge(s),
                                schema_identifiers=req.schema_identifiers):
             return self._refuse(req, gold, kind, tide, "identifier_probe")
         spec = specificity(clar, s.question)
@@ -639,7 +653,8 @@ class RuleBasedUser:
             return self._refuse(req, gold, kind, tide, "personal")
         strong, anchors = _hk_words(s, entity)
         q = content_stems(s.question)
-        targets = (q | _knowledge_stems(s)) - entity
+        context = q | content_stems(said_before(s))   # the question and the earlier turns (module docstring)
+        targets = (context | _knowledge_stems(s)) - entity
         cue = _ambiguity_cue(s.subcategory, clar, rest, c, targets)
         if cue is None and unfocused and s.subcategory == "attachment" and said & targets and _ATTACH.search(rest):
             cue = "attachment"   # the particle is what it adds; what it is said about is the question's words
@@ -655,7 +670,7 @@ class RuleBasedUser:
                 return self._final(req, gold, kind, "relevant", layer, tide, f"chain_{layer.lower()}",
                                    _relevant_candidates(ans, kind), {})
         hit = c & strong
-        connected = bool(c & q) or bool(_OR.search(rest)) or bool(_REQUEST.search(rest))
+        connected = bool(c & context) or bool(_OR.search(rest)) or bool(_REQUEST.search(rest))
         hk = content_stems(s.hidden_knowledge) - (q if unfocused else set())
         restates = bool(hk) and len(c & hk) >= max(min(2, len(hk)), 0.6 * len(hk))   # "can you confirm: <the fact>?"
         readings = _alternatives_contrast(rest, strong, set() if s.subcategory == "entity_ambiguity" else entity)
@@ -672,6 +687,9 @@ class RuleBasedUser:
 
     def _technical(self, req, gold, kind, tide, topic) -> UserReply:
         meta = {"topic": topic}
+        if gold is None:   # a withheld gold (mini-interact): no fragment to state, and "any order is fine" may be false
+            meta["fragment_kind"] = None
+            return self._final(req, gold, kind, "technical", None, tide, "technical_withheld", [], meta)
         try:
             frags = [f for f in gold_fragments(gold, req.schema_identifiers) if f.kind == topic]
         except SQLParseError:
@@ -704,8 +722,9 @@ class RuleBasedUser:
         text = cands[-1]
         reasons: list[str] = []
         knows = user_knowledge(req.sample)
+        context = with_dialogue(req.sample)   # what the user said or was told before: licensed
         for cand in cands:
-            r = leakage_reasons(cand, question=req.sample.question, clarification=req.clarification,
+            r = leakage_reasons(cand, question=context, clarification=req.clarification,
                                 schema_identifiers=req.schema_identifiers, gold_sql=gold, hidden_knowledge=knows)
             if not r:
                 text = cand

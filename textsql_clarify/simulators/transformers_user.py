@@ -36,6 +36,11 @@ way ABISS §5.2 describes, with TIDE §4.2 / App. E's router as an option:
    tournament in council order, each match judged by every council model (score of ``A`` vs ``B``);
    the strict majority wins, a tie keeps the earlier candidate.
 
+Dialogue: a follow-up sample's earlier turns (``Sample.dialogue``) reach both stages' prompts as a
+``Conversation so far`` line (:func:`~.prompts.conversation_block`, user and system text, no SQL:
+:func:`~.base.dialogue_said`), and their words license names in replies and do not make a clarification
+an identifier probe, as the question's do (:func:`~.base.with_dialogue`; the rule-based user does the same).
+
 Determinism: greedy decoding by default; with ``do_sample=True`` each generate call is seeded from
 ``seed`` and its stage, model and round, so the same batch gives the same replies.
 """
@@ -49,7 +54,7 @@ from typing import Any, Sequence
 
 from ..errors import SQLParseError
 from ..sqlschema import read_schema
-from .base import ALLOWED_LABELS, UserReply, UserRequest
+from .base import ALLOWED_LABELS, UserReply, UserRequest, dialogue_said, with_dialogue
 from .fragments import Fragment, gold_fragments, technical_topic, vague_text
 from .grounding import Grounder, best_matches, default_grounder, split_facts
 from .hf_models import DEFAULT_MODEL, GenerationBackend, load_backend
@@ -102,6 +107,26 @@ class _Work:
     @property
     def question(self) -> str:
         return self.req.sample.question
+
+    @property
+    def context(self) -> str:
+        """What the user said or was told before the clarification: the earlier turns, then the question."""
+        return with_dialogue(self.req.sample)
+
+    @property
+    def dialogue(self) -> tuple[tuple[str, str], ...]:
+        """The sample's earlier turns as the user remembers them (:func:`~.base.dialogue_said`)."""
+        return dialogue_said(self.req.sample)
+
+    @property
+    def episode_history(self) -> tuple[tuple[str, str], ...]:
+        """``req.history`` from the question's message on (the earlier turns are shown as ``dialogue``)."""
+        h = tuple(self.req.history)
+        if not self.req.sample.dialogue:
+            return h
+        q = self.question
+        start = next((k for k, (role, text) in enumerate(h) if role == "user" and q in text), 0)
+        return h[start:]
 
     @property
     def knows(self) -> str:
@@ -219,7 +244,7 @@ class TransformersUserSimulator:
         for w in works:
             if w.req.sample.group == "unanswerable":
                 w.meta["refused"] = "unanswerable"
-            elif is_identifier_probe(w.clarification, question=w.question, hidden_knowledge=w.knows,
+            elif is_identifier_probe(w.clarification, question=w.context, hidden_knowledge=w.knows,
                                      schema_identifiers=w.schema_ids):
                 w.meta["refused"] = "identifier_probe"
             else:
@@ -293,7 +318,8 @@ class TransformersUserSimulator:
         for b in self.backends:
             rendered = [render(label_task(question=w.question, clarification=w.clarification,
                                           knowledge=w.req.sample.hidden_knowledge or "",
-                                          fragments_sql=[f.sql for f in w.fragments], history=w.req.history), b)
+                                          fragments_sql=[f.sql for f in w.fragments], history=w.episode_history,
+                                          dialogue=w.dialogue), b)
                         for w in active]
             sep = rendered[0].option_sep
             scores = b.score([r.text for r in rendered], [sep + o for o in LABEL_OPTIONS],
@@ -380,7 +406,7 @@ class TransformersUserSimulator:
     def _check(self, w: _Work, text: str) -> list[str]:
         if not text:
             return ["empty"]
-        return leakage_reasons(text, question=w.question, clarification=w.clarification,
+        return leakage_reasons(text, question=w.context, clarification=w.clarification,
                                schema_identifiers=w.schema_ids, gold_sql=w.gold, hidden_knowledge=w.knows)
 
     def _retry_fact(self, w: _Work) -> str | None:
@@ -397,7 +423,8 @@ class TransformersUserSimulator:
             if not mine:
                 continue
             rendered = [render(answer_task(label=w.label, question=w.question, clarification=w.clarification,
-                                           fact=w.fact if rnd == 0 else self._retry_fact(w)), b) for w in mine]
+                                           fact=w.fact if rnd == 0 else self._retry_fact(w), dialogue=w.dialogue), b)
+                        for w in mine]
             sample = self.do_sample or rnd > 0
             temp = self.temperature if rnd == 0 else self.retry_temperature
             texts = b.generate([r.text for r in rendered], self.max_new_tokens, "\n",
