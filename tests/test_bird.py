@@ -30,6 +30,12 @@ DEV_RECORDS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    """Load-time validation caches its results: keep them out of the user's cache."""
+    monkeypatch.setenv("TEXTSQL_CLARIFY_CACHE", str(tmp_path / "cache"))
+
+
 def _make_db(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     con = sqlite3.connect(path)
@@ -95,8 +101,7 @@ def test_minidev_with_an_empty_db_root_names_every_record(shared_data, tmp_path)
 
 
 # -- a BIRD-layout database built here ----------------------------------------------------------------
-def test_bird_layout_loads_and_maps(tmp_path, monkeypatch):
-    monkeypatch.setenv("TEXTSQL_CLARIFY_CACHE", str(tmp_path / "cache"))
+def test_bird_layout_loads_and_maps(tmp_path):
     root = _build_bird(tmp_path / "bird", DEV_RECORDS)
     samples = load_dataset(f"bird:{root}")
     assert [s.id for s in samples] == ["bird-dev-7", "bird-dev-8", "bird-dev-9"]
@@ -111,12 +116,12 @@ def test_bird_layout_loads_and_maps(tmp_path, monkeypatch):
     assert [s.id for s in load_dataset(f"bird:{root / 'dev.json'}")] == [s.id for s in samples]
 
 
-def test_oracle_ex_is_one_and_the_source_database_is_unchanged(tmp_path, monkeypatch):
-    monkeypatch.setenv("TEXTSQL_CLARIFY_CACHE", str(tmp_path / "cache"))
+def test_oracle_ex_is_one_and_the_source_database_is_unchanged(tmp_path):
     root = _build_bird(tmp_path / "bird", DEV_RECORDS)
     db = root / "dev_databases" / "shop" / "shop.sqlite"
     before = _sha(db)
     samples = load_dataset(f"bird:{root}")
+    assert [s.flags for s in samples] == [(), (), ()]  # load-time validation: every gold runs and returns rows
     _, metrics = evaluate(samples, make_agent("oracle"), out_dir=tmp_path / "run", progress=False)
     assert metrics["overall"]["EX"] == {"value": 1.0, "n": 3}
     # a no-clarify run on an answerable set submits the same golds
