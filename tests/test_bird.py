@@ -15,6 +15,7 @@ from textsql_clarify.baselines.rollout import evaluate
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.datasets.bird import load_bird, parse_bird_questions
 from textsql_clarify.errors import DatasetError
+from textsql_clarify.rewards.ex_sql import gold_nondeterminism
 
 #: Three BIRD-shaped records over the ``shop`` database of :func:`_build_bird`.
 DEV_RECORDS = [
@@ -80,6 +81,9 @@ def test_minidev_parses_500_questions_with_evidence(shared_data):
     no_ev = [n for n in natives if not n["evidence"]]
     assert [n["id"] for n in no_ev] == ["bird-dev-1507", "bird-dev-1528"]
     assert all(n["subcategory"] == "answerable_without_evidence" for n in no_ev)
+    # 10 golds read the clock (CURRENT_TIMESTAMP, ...): they load flagged gold_nondeterministic
+    clock = [n["id"] for n in natives if gold_nondeterminism(n["gold_sql"])]
+    assert len(clock) == 10 and clock[0] == "bird-dev-1156"
 
 
 def test_minidev_without_databases_names_the_missing_folder(shared_data):
