@@ -24,7 +24,7 @@ one-element list holding BIRD's string (empty list when empty); difficulty is BI
 ``bird-<split>-<question_id>`` (the 0-based record index where the record has no ``question_id``);
 provenance ``{"source": "bird", "file": <file name>, "question_id": ...}``.
 
-The question file is a JSON list (dev: 1,534 records, about 1 MB; train: 9,428, about 10 MB), so it is read
+The question file is a JSON list (dev: 1,534 records; train: 9,428; a few MB at most), so it is read
 whole; there is no line structure to stream. Every bad record is reported with file, record (index + 1)
 and field, all at once (:class:`~textsql_clarify.errors.DatasetError`). Databases are only checked to
 exist here; nothing opens them for writing.
