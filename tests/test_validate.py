@@ -100,17 +100,15 @@ def test_mask_values_normalises_case_literals_and_quotes():
 def test_embedded_flags_measured():
     samples = load_dataset("embedded")
     assert len(samples) == 48
-    # uni-chain-001: its two other readings (the smallest budget; the lowest grades given in a department's
-    # courses) both return Literature; uni-entity-003's gold is uni-ans-001's with 'Physics' for
-    # 'Computer Science' (ABISS stage 1 flags the later one)
-    assert _flags(samples) == {"uni-entity-003": ("duplicate_gold",), "uni-chain-001": ("indistinguishable",)}
+    # uni-entity-003's gold is uni-ans-001's with 'Physics' for 'Computer Science' (ABISS stage 1 flags the
+    # later one). uni-chain-001's two other readings (the smallest budget; the lowest grades given in a
+    # department's courses) both return Literature, but its gold does not: asking still pays, no flag.
+    assert _flags(samples) == {"uni-entity-003": ("duplicate_gold",)}
     report = V.validate_samples(load_dataset("embedded", validate=False), spec="embedded")
     assert [str(p) for p in report.problems] == [
         "uni-entity-003: duplicate_gold: gold_sql equals uni-ans-001's once values are masked (ABISS §4.2 stage 1)",
-        "uni-chain-001: indistinguishable: interpretations[1].gold_sql returns the same result as "
-        "interpretations[0].gold_sql (strict EX)",
     ]
-    assert report.counts() == {"indistinguishable": 1, "duplicate_gold": 1} and report.n_flagged == 2
+    assert report.counts() == {"duplicate_gold": 1} and report.n_flagged == 1
 
 
 # -- the fixture: one sample per check -------------------------------------------------------------

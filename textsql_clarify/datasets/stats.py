@@ -22,12 +22,20 @@ MAX_WIDTH = 100
 UNKNOWN = "unknown"
 
 
+#: Flags that say the gold itself is unusable; the others (``duplicate_gold``, ``indistinguishable``,
+#: ``interpretation_error``) describe a sample whose gold is still valid.
+GOLD_FLAGS = ("gold_error", "gold_empty", "gold_timeout", "gold_nondeterministic")
+
+
 def gold_status(sample: Sample) -> list[str]:
-    """The gold statuses of one sample: ``["no_gold"]`` (no gold SQL: unanswerable, clarification-only),
-    ``["valid"]`` (a gold and no flag), or its flags (one sample may carry several)."""
-    if sample.flags:
-        return list(sample.flags)
-    return ["no_gold"] if sample.gold_sql is None else ["valid"]
+    """The gold statuses of one sample: first ``no_gold`` (no gold SQL: unanswerable; ``withheld`` where the
+    source withholds it, ``provenance["gold"] == "withheld"``), ``valid`` (a gold with none of
+    :data:`GOLD_FLAGS`) or those gold flags; then the sample's other flags. One sample may carry several."""
+    if sample.gold_sql is None:
+        head = ["withheld" if (sample.provenance or {}).get("gold") == "withheld" else "no_gold"]
+    else:
+        head = [f for f in sample.flags if f in GOLD_FLAGS] or ["valid"]
+    return head + [f for f in sample.flags if f not in GOLD_FLAGS and f not in head]
 
 
 def _ordered(counter: Counter, order: Sequence[str]) -> dict[str, int]:
@@ -53,7 +61,7 @@ def dataset_stats(samples: Sequence[Sample]) -> dict:
         "subcategory": _ordered(subs, sub_order),
         "difficulty": _ordered(Counter(s.difficulty for s in samples), DIFFICULTIES),
         "gold_status": _ordered(Counter(st for s in samples for st in gold_status(s)),
-                                ("valid", *SAMPLE_FLAGS, "no_gold")),
+                                ("valid", *SAMPLE_FLAGS, "no_gold", "withheld")),
     }
 
 

@@ -17,10 +17,11 @@ errors, non-empty result sets, runtime failures and within a time limit"; the st
 * ``gold_nondeterministic``: it (or the post-drift gold) reads the clock or randomness
   (:func:`~textsql_clarify.rewards.ex_sql.gold_nondeterminism`, the sample's ``provenance`` flag);
 * ``interpretation_error``: an interpretation's gold fails, times out or is truncated;
-* ``indistinguishable``: an interpretation's result equals the main gold's, or another interpretation's,
-  by the env's own strict scorer (:func:`~textsql_clarify.rewards.execution.score_execution`, ``ex_strict``,
-  taking either result as the gold; two results without data count as equal). Such a sample cannot reward
-  asking: the agent that never asks and answers the other reading scores as the one that asked;
+* ``indistinguishable``: an interpretation's result equals the main gold's by the env's own strict scorer
+  (:func:`~textsql_clarify.rewards.execution.score_execution`, ``ex_strict``, taking either result as the
+  gold; two results without data count as equal). Such a sample cannot reward asking: the agent that never
+  asks and answers the other reading scores as the one that asked. Two *other* readings that return the
+  same rows as each other, but not as the gold, still leave asking rewarded, so they are not flagged;
 * ``duplicate_gold``: ABISS §4.2 stage 1 (after OmniSQL): a later answerable or ambiguous sample whose
   value-masked gold (:func:`.gold_masking.mask_values`) equals an earlier one's over the same database;
   the first keeps no flag.
@@ -51,7 +52,7 @@ __all__ = ["VALIDATOR_VERSION", "GOLD_TIMEOUT_S", "ROW_CAP", "Problem", "Validat
            "validate_loaded"]
 
 #: Bumped whenever a check changes, so that cached results of the old checks are not reused.
-VALIDATOR_VERSION = 1
+VALIDATOR_VERSION = 2
 #: Time limit per gold, seconds: the env's default ``timeout_s`` (:class:`textsql_clarify.envs.env.TextSQLClarifyEnv`).
 GOLD_TIMEOUT_S = 5.0
 #: Row cap per gold: the env's default ``row_cap``; a gold with more rows is truncated, hence ``gold_error``.
@@ -191,7 +192,6 @@ def _check_sample(s: Sample, runner: _Runner, add) -> None:
                 add("indistinguishable", f"{name}.gold_sql returns the same result as {other}"
                                          f"{'' if other == 'gold_sql' else '.gold_sql'} (strict EX)")
                 break
-        comparable.append((name, it.gold_sql, r))
 
 
 def _run_checks(samples: Sequence[Sample]) -> tuple[list[tuple[int, str, str]], bool]:
