@@ -22,6 +22,8 @@ CHAIN_VERDICTS = ("eliminated", "transformed")
 #: Spider's hardness levels, then BIRD's difficulty labels, then ``unknown``.
 DIFFICULTIES = ("easy", "medium", "hard", "extra", "simple", "moderate", "challenging", "unknown")
 DIALOGUE_ROLES = ("user", "system")
+#: ``provenance["gold"]`` of an ambiguous sample whose gold SQL the source withholds (``gold_sql`` null).
+GOLD_WITHHELD = "withheld"
 #: Load-time validation flags (:mod:`textsql_clarify.datasets.validate`); a flagged sample is reported,
 #: and ``indistinguishable`` ones are kept out of the ambiguous metrics unless asked.
 SAMPLE_FLAGS = ("gold_error", "gold_empty", "gold_timeout", "gold_nondeterministic", "interpretation_error",
@@ -118,7 +120,9 @@ class Sample:
         style: the linguistic style of the question (free text, e.g. ``"terse"``).
         difficulty: Spider's ``easy`` | ``medium`` | ``hard`` | ``extra``, BIRD's ``simple`` |
             ``moderate`` | ``challenging``, or ``unknown``.
-        gold_sql: the gold SQL of the intended interpretation; ``None`` for unanswerable samples.
+        gold_sql: the gold SQL of the intended interpretation; ``None`` for unanswerable samples, and for an
+            ambiguous sample whose gold the source withholds (``provenance["gold"] == "withheld"``,
+            :attr:`gold_withheld`: clarification-only, EX undefined; ``docs/dataset-format.md``).
         hidden_knowledge: what the user knows: the disambiguating fact, or why it is unanswerable.
         interpretations: the other readings of an ambiguous question.
         chain: optional chain ambiguity.
@@ -150,8 +154,16 @@ class Sample:
 
     @property
     def solvable(self) -> bool:
-        """True when the sample has a gold SQL to execute (answerable or ambiguous)."""
+        """True when the sample has a gold SQL to execute (answerable or ambiguous); False for an unanswerable
+        sample and for a withheld gold (:attr:`gold_withheld`), which the env cannot score."""
         return self.gold_sql is not None
+
+    @property
+    def gold_withheld(self) -> bool:
+        """True for an ambiguous sample whose gold SQL the source withholds (``gold_sql`` ``None`` and
+        ``provenance["gold"] == "withheld"``, e.g. BIRD-Interact's mini-interact): a clarification-only sample;
+        EX and every gold-based reward component are ``None`` on it (``docs/dataset-format.md``)."""
+        return self.gold_sql is None and self.provenance.get("gold") == GOLD_WITHHELD
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready record of this sample (the native JSONL schema)."""
@@ -235,8 +247,6 @@ def sample_from_dict(
     gold = _str_field(rec, "gold_sql", problems, where, False)
     if gold is not None and not gold.strip():
         problems.append(where("gold_sql", "must not be empty (use null for unanswerable samples)"))
-    if group in ("answerable", "ambiguous") and gold is None and "gold_sql" not in [p.field for p in problems]:
-        problems.append(where("gold_sql", f"is required for group {group!r}"))
     if group == "unanswerable" and gold is not None:
         problems.append(where("gold_sql", "must be null for an unanswerable sample"))
     hk = _str_field(rec, "hidden_knowledge", problems, where, False) or ""
@@ -246,6 +256,18 @@ def sample_from_dict(
     if not isinstance(prov, dict):
         problems.append(where("provenance", f"must be an object, got {type(prov).__name__}"))
         prov = {}
+    withheld = prov.get("gold") == GOLD_WITHHELD
+    if withheld and (group != "ambiguous" or gold is not None):
+        problems.append(where("provenance.gold", f"{GOLD_WITHHELD!r} is only for an ambiguous sample whose gold_sql "
+                                                 f"is null (got group {group!r}, gold_sql "
+                                                 f"{'null' if gold is None else 'set'})"))
+    elif withheld and (rec.get("interpretations") or rec.get("drift") is not None):
+        problems.append(where("provenance.gold", f"a {GOLD_WITHHELD!r} gold allows no interpretations and no drift "
+                                                 "(nothing could score them against the missing gold)"))
+    if (group in ("answerable", "ambiguous") and gold is None and not withheld
+            and "gold_sql" not in [p.field for p in problems]):
+        problems.append(where("gold_sql", f"is required for group {group!r} (null only with provenance.gold "
+                                          f"{GOLD_WITHHELD!r}, for an ambiguous sample)"))
     if group in ("ambiguous", "unanswerable") and not hk.strip() and prov.get("hidden_knowledge") != "absent":
         problems.append(where("hidden_knowledge", f"is required for group {group!r}"))
     evidence = rec.get("evidence", [])
