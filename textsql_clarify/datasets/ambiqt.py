@@ -49,7 +49,7 @@ from sqlglot.errors import SqlglotError
 
 from ..errors import DatasetError, RecordProblem
 from ..samples import Sample, sample_from_dict
-from .ambiqt_rebuild import (AGG_PREFIXES, BuildPlan, RebuildError, build_database, file_sha256, parse_schema_text,
+from .ambiqt_rebuild import (BuildPlan, RebuildError, build_database, file_sha256, parse_schema_text,
                              plan_rebuild, read_schema)
 from .spider_hardness import spider_hardness
 
