@@ -286,7 +286,7 @@ def test_ceilings_counted_overall_and_per_breakdown():
     ]
     res = aggregate(ts)
     assert res["ceilings"] == {"gold_error": 1, "gold_empty": 1, "gold_nondeterministic": 0, "gold_truncated": 1,
-                               "pred_truncated": 1, "keyless": 1, "scorer_inconsistent": 1}
+                               "pred_truncated": 1, "keyless": 1, "scorer_inconsistent": 1, "gold_withheld": 0}
     assert res["by_group"]["ambiguous"]["ceilings"]["scorer_inconsistent"] == 1
     assert res["by_group"]["ambiguous"]["ceilings"]["gold_error"] == 0
     assert list(res["by_difficulty"]) == ["easy", "hard", "unknown"]

@@ -61,7 +61,8 @@ class Trajectory:
         predicted_category: the agent's classification-phase label, if any.
         gold_status: ``ok`` | ``empty`` (gold returns no rows: a ceiling) | ``error`` (gold fails:
             invalid sample) | ``nondeterministic`` (gold reads the clock or randomness: left out of EX)
-            | ``none`` (no gold SQL: unanswerable).
+            | ``none`` (no gold SQL: unanswerable) | ``withheld`` (the source withholds the gold of this
+            ambiguous sample: clarification-only, EX undefined).
         scores: final per-episode scores: ``ex`` (pre-drift or only SQL), ``ex_post`` (after drift),
             ``fb``, ``cell_f1`` ... (``None`` where undefined).
         seed: the reset seed.

@@ -66,6 +66,11 @@ class _PrivilegedAgent:
         return f"<sql>{s.drift.post_gold_sql}</sql>" if self._sql_sent and s.drift is not None else None
 
 
+#: the oracle's last action on a withheld-gold sample: an honest statement that it has no query to give.
+WITHHELD_FEEDBACK = ("I have the clarification I needed, but I cannot give the query: the source withholds this "
+                     "task's gold SQL, so there is no reference answer to submit.")
+
+
 class OracleAgent(_PrivilegedAgent):
     """Knows the sample: asks the relevant clarification where one is needed, then answers exactly.
 
@@ -73,6 +78,10 @@ class OracleAgent(_PrivilegedAgent):
     * ambiguous: asks one clarification built from the hidden knowledge (for a chain sample: the L1
       then the L2 question, TIDE §2.1), then submits the gold SQL;
     * unanswerable: gives the hidden knowledge as feedback;
+    * ambiguous with a withheld gold (:attr:`~textsql_clarify.samples.Sample.gold_withheld`, mini-interact): asks
+      the same clarification, then ends with a feedback that says it has no query to give (:data:`WITHHELD_FEEDBACK`).
+      It cannot write the gold and submits no stand-in SQL; the env scores that feedback ``None`` (undefined), so
+      the episode pays nothing and the run measures only its clarification (``docs/datasets.md``, mini-interact);
     * in a classification phase: the sample's subcategory, or its group when the subcategory is unknown;
     * after a drift utterance: submits the post-drift gold SQL (TIDE §4.1).
     """
@@ -103,7 +112,7 @@ class OracleAgent(_PrivilegedAgent):
         post = self._after_drift()
         if post:
             return post
-        if s.gold_sql is None:
+        if s.gold_sql is None and not s.gold_withheld:
             return f"<feedback>{s.hidden_knowledge or 'The database does not hold what this question asks for.'}</feedback>"
         history = observation.get("history", "")
         # skip a chain's L1 question when it is already in the history (p-protocol primes it)
@@ -112,13 +121,16 @@ class OracleAgent(_PrivilegedAgent):
             if nxt in history:
                 continue
             return nxt
+        if s.gold_withheld:
+            return f"<feedback>{WITHHELD_FEEDBACK}</feedback>"
         return self._sql(s.gold_sql)
 
 
 class NoClarifyAgent(_PrivilegedAgent):
     """Never asks: submits the first interpretation's SQL (or the gold SQL when there is none).
 
-    For an unanswerable sample it gives a generic refusal, which names no cause. In a classification
+    For an unanswerable sample, and for an ambiguous one whose gold is withheld (nothing to submit), it gives a
+    generic refusal, which names no cause. In a classification
     phase it calls every question answerable. It is the ABISS "answer directly" baseline that the
     oracle must beat on ambiguous samples.
     """

@@ -19,6 +19,11 @@ the question: user turns as user messages, system turns as assistant messages (S
 request). In the classification phase, a sample whose subcategory is unknown (``None``) scores the
 ``classification`` component ``None`` (undefined, not 0).
 
+A sample whose gold SQL the source withholds (:attr:`~textsql_clarify.samples.Sample.gold_withheld`,
+mini-interact) is clarification-only: the simulated user still answers, but ``ex``, ``ex_strict``, every
+detailed component and ``feedback`` are ``None`` on any terminal action (nothing to compare with, and the
+question's answerability never ran here), so no action earns a gold-based reward; gold status ``withheld``.
+
 Chain samples under the p-protocol (``protocol="p"``) start with the L1 clarification and its canonical
 answer already in the history, and the simulated user's L1 state resolved (TIDE §4.1).
 
@@ -245,7 +250,8 @@ class TextSQLClarifyEnv(gym.Env):
             drift_subtype=s.drift.subtype if s.drift else None,
             protocol=self.protocol if s.chain is not None else "f",  # p only changes chain samples
             category_mode=self.category_mode, seed=seed,
-            gold_status="none" if s.gold_sql is None else "ok", flags=list(s.flags))
+            gold_status="withheld" if s.gold_withheld else "none" if s.gold_sql is None else "ok",
+            flags=list(s.flags))
         self._scores: dict[str, Any] = {"ex": None, "ex_strict": None, "ex_post": None, "fb": None, "abstained": None,
                                         "drift_recognised": None if s.drift is None else False,
                                         "drift_revised": None if s.drift is None else False}
@@ -489,7 +495,9 @@ class TextSQLClarifyEnv(gym.Env):
     def _feedback(self, act: Action):
         s = self._sample
         fb = abstained = None
-        if s.group != "unanswerable":
+        if s.gold_withheld:
+            pass  # FB undefined: the gold never ran here, so whether the question is answerable is unchecked
+        elif s.group != "unanswerable":
             fb = 0.0  # feedback on a solvable question is wrong (ABISS §5.3)
         elif has_rationale(s):
             fb = 1.0 if self.feedback_judge.judge(s, act.content, self._schema_ids) else 0.0
@@ -511,7 +519,8 @@ class TextSQLClarifyEnv(gym.Env):
         s = self._sample
         post = self._drift_done
         res = score_sql_turn(act.content, self._gold, self._sandbox, gold_key=self._gold_key,
-                             detailed=self.detailed_scores, offered_tables=self._offered, ex_options=self.ex_options)
+                             detailed=self.detailed_scores, offered_tables=self._offered, ex_options=self.ex_options,
+                             gold_withheld=s.gold_withheld)
         comps = dict(res.components)
         turn = Turn(self._turn - 1, self._phase, "sql", act.content, execution=res.execution)
         if post:

@@ -52,7 +52,8 @@ class SQLTurnScore:
             ``column_*``, ``table_*``, ``components``); ``None`` where undefined.
         execution: ``{"error_kind", "error_message", "n_rows", "truncated", "elapsed_s"}`` of the agent's SQL.
         gold_status: ``ok`` | ``empty`` | ``error`` | ``nondeterministic`` (gold reads the clock or randomness)
-            | ``none`` (no gold SQL).
+            | ``none`` (no gold SQL: unanswerable) | ``withheld`` (the source withholds the gold,
+            :attr:`~textsql_clarify.samples.Sample.gold_withheld`).
         flags: ceiling flags: ``gold_truncated``, ``pred_truncated``, ``keyless``, ``scorer_inconsistent``.
         ex_status: the EX verdict's status string.
     """
@@ -75,7 +76,7 @@ DETAIL_KEYS = ("cell_precision", "cell_recall", "cell_f1", "cell_f1_covered", "s
 
 def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, *, gold_key: str,
                    detailed: bool = True, offered_tables: Iterable[str] | None = None,
-                   ex_options: EXOptions | None = None) -> SQLTurnScore:
+                   ex_options: EXOptions | None = None, gold_withheld: bool = False) -> SQLTurnScore:
     """Execute ``pred_sql`` and score it against ``gold_sql``.
 
     Args:
@@ -88,6 +89,9 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
         offered_tables: tables whose schema the agent was shown (retrieval precision); ``None`` = all.
         ex_options: the EX policy options (:class:`~textsql_clarify.rewards.execution.EXOptions`); ``None``:
             the defaults.
+        gold_withheld: the sample is ambiguous and its gold is withheld by the source (``gold_sql`` is
+            ``None``): EX, ``ex_strict`` and every detailed component are ``None`` (undefined, not 0: there is
+            nothing to compare with), gold status ``withheld``; the SQL still runs (its execution is recorded).
 
     Returns:
         A :class:`SQLTurnScore`. Never raises for bad SQL.
@@ -98,6 +102,8 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
              "scorer_inconsistent": False}
     if detailed:
         comps.update({k: None for k in DETAIL_KEYS})
+    if gold_sql is None and gold_withheld:
+        return SQLTurnScore(comps, _exec_info(pred), "withheld", flags, "gold_withheld")
     if gold_sql is None:
         comps["ex"] = comps["ex_strict"] = 0.0
         return SQLTurnScore(comps, _exec_info(pred), "none", flags, "no_gold")

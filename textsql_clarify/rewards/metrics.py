@@ -40,7 +40,8 @@ from ..taxonomy import GROUPS, PREMISE_FLAWS, SUBCATEGORIES, group_of
 from ..trajectory import ACTION_TYPES, Trajectory
 
 OUTCOMES = ("sql", "feedback", "abstain", "truncated")
-GOLD_STATUSES = ("ok", "empty", "error", "nondeterministic", "none")
+#: ``withheld``: an ambiguous sample whose gold the source withholds (``Sample.gold_withheld``): EX undefined.
+GOLD_STATUSES = ("ok", "empty", "error", "nondeterministic", "none", "withheld")
 PROTOCOLS = ("f", "p")
 RELEVANCY_LABELS = ("relevant", "technical", "irrelevant")
 LAYERS = ("L1", "L2")
@@ -62,7 +63,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 METRICS: tuple[str, ...] = tuple(m for names in FAMILIES.values() for m in names)
 #: ceiling counters reported next to the numbers (article: "Ceilings are counted, never corrected").
 CEILINGS = ("gold_error", "gold_empty", "gold_nondeterministic", "gold_truncated", "pred_truncated", "keyless",
-            "scorer_inconsistent")
+            "scorer_inconsistent", "gold_withheld")
 #: the ``by_subcategory`` row of samples whose subcategory is unknown (``None``); always the last row.
 UNKNOWN_SUBCATEGORY = "unknown"
 #: the flag that keeps a sample out of the means unless asked (``aggregate(include_indistinguishable=...)``).
@@ -177,6 +178,8 @@ def _validate(i: int, t: Trajectory) -> None:
     if (t.gold_status == "none") != (t.group == "unanswerable"):
         raise _problem(i, t, "gold_status", f"is 'none' exactly for unanswerable samples; got {t.gold_status!r} "
                                             f"for group {t.group!r}")
+    if t.gold_status == "withheld" and t.group != "ambiguous":
+        raise _problem(i, t, "gold_status", f"'withheld' is only for ambiguous samples, got group {t.group!r}")
     if t.premise_flaw is not None:
         _check_in(i, t, "premise_flaw", t.premise_flaw, PREMISE_FLAWS)
     if t.has_drift:
@@ -353,7 +356,8 @@ def trajectory_metrics(t: Trajectory, *, original: bool = False) -> dict[str, fl
 
     * ``EX`` = ``scores.ex`` (ABISS §5.3, App. A): the env's convention, 1/0 on solvable samples with a
       valid gold (a non-SQL outcome is 0), 0 for SQL on an unanswerable sample, ``None`` otherwise
-      (including empty/failing gold, counted as ceilings). ``EX_post`` = ``scores.ex_post`` (drift).
+      (including empty/failing gold, counted as ceilings, and a withheld gold, ``gold_status == "withheld"``:
+      clarification-only samples, whose SQL is never scored). ``EX_post`` = ``scores.ex_post`` (drift).
       ``EX_strict`` = ``scores.ex_strict`` (ours): the same SQL and denominator as ``EX``, scored with no
       column superset (``docs/metrics.md``).
     * ``FB`` = ``scores.fb`` (ABISS §5.3): judge verdict on unanswerable samples with a stated rationale,
@@ -468,7 +472,9 @@ def count_ceilings(trajectories: Sequence[Trajectory]) -> dict[str, int]:
     ``random()``), left out of EX like an empty gold; ``gold_truncated`` / ``pred_truncated``: a result
     cut at the row cap; ``keyless``:
     rows scored without a usable row key; ``scorer_inconsistent``: the cell scores and exact EX disagree
-    (article: EX kept "as a test of the scorer"). Flags that are ``None`` or missing count as not set.
+    (article: EX kept "as a test of the scorer"); ``gold_withheld``: the source withholds the gold (a
+    clarification-only sample, mini-interact), so EX is undefined there. Flags that are ``None`` or missing
+    count as not set.
     """
     c = dict.fromkeys(CEILINGS, 0)
     for t in trajectories:
@@ -477,6 +483,7 @@ def count_ceilings(trajectories: Sequence[Trajectory]) -> dict[str, int]:
         c["gold_error"] += t.gold_status == "error"
         c["gold_empty"] += t.gold_status == "empty"
         c["gold_nondeterministic"] += t.gold_status == "nondeterministic"
+        c["gold_withheld"] += t.gold_status == "withheld"
         for flag in _FLAG_SCORES:
             c[flag] += t.scores.get(flag) is True
     return c
