@@ -23,7 +23,9 @@ errors, non-empty result sets, runtime failures and within a time limit"; the st
   asks and answers the other reading scores as the one that asked. Two *other* readings that return the
   same rows as each other, but not as the gold, still leave asking rewarded, so they are not flagged;
 * ``duplicate_gold``: ABISS §4.2 stage 1 (after OmniSQL): a later answerable or ambiguous sample whose
-  value-masked gold (:func:`.gold_masking.mask_values`) equals an earlier one's over the same database;
+  value-masked gold (:func:`.gold_masking.mask_values`) equals an earlier one's over the same database,
+  unless it is another reading of the same question (same question text, or its gold is one of the earlier
+  sample's interpretations);
   the first keeps no flag.
 
 Drift records of a ``.jsonl`` file are checked by the JSONL loader as before
@@ -52,7 +54,7 @@ __all__ = ["VALIDATOR_VERSION", "GOLD_TIMEOUT_S", "ROW_CAP", "Problem", "Validat
            "validate_loaded"]
 
 #: Bumped whenever a check changes, so that cached results of the old checks are not reused.
-VALIDATOR_VERSION = 2
+VALIDATOR_VERSION = 3
 #: Time limit per gold, seconds: the env's default ``timeout_s`` (:class:`textsql_clarify.envs.env.TextSQLClarifyEnv`).
 GOLD_TIMEOUT_S = 5.0
 #: Row cap per gold: the env's default ``row_cap``; a gold with more rows is truncated, hence ``gold_error``.
@@ -198,7 +200,7 @@ def _run_checks(samples: Sequence[Sample]) -> tuple[list[tuple[int, str, str]], 
     """All checks over ``samples``. Returns ``([(index, flag, message)], whether something timed out)``."""
     runner = _Runner()
     found: list[tuple[int, str, str]] = []
-    first_by_mask: dict[tuple[str, str], str] = {}
+    first_by_mask: dict[tuple[str, str], Sample] = {}
     for i, s in enumerate(samples):
         if s.gold_sql is None:
             continue
@@ -210,11 +212,21 @@ def _run_checks(samples: Sequence[Sample]) -> tuple[list[tuple[int, str, str]], 
         _check_sample(s, runner, add)
         if s.group in ("answerable", "ambiguous"):
             key = (s.db_path, mask_values(s.gold_sql))
-            first = first_by_mask.setdefault(key, s.id)
-            if first != s.id:
-                add("duplicate_gold", f"gold_sql equals {first}'s once values are masked (ABISS §4.2 stage 1)")
+            first = first_by_mask.setdefault(key, s)
+            if first is not s and not _same_question(first, s):
+                add("duplicate_gold", f"gold_sql equals {first.id}'s once values are masked (ABISS §4.2 stage 1)")
         found.extend((i, flag, "; ".join(mine[flag])) for flag in SAMPLE_FLAGS if flag in mine)
     return found, runner.timed_out
+
+
+def _same_question(a: Sample, b: Sample) -> bool:
+    """Whether ``b`` is another reading of ``a``'s question rather than a duplicate: the same question text
+    (case and spacing aside), or ``b``'s gold is one of ``a``'s interpretations (ABISS writes each reading of
+    an ambiguous question as its own record; readings that differ only in a value, ``Age > 40`` /
+    ``Age > 50``, mask alike)."""
+    if " ".join(a.question.lower().split()) == " ".join(b.question.lower().split()):
+        return True
+    return b.gold_sql in {it.gold_sql for it in a.interpretations}
 
 
 def _settings() -> dict:
