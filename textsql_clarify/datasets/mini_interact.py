@@ -322,7 +322,7 @@ def describe_snippet(snippet: str) -> str | None:
     cannot parse it.
 
     ``"SUM(CASE WHEN SNQI > 0 THEN 1 ELSE 0 END) as analyzable_signals"`` ->
-    ``"the total 1 when snqi is more than 0, otherwise 0 (analyzable signals)"``.
+    ``"the number of records where snqi is more than 0 (analyzable signals)"``.
 
     Args:
         snippet: the ``sql_snippet`` of an ambiguity term.
