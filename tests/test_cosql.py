@@ -144,8 +144,9 @@ def _write(tmp_path, data):
 
 def test_bad_records_are_all_reported(tmp_path, spider_root):
     data = [
-        {"database_id": "concert_singer", "interaction": [{"utterance": "How many singers?", "query": "SELECT count(*) FROM singer"},
-                                                          {"utterance": "And concerts?", "query": ""}]},
+        {"database_id": "concert_singer", "interaction": [
+            {"utterance": "How many singers?", "query": "SELECT count(*) FROM singer"},
+            {"utterance": "And concerts?", "query": ""}]},
         {"interaction": [{"utterance": "x", "query": "SELECT 1"}]},
         {"database_id": "concert_singer", "interaction": []},
         {"database_id": "nope_db", "interaction": [{"utterance": "x", "query": "SELECT 1"}]},

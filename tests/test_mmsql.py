@@ -177,8 +177,9 @@ def _write(tmp_path, records):
 
 def test_bad_records_are_all_reported_with_record_and_field(tmp_path, spider_root):
     recs = [
-        {"db_name": "car_1", "id": 0, "turns": [{"isuser": True, "text": "How many cars?", "type": "answerable"},
-                                                {"isuser": False, "text": "", "query": "SELECT count(*) FROM cars_data"}]},
+        {"db_name": "car_1", "id": 0, "turns": [
+            {"isuser": True, "text": "How many cars?", "type": "answerable"},
+            {"isuser": False, "text": "", "query": "SELECT count(*) FROM cars_data"}]},
         {"id": 1, "turns": [{"isuser": True, "text": "Hi", "type": "improper"}]},
         {"db_name": "car_1", "id": 2, "turns": [{"text": "x", "type": "answerable"},
                                                 {"isuser": True, "text": "y", "type": "vague"},
@@ -218,7 +219,8 @@ def test_duplicate_dialogue_ids_are_an_error(tmp_path, spider_root):
      "I mean the city of his current address, not the permanent address."),
     ("Do you want documents with 'w' in the name or description?", "Description pls",
      "I mean documents with 'w' in the description, not documents with 'w' in the name."),
-    ("Did you mean to ask for the weight of the car with makeid 1?", "Yes", "I mean the weight of the car with makeid 1."),
+    ("Did you mean to ask for the weight of the car with makeid 1?", "Yes",
+     "I mean the weight of the car with makeid 1."),
     ("Did you mean the full name of the owner?", "YES, but just the first name will be fine.",
      "I mean the full name of the owner. But just the first name will be fine."),
     ("Can you please clarify your question?", "what is the highest weight on the table?",
@@ -255,3 +257,17 @@ def test_no_warning_when_nothing_is_skipped(tmp_path, spider_root):
         (s,) = load_mmsql(_write(tmp_path, recs), spider_root)
     assert (s.id, s.group, s.subcategory, s.provenance["system_reply"]) == ("mmsql-1-0", "unanswerable",
                                                                             "improper_question", "Bye!")
+
+
+def test_load_time_validation_flags(mmsql_file, spider_root, cache):
+    """The figures of docs/datasets.md: 569 of 630 golds valid; flags by reason."""
+    with pytest.warns(SkippedTurnsWarning):
+        samples = load_dataset(f"mmsql:{mmsql_file}:{spider_root}")
+    flags = collections.Counter(f for s in samples for f in s.flags)
+    assert flags == {"duplicate_gold": 115, "gold_empty": 58, "gold_error": 3}
+    assert sum(1 for s in samples if s.flags) == 166
+    bad = {"gold_error", "gold_empty", "gold_timeout", "gold_nondeterministic"}
+    assert sum(1 for s in samples if s.gold_sql and not bad & set(s.flags)) == 569
+    # the answer to a clarification repeats its ambiguous turn's gold: duplicate by construction
+    d = {s.id: s for s in samples}
+    assert "duplicate_gold" in d["mmsql-2-6"].flags and "duplicate_gold" not in d["mmsql-2-4"].flags

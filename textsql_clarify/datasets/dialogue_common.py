@@ -122,7 +122,8 @@ _NEGATE = re.compile(r"^(?:no|nope|not\s+really|neither)\b[\s,.!?:;-]*", re.IGNO
 #: politeness and fillers that carry no content, anywhere in an answer.
 _FILLER = re.compile(r"\b(?:please|pls|plz|thanks|thank\s+you|sir|i\s+do|yes|exactly|can\s+(?:you\s+)?tell\s+me|"
                      r"my\s+apologies\s+for\s+being\s+unclear|sorry|ok(?:ay)?)\b[\s,.!?;:]*", re.IGNORECASE)
-_I_MEAN = re.compile(r"^(?:i\s+mean|i\s+meant|(?:i\s+want|i\s+would\s+like|i'd\s+like|i\s+need)(?:\s+you)?(?:\s+to)?)\s+",
+_I_MEAN = re.compile(r"^(?:i\s+mean|i\s+meant|"
+                     r"(?:i\s+want|i\s+would\s+like|i'd\s+like|i\s+need)(?:\s+you)?(?:\s+to)?)\s+",
                      re.IGNORECASE)
 #: the lead-in of a clarification that proposes a reading ("Do you mean X?", "Did you want to ask for X?").
 _PROPOSAL = re.compile(
@@ -133,12 +134,15 @@ _PROPOSAL_VERB = re.compile(
     r"^(?:(?:me\s+)?to\s+)?(?:(?:ask\s+(?:for|about)|know|return|show|see|list|find|get|give|display|count|"
     r"have)\s+(?:me\s+)?)?(?:you\s+want\s+(?:to\s+(?:know|see|get)\s+)?)?", re.IGNORECASE)
 _OR_SPLIT = re.compile(r"\s*,?\s+\bor\b\s+", re.IGNORECASE)
-_QUESTION_START = re.compile(r"^(?:what|which|who|whom|whose|how|where|when|why|is|are|was|were|do|does|did|can|"
-                             r"could|would|will|should|list|show|give|tell|find|get|display|count|return|just)\b",
-                             re.IGNORECASE)
 _ASKING = re.compile(r"^(?:what|which|who|whom|whose|how|where|when|why|is|are|was|were|do|does|did|can|could|"
                      r"would|will|should)\b", re.IGNORECASE)
-_WORD = re.compile(r"[0-9A-Za-z]+")
+_INTERJECTION = re.compile(r"^(?:alright|all\s+right|great|well|hmm|oh|ah|good|cool|fine|ok(?:ay)?)\b[\s,.!?:;-]*",
+                           re.IGNORECASE)
+_FIRST_PERSON_REQUEST = re.compile(r"^(?:i\s+want|i\s+would\s+like|i'd\s+like|i\s+need|i\s+wish)\b", re.IGNORECASE)
+_REQUEST_VERB = re.compile(r"^(?:just\s+|only\s+)?(?:list|show|give|tell|find|get|display|count|return|extract|include|"
+                           r"add|provide|sort|order)\b", re.IGNORECASE)
+_WH = re.compile(r"\b(?:what|which|who|whom|whose|how|where|when|why)\b", re.IGNORECASE)
+_FULLWIDTH = str.maketrans({"？": "?", "：": ":", "，": ",", "。": ".", "！": "!", "；": ";", "\t": " "})
 
 
 def _clean(text: str) -> str:
@@ -211,14 +215,6 @@ def _sentence(text: str) -> str:
     return t if t.endswith((".", "!", "?")) else t + "."
 
 
-_INTERJECTION = re.compile(r"^(?:alright|all\s+right|great|well|hmm|oh|ah|good|cool|fine|ok(?:ay)?)\b[\s,.!?:;-]*",
-                           re.IGNORECASE)
-_FIRST_PERSON_REQUEST = re.compile(r"^(?:i\s+want|i\s+would\s+like|i'd\s+like|i\s+need|i\s+wish)\b", re.IGNORECASE)
-_REQUEST_VERB = re.compile(r"^(?:just\s+|only\s+)?(?:list|show|give|tell|find|get|display|count|return|extract|include|"
-                           r"add|provide|sort|order)\b", re.IGNORECASE)
-_WH = re.compile(r"\b(?:what|which|who|whom|whose|how|where|when|why)\b", re.IGNORECASE)
-
-
 def _is_full_question(said: str) -> bool:
     return bool(_ASKING.match(said)) and len(said.split()) >= 4
 
@@ -270,9 +266,6 @@ def _one_exchange(clar: str, answer: str) -> tuple[str, str]:
     if said:
         return _as_statement(said, answer, clar)
     return _sentence(f"In answer to \"{_strip_end(clar)}?\", I said: {_strip_end(answer)}"), "fallback"
-
-
-_FULLWIDTH = str.maketrans({"？": "?", "：": ":", "，": ",", "。": ".", "！": "!", "；": ";", "\t": " "})
 
 
 def _ascii_punct(text: str) -> str:
