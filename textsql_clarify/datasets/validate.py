@@ -21,7 +21,9 @@ errors, non-empty result sets, runtime failures and within a time limit"; the st
   (:func:`~textsql_clarify.rewards.execution.score_execution`, ``ex_strict``, taking either result as the
   gold; two results without data count as equal). Such a sample cannot reward asking: the agent that never
   asks and answers the other reading scores as the one that asked. Two *other* readings that return the
-  same rows as each other, but not as the gold, still leave asking rewarded, so they are not flagged;
+  same rows as each other, but not as the gold, still leave asking rewarded, so they are not flagged. An
+  ambiguous sample with a gold and no interpretation at all (MMSQL, CoSQL: one reading per turn) is flagged
+  too: the agent that never asks submits the only reading;
 * ``duplicate_gold``: ABISS §4.2 stage 1 (after OmniSQL): a later answerable or ambiguous sample whose
   value-masked gold (:func:`.gold_masking.mask_values`) equals an earlier one's over the same database,
   unless it is another reading of the same question (same question text, or its gold is one of the earlier
@@ -54,7 +56,7 @@ __all__ = ["VALIDATOR_VERSION", "GOLD_TIMEOUT_S", "ROW_CAP", "Problem", "Validat
            "validate_loaded"]
 
 #: Bumped whenever a check changes, so that cached results of the old checks are not reused.
-VALIDATOR_VERSION = 3
+VALIDATOR_VERSION = 4
 #: Time limit per gold, seconds: the env's default ``timeout_s`` (:class:`textsql_clarify.envs.env.TextSQLClarifyEnv`).
 GOLD_TIMEOUT_S = 5.0
 #: Row cap per gold: the env's default ``row_cap``; a gold with more rows is truncated, hence ``gold_error``.
@@ -177,6 +179,9 @@ def _check_sample(s: Sample, runner: _Runner, add) -> None:
         elif is_empty_result(gold):
             add("gold_empty", "gold_sql returns only NULL values")
     if not s.interpretations:
+        if s.group == "ambiguous":
+            add("indistinguishable", "no other reading is given (no interpretations): EX cannot tell asking "
+                                     "from answering the only reading")
         return
     comparable: list[tuple[str, str, ExecutionResult]] = [("gold_sql", s.gold_sql, gold)] if gold_ok else []
     for k, it in enumerate(s.interpretations):
