@@ -90,11 +90,12 @@ def clean_messages(prompt: Sequence[dict]) -> list[dict[str, Any]]:
 
 def prompt_sample_id(prompt: Any, by_question: dict[str, list[str]] | None = None) -> str:
     """The sample id of a prompt row: the ``sample_id`` key of its messages (``build_prompt_dataset``),
-    else the one sample whose first user message is the prompt's first user message.
+    else the one sample whose question message (the last user message of its start, after any earlier
+    dialogue turns: :func:`textsql_clarify.envs.render.initial_history`) is the prompt's last user message.
 
     Args:
         prompt: a conversational prompt (list of ``{"role", "content", ...}`` dicts).
-        by_question: first user message -> sample ids (for prompts without the key).
+        by_question: question message -> sample ids (for prompts without the key).
     Returns:
         The sample id.
     Raises:
@@ -109,8 +110,8 @@ def prompt_sample_id(prompt: Any, by_question: dict[str, list[str]] | None = Non
         if isinstance(sid, str) and sid:
             return sid
     if by_question is not None:
-        first = next((m.get("content") for m in prompt if m.get("role") == "user"), None)
-        ids = by_question.get(first, [])
+        last = next((m.get("content") for m in reversed(prompt) if m.get("role") == "user"), None)
+        ids = by_question.get(last, [])
         if len(ids) == 1:
             return ids[0]
         if len(ids) > 1:
@@ -371,7 +372,8 @@ def make_rollout_func(samples: Sequence[Sample], *, max_turns: int | None = None
     stops = tuple(STOP_STRINGS if stop_strings is None else stop_strings)
     by_question: dict[str, list[str]] = {}
     for s in samples:
-        by_question.setdefault(render.first_user_message(s), []).append(s.id)
+        # the question's message is the last user message of the episode's start (after any earlier dialogue)
+        by_question.setdefault(render.initial_history(s)[-1][1], []).append(s.id)
     state: dict[str, Any] = {"envs": [], "sim": None, "judge": None, "suffix": {}, "gen": None}
 
     def _envs(n: int) -> list:
