@@ -146,6 +146,9 @@ def _records(path: Path) -> Iterator[tuple[int, Any]]:
                 except json.JSONDecodeError as e:
                     raise DatasetError(f"ABISS file {path} is not valid JSON: {e.msg} at line {e.lineno} "
                                        f"column {e.colno}") from e
+                except (RecursionError, ValueError) as e:  # nesting too deep, an integer too long to convert
+                    raise DatasetError(f"ABISS file {path} is not valid JSON: "
+                                       f"{str(e)[:120] or type(e).__name__}") from None
                 for i, rec in enumerate(data):
                     yield i + 1, rec
                 return

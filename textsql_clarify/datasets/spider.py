@@ -35,6 +35,8 @@ def _read_json_list(path: Path, what: str) -> list:
         raise DatasetError(f"cannot read {what} {path}: {e}") from e
     except json.JSONDecodeError as e:
         raise DatasetError(f"{what} {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+    except (RecursionError, ValueError) as e:  # nesting too deep, an integer too long to convert
+        raise DatasetError(f"{what} {path} is not valid JSON: {str(e)[:120] or type(e).__name__}") from None
     if not isinstance(data, list):
         raise DatasetError(f"{what} {path} must hold a JSON list of records, got {type(data).__name__}")
     return data
