@@ -246,3 +246,25 @@ def test_jsonl_drift_records_are_checked_against_the_database(tmp_path):
                    (3, "drift.subtype", f"is {flip!r} but TIDE Algorithm 1 gives {dr[2]['drift']['subtype']!r} for "
                                         "(gold_sql, post_gold_sql)"),
                    (4, "drift.post_gold_sql", "returns no rows (or only NULLs)")]
+
+
+@pytest.mark.parametrize("spec", ["embedded", "spider:../shared/data/spider_dev",
+                                  "mmsql:../shared/data/mmsql/MMSQL_test.json:../shared/data/spider_dev"])
+def test_db_root_refused_where_the_spec_names_its_databases(spec, tmp_path):
+    # a db_root that a spec would ignore is an error, not silence (before any file is read)
+    with pytest.raises(DatasetError, match="db_root is not used by the"):
+        load_dataset(spec, db_root=tmp_path)
+
+
+def test_unknown_subcategory_lists_the_names_of_its_group(tmp_path):
+    from textsql_clarify.datasets import embedded_db_path
+
+    rec = {"id": "x", "db_id": "university", "db_path": str(embedded_db_path()), "question": "Which ones?",
+           "group": "ambiguous", "subcategory": "lexical_vaguenes", "gold_sql": "SELECT 1", "hidden_knowledge": "h"}
+    f = tmp_path / "t.jsonl"
+    f.write_text(json.dumps(rec) + "\n", encoding="utf-8")
+    with pytest.raises(DatasetError) as e:
+        load_dataset(str(f))
+    msg = str(e.value)
+    assert "unknown ABISS subcategory 'lexical_vaguenes'; known for 'ambiguous'" in msg
+    assert "lexical_vagueness" in msg and "missing_relationship" not in msg

@@ -146,6 +146,8 @@ def test_rule_user_labels_oracle_clarifications_relevant(mmsql):
     relevant = labels.count("relevant")
     assert relevant / len(labels) >= 0.95, collections.Counter(labels)
     assert relevant == 75   # the one other: mmsql-117-6, whose confirmation only repeats the question
+    # the same figure as the relevant_rate metric (one clarification per episode: the mean of 75 ones, 1 zero)
+    assert metrics["by_group"]["ambiguous"]["metrics"]["relevant_rate"] == {"value": 75 / 76, "n": 76}
 
 
 def test_oracle_and_no_clarify_scores(mmsql, cache):

@@ -20,13 +20,15 @@ from .errors import TextSQLClarifyError
 
 def _parser() -> argparse.ArgumentParser:
     from .baselines.agents import AGENT_SPEC_FORMS
+    from .datasets import list_dataset_kinds
     from .rewards.presets import PRESETS
 
     p = argparse.ArgumentParser(prog="textsql-clarify", description="Text-to-SQL clarification environment tools.")
     sub = p.add_subparsers(dest="command", required=True)
     e = sub.add_parser("eval", help="evaluate a baseline agent through the environment and print metrics")
     e.add_argument("--dataset", default="embedded",
-                   help="'embedded' (default), 'spider:<root>', 'spider-unanswerable:<file>:<spider root>', or a .jsonl file")
+                   help="dataset spec (default: embedded): " + " | ".join(k.split("  ", 1)[0] for k in list_dataset_kinds())
+                        + " (docs/datasets.md)")
     e.add_argument("--agent", default="oracle",
                    help="agent spec (default: oracle): " + " | ".join(AGENT_SPEC_FORMS) +
                         "; hf:smollm2 is the prepared SmolLM2-135M-Instruct")
@@ -232,6 +234,10 @@ def _data(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Returns the exit status (0 ok, 2 bad input; ``data validate``: 1 when a sample is flagged)."""
     args = _parser().parse_args(argv)
+    import warnings
+
+    # loaders' warnings (skipped turns, ...) as one "warning:" line each, without Python's file:line prefix
+    warnings.formatwarning = lambda message, category, *a, **k: f"warning: {message}\n"
     try:
         if args.command == "eval":
             return _eval(args)

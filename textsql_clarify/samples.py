@@ -241,7 +241,9 @@ def sample_from_dict(
         sub = None
     else:
         if sub not in SUBCATEGORIES:
-            problems.append(where("subcategory", f"unknown ABISS subcategory {sub!r}"))
+            names = [k for k, v in SUBCATEGORIES.items() if group not in GROUPS or v.group == group]
+            problems.append(where("subcategory", f"unknown ABISS subcategory {sub!r}; known"
+                                                 f"{'' if group not in GROUPS else ' for ' + repr(group)}: {names}"))
         elif group in GROUPS and SUBCATEGORIES[sub].group != group:
             problems.append(where("subcategory", f"{sub!r} belongs to group {SUBCATEGORIES[sub].group!r}, not {group!r}"))
     gold = _str_field(rec, "gold_sql", problems, where, False)

@@ -51,6 +51,9 @@ _LOADERS: dict[str, tuple[str, str, str]] = {
     "abiss": ("abiss", "abiss:<file>:<db root>", "ABISS's released JSON records"),
 }
 
+#: spec kinds whose databases the spec itself names: a db_root given with them is an error, not ignored.
+_NO_DB_ROOT = frozenset({"spider", "spider-unanswerable", "mmsql", "cosql", "ambiqt"})
+
 _KINDS = {
     "embedded": "the packaged university dataset (samples.jsonl over university.sqlite)",
     "spider:<root>": "Spider dev.json + database/<db_id>/<db_id>.sqlite, answerable samples",
@@ -161,6 +164,9 @@ def load_dataset(spec: str | os.PathLike = "embedded", *, limit: int | None = No
         db_root = os.fspath(db_root)
     s = spec.strip()
     kind = s.split(":", 1)[0] if ":" in s else ""
+    if db_root is not None and (s == "embedded" or kind in _NO_DB_ROOT):
+        raise DatasetError(f"db_root is not used by the {kind or s!r} spec (its databases come from the spec "
+                           f"itself); drop --db-root / db_root, or name the Spider root inside the spec")
     if s == "embedded":
         samples = load_embedded()
     elif s.startswith("spider-unanswerable:"):

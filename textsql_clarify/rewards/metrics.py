@@ -52,7 +52,7 @@ SAMPLE_TYPES = ("chain_only", "drift_only", "joint")
 #: metric names by source family, in report order. ``components.<set>.precision|recall`` are added
 #: per component set found in the run (article: "Component: where the SQL went wrong").
 FAMILIES: dict[str, tuple[str, ...]] = {
-    "abiss": ("EX", "EX_strict", "EX_post", "FB", "abstained", "Rec", "Cls", "AIR", "turns"),
+    "abiss": ("EX", "EX_strict", "EX_post", "FB", "abstained", "Rec", "Cls", "AIR", "relevant_rate", "turns"),
     "tide": ("DEA", "AR", "L1-IR", "L2-IR^p", "JIR", "DRR", "DRA"),
     "premisesql": ("SQL_behaviour", "DET", "TYPE", "GEN", "VAL"),
     "article": ("table_recall", "table_precision", "spurious_tables", "column_precision", "column_recall",
@@ -269,6 +269,8 @@ def _abiss(t: Trajectory) -> dict[str, float | None]:
                     air = float(t.turns[k + 1].action_type in ("sql", "feedback"))
                 break
     out["AIR"] = air
+    labels = [(turn.user_reply or {}).get("label") for turn in t.turns if turn.action_type == "clarify"]
+    out["relevant_rate"] = sum(1 for x in labels if x == "relevant") / len(labels) if labels else None
     out["turns"] = float(sum(1 for x in t.turns if x.phase != "classification"))
     return out
 
@@ -371,6 +373,10 @@ def trajectory_metrics(t: Trajectory, *, original: bool = False) -> dict[str, fl
       (:func:`~textsql_clarify.taxonomy.group_of`; a bare group label is accepted) equals the true group;
       Cls when the subcategory matches exactly. A missing or unknown label is a miss for both. Cls is
       ``None`` (undefined) for a sample whose true subcategory is unknown; Rec is still defined by its group.
+    * ``relevant_rate`` (ABISS §5.2 relevancy labels): the share of the episode's clarifications that the
+      simulated user labelled ``relevant``; ``None`` without a clarification. On sets where EX cannot
+      reward asking (one reading per sample: MMSQL, CoSQL; withheld golds: mini-interact) this and AR are
+      what measure the clarifications.
     * ``AIR`` (ABISS §5.3, App. D): over ambiguous episodes with at least one ``relevant`` user reply; hit
       when the agent turn right after the first relevant reply is terminal (``sql`` or ``feedback``).
       An episode that ended before any next agent turn is left out (nothing to judge).

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 from .metrics import CEILINGS, FAMILIES, MetricsError
 
 #: the headline columns, in order; EX and FB are always shown, the others only when defined overall.
-HEADLINE = ("EX", "EX_strict", "FB", "abstained", "Rec", "Cls", "AIR", "AR", "DEA", "L1-IR", "L2-IR^p", "JIR", "DRR", "DRA", "EX_post",
+HEADLINE = ("EX", "EX_strict", "FB", "abstained", "Rec", "Cls", "AIR", "relevant_rate", "AR", "DEA", "L1-IR", "L2-IR^p", "JIR", "DRR", "DRA", "EX_post",
             "SQL_behaviour", "DET", "TYPE", "GEN", "VAL", "format_valid_rate")
 _ALWAYS = ("EX", "FB")
 UNDEFINED = "—"
