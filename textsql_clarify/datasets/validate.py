@@ -41,8 +41,10 @@ timeout; it is retried on the next load).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 from ..database import DatabaseOpenError, ExecutionResult, SQLiteSandbox, get_sandbox
@@ -66,6 +68,12 @@ ROW_CAP = 10_000
 _COMPARE_OPTIONS = EXOptions(exclude_nondeterministic_gold=False)
 #: Message of a flag that the loader set and the validator did not find itself.
 LOADER_FLAG_MESSAGE = "set by the loader"
+_PKG = Path(__file__).resolve().parents[1]
+#: The source files whose code decides the checks' results (this module, the value masking, the scorer, the
+#: sandbox and its guards); their bytes are part of the cache key (:mod:`.validation_cache`).
+_CODE_FILES: tuple[Path, ...] = tuple(_PKG / f for f in (
+    "datasets/validate.py", "datasets/gold_masking.py", "rewards/execution.py", "rewards/ex_sql.py",
+    "database.py", "sandbox_guards.py"))
 
 
 @dataclass(frozen=True)
@@ -232,6 +240,19 @@ def _same_question(a: Sample, b: Sample) -> bool:
     if " ".join(a.question.lower().split()) == " ".join(b.question.lower().split()):
         return True
     return b.gold_sql in {it.gold_sql for it in a.interpretations}
+
+
+def _code_digest() -> str:
+    """SHA-256 of the source files in :data:`_CODE_FILES` (path names and bytes; a missing file counts as empty)."""
+    h = hashlib.sha256()
+    for p in _CODE_FILES:
+        h.update(Path(p).name.encode("utf-8") + b"\0")
+        try:
+            h.update(Path(p).read_bytes())
+        except OSError:
+            pass
+        h.update(b"\0")
+    return h.hexdigest()
 
 
 def _settings() -> dict:

@@ -2,20 +2,24 @@
 
 A dataset is validated once per state of its files: the cache key is the SHA-256 of
 
-* the validator version (:data:`textsql_clarify.datasets.validate.VALIDATOR_VERSION`) and its sandbox
-  settings (time limit, row cap);
+* the validator version (:data:`textsql_clarify.datasets.validate.VALIDATOR_VERSION`), its sandbox
+  settings (time limit, row cap) and a SHA-256 of the source of the code its checks run
+  (:data:`textsql_clarify.datasets.validate._CODE_FILES`: the validator, the scorer, the masking, the sandbox),
+  so that a change there misses the cache even where nobody bumped the version;
 * the dataset spec;
 * ``(path, size, mtime_ns)`` of every source file the spec names (a file, or the ``.json`` / ``.jsonl``
   files directly inside a folder it names; the packaged ``samples.jsonl`` for ``embedded``);
 * ``(path, size, mtime_ns)`` of every database the samples use;
-* a digest of what the validator reads from each sample (id, database, group, gold SQL, interpretations'
-  golds), so that a loader whose code changed (a repaired gold, a new id scheme) misses the cache even
-  where no file changed.
+* a digest of what the validator reads from each sample (id, database, group, question, gold SQL,
+  interpretations' golds; the question decides whether a value-masked duplicate is another reading), so
+  that a loader whose code changed (a repaired gold, a new id scheme, a reworded question) misses the cache
+  even where no file changed.
 
 The file is ``<cache_root>/validation/<sha256>.json`` (:func:`textsql_clarify.models.cache_root`), written
-to a temporary name in that folder and renamed, so a reader never sees half a file. A file that cannot be
-read, is not valid JSON, or does not match the samples (count, ids, flags) counts as a miss and is
-rewritten. The cache is an optimisation only: a folder that cannot be written is skipped silently.
+to a temporary name in that folder and renamed, so a reader never sees half a file. Keys and files are
+ASCII-escaped JSON, so a lone surrogate in an id or a SQL string (a valid JSON escape) cannot break them. A
+file that cannot be read, is not valid JSON, or does not match the samples (count, ids, flags) counts as a
+miss and is rewritten. The cache is an optimisation only: a folder that cannot be written is skipped silently.
 """
 from __future__ import annotations
 
@@ -75,19 +79,21 @@ def _sample_digest(samples: Sequence[Sample]) -> str:
     """SHA-256 of what the validator reads from each sample, in order."""
     h = hashlib.sha256()
     for s in samples:
-        rec = [s.id, s.db_path, s.group, s.gold_sql, [i.gold_sql for i in s.interpretations],
+        rec = [s.id, s.db_path, s.group, s.question, s.gold_sql, [i.gold_sql for i in s.interpretations],
                s.drift.post_gold_sql if s.drift is not None else None]
-        h.update(json.dumps(rec, ensure_ascii=False).encode("utf-8"))
+        h.update(json.dumps(rec, ensure_ascii=True).encode("ascii"))
         h.update(b"\n")
     return h.hexdigest()
 
 
-def cache_key(spec: str, samples: Sequence[Sample], settings: dict[str, Any]) -> tuple[str, dict]:
+def cache_key(spec: str, samples: Sequence[Sample], settings: dict[str, Any], *,
+              code: str | None = None) -> tuple[str, dict]:
     """The cache key of one validation run.
 
     Args:
         spec: the dataset spec. samples: the loaded samples (before validation).
         settings: the validator's version and sandbox settings (JSON-ready values).
+        code: a digest of the validator's code, stored as ``key["code"]``; ``None``: ``validate._code_digest()``.
     Returns:
         ``(sha256 hex digest, the key record it hashes)``; the record is stored in the cache file too.
     Raises:
@@ -101,7 +107,12 @@ def cache_key(spec: str, samples: Sequence[Sample], settings: dict[str, Any]) ->
         "databases": [_stat(Path(d).resolve()) for d in dbs],
         "samples": [len(samples), _sample_digest(samples)],
     }
-    text = json.dumps(key, sort_keys=True, ensure_ascii=False)
+    if code is None:
+        from .validate import _code_digest
+
+        code = _code_digest()
+    key["code"] = code
+    text = json.dumps(key, sort_keys=True, ensure_ascii=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest(), key
 
 
@@ -156,7 +167,7 @@ def write_cached(digest: str, key: dict, samples: Sequence[Sample], problems: Se
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(record, fh, ensure_ascii=False)
+            json.dump(record, fh, ensure_ascii=True)
         os.replace(tmp, path)
         return path
     except OSError:
