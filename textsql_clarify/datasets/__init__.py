@@ -150,8 +150,8 @@ def load_dataset(spec: str | os.PathLike = "embedded", *, limit: int | None = No
         The samples, validated, each with an absolute ``db_path`` to an existing SQLite file.
 
     Raises:
-        DatasetError: unknown or empty spec, missing part of a spec, bad path, missing database,
-            invalid records (each named with file, record and field), or a ``limit`` that is not a
+        DatasetError: unknown or empty spec, missing part of a spec, bad path (one holding NUL too), missing
+            database, invalid records (each named with file, record and field), or a ``limit`` that is not a
             positive integer.
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
@@ -162,6 +162,9 @@ def load_dataset(spec: str | os.PathLike = "embedded", *, limit: int | None = No
         raise DatasetError(f"dataset spec must be a string or path, got {type(spec).__name__}")
     if db_root is not None:
         db_root = os.fspath(db_root)
+    for what, val in (("dataset spec", spec), ("db_root", db_root)):
+        if isinstance(val, str) and "\x00" in val:  # no path holds NUL: Path.resolve raises ValueError on it
+            raise DatasetError(f"{what} {val!r} holds a NUL character; no path can")
     s = spec.strip()
     kind = s.split(":", 1)[0] if ":" in s else ""
     if db_root is not None and (s == "embedded" or kind in _NO_DB_ROOT):
