@@ -89,14 +89,18 @@ def _jsonl(path: Path, problems: list[RecordProblem]) -> Iterator[tuple[int, Any
         fh = path.open(encoding="utf-8")
     except OSError as e:
         raise DatasetError(f"cannot read {path}: {e}") from e
+    ln = 0
     with fh:
-        for ln, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                yield ln, json.loads(raw)
-            except (json.JSONDecodeError, RecursionError, ValueError) as e:
-                problems.append(RecordProblem(str(path), ln, "<record>", f"invalid JSON: {str(e)[:120]}"))
+        try:
+            for ln, raw in enumerate(fh, start=1):
+                if not raw.strip():
+                    continue
+                try:
+                    yield ln, json.loads(raw)
+                except (json.JSONDecodeError, RecursionError, ValueError) as e:
+                    problems.append(RecordProblem(str(path), ln, "<record>", f"invalid JSON: {str(e)[:120]}"))
+        except UnicodeDecodeError as e:  # raised while reading the next lines, not by json.loads
+            raise DatasetError(f"cannot read {path}: not UTF-8 after line {ln}: {e}") from None
 
 
 def _read_kb(path: Path, problems: list[RecordProblem]) -> dict[int, dict]:
@@ -586,6 +590,9 @@ def load_mini_interact(dir_path: str | Path, *, db_root: str | Path | None = Non
         if crit_ok and ka_ok and not (amb.get("critical_ambiguity") or rec.get("knowledge_ambiguity")):
             where("user_query_ambiguity", "the task has no critical or knowledge ambiguity term: nothing to clarify")
         gold, gold_prov = _gold_of(rec, where)
+        ext = rec.get("external_knowledge")
+        if ext is not None and (not isinstance(ext, list) or not all(isinstance(e, str) for e in ext)):
+            where("external_knowledge", f"must be a list of strings (may be empty), got {type(ext).__name__}")
         if len(problems) > n_before:
             continue
         db = rec["selected_database"].strip()
