@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -340,8 +341,14 @@ def _one(rec: Any, i: int, kind: str, path: Path, rel: str, db_dir: Path, cache:
         bad("schema_with_content", f"does not parse: {e}")
         return None
     if db_id not in schemas:
-        schemas[db_id] = read_schema(src)
-        hashes[db_id] = file_sha256(src)
+        try:
+            schemas[db_id] = read_schema(src)
+            hashes[db_id] = file_sha256(src)
+        except (OSError, sqlite3.Error) as e:  # not a SQLite file, unreadable: every item over it says so
+            schemas[db_id] = f"Spider database {src} cannot be read: {e}"
+    if isinstance(schemas[db_id], str):
+        bad("db_id", schemas[db_id])
+        return None
     try:
         plan = plan_rebuild(rec, schema, schemas[db_id], db_id)
         key = plan.key(hashes[db_id])
@@ -354,6 +361,12 @@ def _one(rec: Any, i: int, kind: str, path: Path, rel: str, db_dir: Path, cache:
     except RebuildError as e:
         bad(e.field, str(e))
         return None
+    except sqlite3.Error as e:  # the source could be read for its schema but not copied
+        bad("db_id", f"Spider database {src} cannot be copied: {e}")
+        return None
+    except OSError as e:  # the cache folder, not the record: stop here
+        raise DatasetError(f"cannot write the rebuilt AmbiQT database into the cache folder {cache}: {e} "
+                           f"(set TEXTSQL_CLARIFY_CACHE to a writable folder)") from None
     db_path = targets[key]
     q1, q2 = rec["query1"].strip(), rec["query2"].strip()
     flags, note = check_golds(db_path, q1, q2)
