@@ -177,6 +177,8 @@ class Sample:
 
 
 _REQUIRED_STR = ("id", "db_id", "question", "group")
+#: flags about the other readings: only an ambiguous sample has them (``indistinguishable`` keeps it out of the means)
+_READING_FLAGS = ("indistinguishable", "interpretation_error")
 _KNOWN = {
     "id", "db_id", "db_path", "question", "evidence", "group", "subcategory", "premise_flaw", "style",
     "difficulty", "gold_sql", "hidden_knowledge", "interpretations", "chain", "drift", "provenance",
@@ -226,6 +228,11 @@ def sample_from_dict(
         if k not in _KNOWN:
             problems.append(where(k, "unknown field"))
     vals = {n: _str_field(rec, n, problems, where, True) for n in _REQUIRED_STR}
+    dbid = vals["db_id"]
+    if dbid is not None and (dbid.strip() in (".", "..") or any(c in dbid for c in "/\\\x00")):
+        # loaders build <root>/<db_id>/<db_id>.sqlite: a path here would open a file outside the root
+        problems.append(where("db_id", f"must be a database name, not a path (no '/', '\\', NUL, '.' or '..'), "
+                                       f"got {dbid!r}"))
     group = vals["group"]
     if group is not None and group not in GROUPS:
         problems.append(where("group", f"must be one of {list(GROUPS)}, got {group!r}"))
@@ -296,6 +303,11 @@ def sample_from_dict(
     if not isinstance(raw_i, list):
         problems.append(where("interpretations", "must be a list"))
         raw_i = []
+    if raw_i and group in GROUPS and group != "ambiguous":
+        # the other readings of an ambiguous question; elsewhere the validator would compare them with the gold
+        # and an alternative gold that returns the same rows would flag the sample out of every mean
+        problems.append(where("interpretations", f"only an ambiguous sample has other readings, got group {group!r}"))
+        raw_i = []
     for k, it in enumerate(raw_i):
         f = f"interpretations[{k}]"
         if not isinstance(it, dict):
@@ -352,6 +364,8 @@ def sample_from_dict(
     for x in raw_fl:
         if x not in SAMPLE_FLAGS:
             problems.append(where("flags", f"unknown flag {x!r}; known: {list(SAMPLE_FLAGS)}"))
+        elif x in _READING_FLAGS and group in GROUPS and group != "ambiguous":
+            problems.append(where("flags", f"{x!r} is a flag of an ambiguous sample's readings, got group {group!r}"))
         elif x not in flags:
             flags.append(x)
 
