@@ -19,7 +19,9 @@ errors, non-empty result sets, runtime failures and within a time limit"; the st
 * ``interpretation_error``: an interpretation's gold fails, times out or is truncated;
 * ``indistinguishable``: an interpretation's result equals the main gold's by the env's own strict scorer
   (:func:`~textsql_clarify.rewards.execution.score_execution`, ``ex_strict``, taking either result as the
-  gold; two results without data count as equal). Such a sample cannot reward asking: the agent that never
+  gold; two results without data count as equal), or the interpretation's result, submitted as the answer,
+  scores as a match of the gold under the relaxed EX the env pays (a superset of the gold's columns within
+  the scorer's bound). Such a sample cannot reward asking: the agent that never
   asks and answers the other reading scores as the one that asked. Two *other* readings that return the
   same rows as each other, but not as the gold, still leave asking rewarded, so they are not flagged. An
   ambiguous sample with a gold and no interpretation at all (MMSQL, CoSQL: one reading per turn) is flagged
@@ -58,7 +60,7 @@ __all__ = ["VALIDATOR_VERSION", "GOLD_TIMEOUT_S", "ROW_CAP", "Problem", "Validat
            "validate_loaded"]
 
 #: Bumped whenever a check changes, so that cached results of the old checks are not reused.
-VALIDATOR_VERSION = 4
+VALIDATOR_VERSION = 5
 #: Time limit per gold, seconds: the env's default ``timeout_s`` (:class:`textsql_clarify.envs.env.TextSQLClarifyEnv`).
 GOLD_TIMEOUT_S = 5.0
 #: Row cap per gold: the env's default ``row_cap``; a gold with more rows is truncated, hence ``gold_error``.
@@ -153,16 +155,22 @@ def _failure_text(r: ExecutionResult) -> str | None:
     return None
 
 
-def _same(a: ExecutionResult, a_sql: str, b: ExecutionResult, b_sql: str, sandbox: SQLiteSandbox) -> bool:
-    """Whether the env's strict scorer finds two comparable results equal, either one taken as the gold; two
-    results without data are equal, one without data never equals one with data."""
+def _same(a: ExecutionResult, a_sql: str, b: ExecutionResult, b_sql: str, sandbox: SQLiteSandbox) -> str | None:
+    """How two comparable results are equal, or ``None``: ``"strict EX"`` when the env's strict scorer finds them
+    equal, either one taken as the gold; ``"relaxed EX"`` when ``a`` (a reading) submitted as the answer scores as a
+    match of ``b`` (the gold) under the relaxed EX that the ``binary`` and ``shaped`` presets pay (a reading that
+    returns the gold's rows plus an extra column the scorer tolerates: the never-asking agent earns EX 1 with it).
+    Two results without data are equal, one without data never equals one with data."""
     a_empty, b_empty = is_empty_result(a), is_empty_result(b)
     if a_empty or b_empty:
-        return a_empty and b_empty
-    for pred, pred_sql, gold, gold_sql in ((a, a_sql, b, b_sql), (b, b_sql, a, a_sql)):
-        if score_execution(pred, gold, pred_sql, gold_sql, sandbox, options=_COMPARE_OPTIONS)[1].status == "match":
-            return True
-    return False
+        return "strict EX" if a_empty and b_empty else None
+    relaxed_hit = False
+    for k, (pred, pred_sql, gold, gold_sql) in enumerate(((a, a_sql, b, b_sql), (b, b_sql, a, a_sql))):
+        relaxed, strict = score_execution(pred, gold, pred_sql, gold_sql, sandbox, options=_COMPARE_OPTIONS)
+        if strict.status == "match":
+            return "strict EX"
+        relaxed_hit = relaxed_hit or (k == 0 and relaxed.status == "match")
+    return "relaxed EX" if relaxed_hit else None
 
 
 def _check_sample(s: Sample, runner: _Runner, add) -> None:
@@ -203,9 +211,10 @@ def _check_sample(s: Sample, runner: _Runner, add) -> None:
             continue
         sandbox = runner.sandbox(s.db_path)
         for other, other_sql, other_r in comparable:
-            if _same(r, it.gold_sql, other_r, other_sql, sandbox):
+            how = _same(r, it.gold_sql, other_r, other_sql, sandbox)
+            if how:
                 add("indistinguishable", f"{name}.gold_sql returns the same result as {other}"
-                                         f"{'' if other == 'gold_sql' else '.gold_sql'} (strict EX)")
+                                         f"{'' if other == 'gold_sql' else '.gold_sql'} ({how})")
                 break
 
 
