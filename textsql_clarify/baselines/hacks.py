@@ -654,6 +654,23 @@ class _Mutation(HackPolicy):
         return _sql(m or "SELECT 1 WHERE 0")
 
 
+class HedgeReadings(_Mutation):
+    name = "hedge_readings"
+    description = ("privileged, never asks: every reading of an ambiguous question side by side in one cross join "
+                   "(SELECT * FROM (gold) AS r0, (other reading) AS r1 ...), so that the column-superset bound of "
+                   "relaxed EX might pay whichever reading is meant")
+
+    def applies(self, sample):
+        """An ambiguous sample with other readings (where the hedge has something to hedge between)."""
+        return sample.group == "ambiguous" and bool(sample.interpretations) and super().applies(sample)
+
+    def mutate(self, gold, sample):
+        if sample.group != "ambiguous" or not sample.interpretations or gold != sample.gold_sql:
+            return None
+        parts = [gold, *(it.gold_sql for it in sample.interpretations)]
+        return "SELECT * FROM " + ", ".join(f"({q}) AS r{k}" for k, q in enumerate(parts))
+
+
 class MutDropOrder(_Mutation):
     name, description = "mut_drop_order", "privileged: the gold without its ORDER BY (on ordered golds where the answer changes)"
 
@@ -914,7 +931,7 @@ HACKS: dict[str, Callable[[], HackPolicy]] = {c.name: c for c in (
     FeedbackGibberish, FeedbackEcho, FeedbackWrapped, FeedbackGeneric, FeedbackGenericMissing, FeedbackNamesTable,
     FeedbackAllIdentifiers, FeedbackQuestionWords, FeedbackNovelWord,
     DriftChurn, DriftChurnTables, DriftResubmit, DriftRespell, DriftWrongRevision, DriftDropFilter,
-    MutDropOrder, MutDuplicateRows, MutNullPad, MutHalfRows, MutExtraConsts, MutExtraStats,
+    HedgeReadings, MutDropOrder, MutDuplicateRows, MutNullPad, MutHalfRows, MutExtraConsts, MutExtraStats,
     ClarifyEcho, ClarifyEchoWrapped, ClarifyColumns, ClarifyTables, ClarifyInject, ClarifyGeneric, ClarifyReplyAsFeedback, ClarifySpam,
     Malformed, BothTags)}
 

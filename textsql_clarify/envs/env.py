@@ -518,9 +518,12 @@ class TextSQLClarifyEnv(gym.Env):
     def _sql(self, act: Action):
         s = self._sample
         post = self._drift_done
+        # the other readings of an ambiguous question, before any drift: an answer that matches two different
+        # readings at once is a hedge, not a choice (scoring.score_sql_turn, ``other_readings``)
+        others = () if post else tuple((f"{s.id}#reading{k}", it.gold_sql) for k, it in enumerate(s.interpretations))
         res = score_sql_turn(act.content, self._gold, self._sandbox, gold_key=self._gold_key,
                              detailed=self.detailed_scores, offered_tables=self._offered, ex_options=self.ex_options,
-                             gold_withheld=s.gold_withheld)
+                             gold_withheld=s.gold_withheld, other_readings=others)
         comps = dict(res.components)
         turn = Turn(self._turn - 1, self._phase, "sql", act.content, execution=res.execution)
         if post:

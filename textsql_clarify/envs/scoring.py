@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from ..database import ExecutionResult, SQLiteSandbox
 from ..errors import SQLParseError
@@ -76,7 +76,8 @@ DETAIL_KEYS = ("cell_precision", "cell_recall", "cell_f1", "cell_f1_covered", "s
 
 def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, *, gold_key: str,
                    detailed: bool = True, offered_tables: Iterable[str] | None = None,
-                   ex_options: EXOptions | None = None, gold_withheld: bool = False) -> SQLTurnScore:
+                   ex_options: EXOptions | None = None, gold_withheld: bool = False,
+                   other_readings: Sequence[tuple[str, str]] = ()) -> SQLTurnScore:
     """Execute ``pred_sql`` and score it against ``gold_sql``.
 
     Args:
@@ -92,6 +93,12 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
         gold_withheld: the sample is ambiguous and its gold is withheld by the source (``gold_sql`` is
             ``None``): EX, ``ex_strict`` and every detailed component are ``None`` (undefined, not 0: there is
             nothing to compare with), gold status ``withheld``; the SQL still runs (its execution is recorded).
+        other_readings: ``(gold_key, gold_sql)`` of the sample's other interpretations (ambiguous samples,
+            before any drift). A prediction that relaxed EX matches with the gold *and* with another reading
+            whose own result the gold does not match is a hedge (it answers both readings at once, e.g. the
+            two golds side by side in one cross join, which the column-superset bound can let through): its
+            ``ex`` and ``sql_partial`` are 0 and ``flags["hedged"]`` is set. ABISS Def. 2: an ambiguous question
+            is answered by choosing a reading; an answer that satisfies two different readings chose none.
 
     Returns:
         A :class:`SQLTurnScore`. Never raises for bad SQL.
@@ -113,6 +120,12 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
     verdict, strict_verdict = score_execution(pred, gold, pred_sql, gold_sql, sandbox, gold_key=gold_key,
                                               options=ex_options)
     comps["ex"], comps["ex_strict"] = verdict.score, strict_verdict.score
+    flags["hedged"] = False
+    if verdict.score == 1.0 and other_readings and pred.ok:
+        flags["hedged"] = _matches_another_reading(pred, pred_sql, gold, gold_sql, other_readings, sandbox,
+                                                   ex_options, verdict.column_mapping)
+        if flags["hedged"]:
+            comps["ex"] = 0.0
     # the verdict knows every reason a gold cannot be scored (fails, empty, truncated, no columns, clock)
     gold_status = {"gold_error": "error", "gold_empty": "empty",
                    "gold_nondeterministic": "nondeterministic"}.get(verdict.status, "ok")
@@ -153,7 +166,88 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
             offered = offered_tables if offered_tables is not None else schema.keys()
             rs = score_retrieval(required, offered)
             comps.update(table_recall=rs.recall, table_precision=rs.precision, spurious_tables=rs.spurious)
-    return SQLTurnScore(comps, _exec_info(pred), gold_status, flags, verdict.status)
+    if flags["hedged"] and comps.get("sql_partial") is not None:
+        comps["sql_partial"] = 0.0
+    return SQLTurnScore(comps, _exec_info(pred), gold_status, flags, "hedged" if flags["hedged"] else verdict.status)
+
+
+def _matches_another_reading(pred: ExecutionResult, pred_sql: str, gold: ExecutionResult, gold_sql: str,
+                             readings: Sequence[tuple[str, str]], sandbox: SQLiteSandbox,
+                             ex_options: EXOptions | None, mapping: Sequence[int] | None) -> bool:
+    """Whether ``pred`` (already a relaxed-EX match of the gold, gold column ``i`` -> ``pred`` column
+    ``mapping[i]``) also answers one of ``readings`` whose own result the gold does not match
+    (:func:`score_sql_turn`, ``other_readings``): relaxed EX matches it too, or its extra columns (those no gold
+    column paired with) hold that reading's rows (:func:`result_contains`). Readings that fail, come back
+    truncated or return nothing are skipped (they cannot be matched)."""
+    used = set(mapping or ())
+    extra = [c for c in range(len(pred.columns)) if c not in used]
+    extras = None
+    if extra and mapping is not None:
+        extras = ExecutionResult(columns=tuple(pred.columns[c] for c in extra),
+                                 rows=tuple(tuple(row[c] for c in extra) for row in pred.rows), elapsed_s=0.0)
+    for key, sql in readings:
+        r = sandbox.execute_gold(key, sql)
+        if not r.ok or r.truncated or not r.rows:
+            continue
+        if score_execution(gold, r, gold_sql, sql, sandbox, gold_key=key, options=ex_options)[0].score == 1.0:
+            continue  # the gold itself answers this reading: not a different one (indistinguishable pair)
+        if score_execution(pred, r, pred_sql, sql, sandbox, gold_key=key, options=ex_options)[0].score == 1.0:
+            return True
+        if extras is not None and result_contains(extras, r):
+            return True
+    return False
+
+
+def _norm(v: Any) -> Any:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, float):
+        return round(v, 6) + 0.0
+    return v
+
+
+#: most column assignments :func:`result_contains` tries before it gives up (answers False).
+CONTAIN_BUDGET = 256
+
+
+def result_contains(big: ExecutionResult, small: ExecutionResult) -> bool:
+    """Whether ``small``'s rows all appear in ``big`` projected onto some of its columns, one distinct ``big``
+    column per ``small`` column (a set comparison; floats to 6 decimals). This is how a hedge carries a second
+    reading: ``SELECT * FROM (gold) a, (other reading) b`` holds the other reading's one row in every row.
+
+    Args:
+        big, small: executed results (``columns``, ``rows``).
+    Returns:
+        ``True`` when such a projection exists (found within :data:`CONTAIN_BUDGET` assignments); ``False``
+        otherwise, or when ``small`` has more columns than ``big`` or no rows.
+    """
+    if not small.rows or not big.rows or len(small.columns) > len(big.columns) or len(small.columns) == 0:
+        return False
+    big_cols = [{_norm(row[c]) for row in big.rows} for c in range(len(big.columns))]
+    small_rows = {tuple(_norm(v) for v in row) for row in small.rows}
+    cands: list[list[int]] = []
+    for j in range(len(small.columns)):
+        need = {row[j] for row in small_rows}
+        cj = [c for c in range(len(big.columns)) if need <= big_cols[c]]
+        if not cj:
+            return False
+        cands.append(cj)
+    tried = 0
+    stack: list[tuple[int, ...]] = [()]
+    while stack:
+        combo = stack.pop()
+        if len(combo) == len(cands):
+            tried += 1
+            proj = {tuple(_norm(row[c]) for c in combo) for row in big.rows}
+            if small_rows <= proj:
+                return True
+            if tried >= CONTAIN_BUDGET:
+                return False
+            continue
+        for c in cands[len(combo)]:
+            if c not in combo:
+                stack.append(combo + (c,))
+    return False
 
 
 _GOLD_ORIGINS: dict[tuple[str, str], tuple | None] = {}
