@@ -48,6 +48,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from .spider import _read_json_list
 from ..errors import DatasetError, RecordProblem
 from ..samples import Sample, sample_from_dict
 from .ambiqt_rebuild import (BuildPlan, RebuildError, build_database, file_sha256, parse_schema_text,
@@ -237,17 +238,8 @@ def check_golds(db_path: str | os.PathLike, query1: str, query2: str) -> tuple[l
 
 
 def _read_list(path: Path) -> list:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise DatasetError(f"cannot read AmbiQT file {path}: {e}") from e
-    except json.JSONDecodeError as e:
-        raise DatasetError(f"AmbiQT file {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
-    except (RecursionError, ValueError) as e:  # nesting too deep, an integer too long to convert
-        raise DatasetError(f"AmbiQT file {path} is not valid JSON: {str(e)[:120] or type(e).__name__}") from None
-    if not isinstance(data, list):
-        raise DatasetError(f"AmbiQT file {path} must hold a JSON list of records, got {type(data).__name__}")
-    return data
+    """The AmbiQT file's JSON list (read whole: the largest split is 2 MB), via the Spider reader's checks."""
+    return _read_json_list(path, "AmbiQT file")
 
 
 def _files(root: Path) -> list[tuple[str, Path]]:
