@@ -35,7 +35,6 @@ Mapping to the taxonomy (``docs/datasets.md``, AmbiQT section):
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sqlite3
