@@ -91,8 +91,8 @@ def test_lone_surrogate_in_gold_and_id_is_flagged_not_a_crash(tmp_path):
 
 
 # -- NUL in a spec path: ValueError('embedded null byte') traceback from Path.resolve ------------------------
-@pytest.mark.parametrize("spec", ["bird:/tmp/x\x00y", "mini-interact:/tmp/x\x00y", "jsonl:/tmp/x\x00y.jsonl",
-                                  "abiss:/tmp/x\x00y.json:/tmp", "ambiqt:/tmp/x\x00y:/tmp"])
+@pytest.mark.parametrize("spec", ["bird:data/x\x00y", "mini-interact:data/x\x00y", "jsonl:data/x\x00y.jsonl",
+                                  "abiss:data/x\x00y.json:data", "ambiqt:data/x\x00y:data"])
 def test_nul_in_spec_is_a_dataset_error(spec):
     with pytest.raises(DatasetError, match="NUL"):
         load_dataset(spec)
@@ -100,7 +100,7 @@ def test_nul_in_spec_is_a_dataset_error(spec):
 
 def test_nul_in_db_root_is_a_dataset_error(tmp_path):
     with pytest.raises(DatasetError, match="NUL"):
-        load_dataset(_bird(tmp_path / "b", [BIRD_REC]), db_root="/tmp/x\x00y")
+        load_dataset(_bird(tmp_path / "b", [BIRD_REC]), db_root="data/x\x00y")
 
 
 # -- db_id as a path: a record could open any .sqlite file outside its dataset's database root ---------------
