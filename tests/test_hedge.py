@@ -73,3 +73,25 @@ def test_cross_join_hedge_earns_nothing_on_the_abiss_fixture(shared_data):
     hedged = _play(samples, _hedge)
     assert sum(1 for r, _ in hedged.values() if r > 0) == 0
     assert all(v == (1.0, 1.0) for v in _play(samples, lambda s: s.gold_sql).values())
+
+
+def test_gold_against_each_reading_is_compared_once_per_sample(monkeypatch):
+    """Whether the gold answers a reading depends only on the sample: it is worked out on the first SQL turn
+    and cached (scoring._distinct_readings), so later turns and episodes only compare the prediction."""
+    from textsql_clarify.envs import scoring
+
+    s = next(x for x in load_dataset("embedded") if x.id == "uni-scope-002")
+    readings = {it.gold_sql for it in s.interpretations}
+    calls = []
+    real = scoring.score_execution
+
+    def spy(pred, gold, pred_sql, gold_sql, *a, **k):
+        calls.append((pred_sql, gold_sql))
+        return real(pred, gold, pred_sql, gold_sql, *a, **k)
+
+    monkeypatch.setattr(scoring, "score_execution", spy)
+    monkeypatch.setattr(scoring, "_DISTINCT", scoring.weakref.WeakKeyDictionary())
+    for _ in range(3):
+        assert _play([s], _hedge)[s.id] == (0.0, 0.0)
+    gold_vs_reading = [c for c in calls if c[0] == s.gold_sql and c[1] in readings]
+    assert len(gold_vs_reading) == len(readings) >= 1

@@ -8,6 +8,7 @@ done once per gold SQL and cached.
 from __future__ import annotations
 
 import functools
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -178,24 +179,54 @@ def _matches_another_reading(pred: ExecutionResult, pred_sql: str, gold: Executi
     ``mapping[i]``) also answers one of ``readings`` whose own result the gold does not match
     (:func:`score_sql_turn`, ``other_readings``): relaxed EX matches it too, or its extra columns (those no gold
     column paired with) hold that reading's rows (:func:`result_contains`). Readings that fail, come back
-    truncated or return nothing are skipped (they cannot be matched)."""
+    truncated or return nothing are skipped (they cannot be matched); which readings count is cached per
+    sample (:func:`_distinct_readings`), so each SQL turn only compares the prediction."""
+    distinct = _distinct_readings(gold, gold_sql, readings, sandbox, ex_options)
+    if not distinct:
+        return False
     used = set(mapping or ())
     extra = [c for c in range(len(pred.columns)) if c not in used]
     extras = None
     if extra and mapping is not None:
         extras = ExecutionResult(columns=tuple(pred.columns[c] for c in extra),
                                  rows=tuple(tuple(row[c] for c in extra) for row in pred.rows), elapsed_s=0.0)
-    for key, sql in readings:
-        r = sandbox.execute_gold(key, sql)
-        if not r.ok or r.truncated or not r.rows:
-            continue
-        if score_execution(gold, r, gold_sql, sql, sandbox, gold_key=key, options=ex_options)[0].score == 1.0:
-            continue  # the gold itself answers this reading: not a different one (indistinguishable pair)
+    for key, sql, r in distinct:
         if score_execution(pred, r, pred_sql, sql, sandbox, gold_key=key, options=ex_options)[0].score == 1.0:
             return True
         if extras is not None and result_contains(extras, r):
             return True
     return False
+
+
+#: per sandbox (its row cap decides what comes back truncated; the cache goes with it, as its gold cache does):
+#: (gold SQL, readings, EX options) -> :func:`_distinct_readings`' answer.
+_DISTINCT: "weakref.WeakKeyDictionary[SQLiteSandbox, dict[tuple, tuple]]" = weakref.WeakKeyDictionary()
+
+
+def _distinct_readings(gold: ExecutionResult, gold_sql: str, readings: Sequence[tuple[str, str]],
+                       sandbox: SQLiteSandbox, ex_options: EXOptions | None) -> tuple[tuple[str, str, ExecutionResult], ...]:
+    """The readings a hedge could carry besides the gold: ``(key, sql, result)`` of each reading that runs, comes
+    back whole and with rows, and that the gold, submitted as its answer, does not match under relaxed EX (a
+    reading the gold itself answers is not a different one: an indistinguishable pair). It depends only on the
+    sample, its database and the EX options, not on the prediction, so it is worked out once per sample and
+    cached; not when a reading timed out (the sandbox retries timeouts, so the answer may change)."""
+    memo = _DISTINCT.setdefault(sandbox, {})
+    key = (gold_sql, tuple(readings), ex_options)
+    hit = memo.get(key)
+    if hit is not None:
+        return hit
+    out, timed_out = [], False
+    for rkey, sql in readings:
+        r = sandbox.execute_gold(rkey, sql)
+        timed_out = timed_out or r.error_kind == "timeout"
+        if not r.ok or r.truncated or not r.rows:
+            continue
+        if score_execution(gold, r, gold_sql, sql, sandbox, gold_key=rkey, options=ex_options)[0].score == 1.0:
+            continue
+        out.append((rkey, sql, r))
+    if not timed_out:
+        memo[key] = tuple(out)
+    return tuple(out)
 
 
 def _norm(v: Any) -> Any:
