@@ -29,10 +29,10 @@ GOLD_FLAGS = ("gold_error", "gold_empty", "gold_timeout", "gold_nondeterministic
 
 def gold_status(sample: Sample) -> list[str]:
     """The gold statuses of one sample: first ``no_gold`` (no gold SQL: unanswerable; ``withheld`` where the
-    source withholds it, ``provenance["gold"] == "withheld"``), ``valid`` (a gold with none of
+    source withholds it, :attr:`~textsql_clarify.samples.Sample.gold_withheld`), ``valid`` (a gold with none of
     :data:`GOLD_FLAGS`) or those gold flags; then the sample's other flags. One sample may carry several."""
     if sample.gold_sql is None:
-        head = ["withheld" if (sample.provenance or {}).get("gold") == "withheld" else "no_gold"]
+        head = ["withheld" if sample.gold_withheld else "no_gold"]
     else:
         head = [f for f in sample.flags if f in GOLD_FLAGS] or ["valid"]
     return head + [f for f in sample.flags if f not in GOLD_FLAGS and f not in head]
