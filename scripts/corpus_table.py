@@ -3,17 +3,17 @@
 Usage (from the repository root): ``.venv/bin/python scripts/corpus_table.py [--data ../shared/data]``.
 The table in ``docs/datasets.md`` ("The combined corpus") is this script's output. Each spec is loaded with
 load-time validation on (:mod:`textsql_clarify.datasets.validate`); the second table counts gold status and
-flags (:func:`textsql_clarify.datasets.stats.gold_status`). A spec whose files are absent is left out and named.
+flags; both count with :func:`textsql_clarify.datasets.stats.dataset_stats` (as ``data stats`` does). A spec
+whose files are absent is left out and named.
 """
 from __future__ import annotations
 
 import argparse
 import warnings
-from collections import Counter
 from pathlib import Path
 
 from textsql_clarify.datasets import load_dataset
-from textsql_clarify.datasets.stats import UNKNOWN, gold_status
+from textsql_clarify.datasets.stats import UNKNOWN, dataset_stats
 from textsql_clarify.taxonomy import GROUPS, SUBCATEGORIES
 
 
@@ -46,29 +46,26 @@ def main() -> None:
             warnings.simplefilter("ignore")
             loaded[name] = load_dataset(spec)
     names = list(loaded)
-    rows = [(g, sub) for g in GROUPS for sub in [*(k for k, v in SUBCATEGORIES.items() if v.group == g), None]]
-    counts = {n: Counter((s.group, s.subcategory) for s in loaded[n]) for n in names}
+    stats = {n: dataset_stats(loaded[n]) for n in names}   # the counts of ``data stats``
     print("| group | subcategory | " + " | ".join(names) + " | total |")
     print("| --- | --- | " + " | ".join("---:" for _ in names) + " | ---: |")
     for g in GROUPS:
-        for gg, sub in rows:
-            if gg != g or not any(counts[n][(g, sub)] for n in names):
-                continue
-            vals = [counts[n][(g, sub)] for n in names]
-            print(f"| {g} | {sub or UNKNOWN} | " + " | ".join(str(v) for v in vals) + f" | {sum(vals)} |")
-        vals = [sum(c for (gg, _), c in counts[n].items() if gg == g) for n in names]
+        for sub in [*(k for k, v in SUBCATEGORIES.items() if v.group == g), UNKNOWN]:
+            vals = [stats[n]["subcategory"].get(f"{g}/{sub}", 0) for n in names]
+            if any(vals):
+                print(f"| {g} | {sub} | " + " | ".join(str(v) for v in vals) + f" | {sum(vals)} |")
+        vals = [stats[n]["group"].get(g, 0) for n in names]
         print(f"| **{g}** | all | " + " | ".join(f"**{v}**" for v in vals) + f" | **{sum(vals)}** |")
-    vals = [len(loaded[n]) for n in names]
+    vals = [stats[n]["n"] for n in names]
     print("| **all** | | " + " | ".join(f"**{v}**" for v in vals) + f" | **{sum(vals)}** |")
     print()
-    status = {n: Counter(st for s in loaded[n] for st in gold_status(s)) for n in names}
     keys = [k for k in ("valid", "gold_error", "gold_empty", "gold_timeout", "gold_nondeterministic", "no_gold",
                         "withheld", "indistinguishable", "interpretation_error", "duplicate_gold")
-            if any(status[n][k] for n in names)]
+            if any(stats[n]["gold_status"].get(k) for n in names)]
     print("| gold status / flag | " + " | ".join(names) + " | total |")
     print("| --- | " + " | ".join("---:" for _ in names) + " | ---: |")
     for k in keys:
-        vals = [status[n][k] for n in names]
+        vals = [stats[n]["gold_status"].get(k, 0) for n in names]
         print(f"| {k} | " + " | ".join(str(v) for v in vals) + f" | {sum(vals)} |")
 
 
