@@ -56,10 +56,11 @@ CANDIDATES = ("sql_state_tracking/cosql_dev.json", "cosql_dev.json", "dev.json")
 
 @dataclass(frozen=True)
 class CoSQLRead:
-    """What :func:`read_cosql` found: the samples, and the turns it skipped (with why)."""
+    """What :func:`read_cosql` found: the samples, the turns it skipped (with why), and the file it read."""
 
     samples: list[Sample]
     skipped: list[RecordProblem]
+    file: Path
 
 
 def find_cosql_file(path: str | os.PathLike) -> Path:
@@ -97,10 +98,10 @@ def read_cosql(path: str | os.PathLike, spider_root: str | os.PathLike) -> CoSQL
         spider_root: the Spider folder with ``database/<db_id>/<db_id>.sqlite``.
 
     Returns:
-        :class:`CoSQLRead`: samples in file order (mapping in the module docstring) and skipped turns
+        :class:`CoSQLRead`: samples in file order (mapping in the module docstring), skipped turns
         (a ``" | "`` utterance with an even number of parts: a clarification without its answer), each a
         :class:`~textsql_clarify.errors.RecordProblem` (file, record = interaction index + 1, field
-        ``interaction[j].utterance``, why).
+        ``interaction[j].utterance``, why), and the state-tracking file read.
 
     Raises:
         DatasetError: missing file or folders, not a JSON list, a structurally bad record (not an object,
@@ -174,6 +175,10 @@ def read_cosql(path: str | os.PathLike, spider_root: str | os.PathLike) -> CoSQL
                 history.append({"role": "user", "text": it["utterance"].strip(), "sql": None})
                 history.append({"role": "system", "text": "", "sql": gold})
                 continue
+            # the turn as dialogue turns: the question, then clarification / answer pairs
+            exchange = [{"role": "user", "text": parts[0], "sql": None}]
+            exchange += [{"role": "system" if n % 2 else "user", "text": parts[n], "sql": None}
+                         for n in range(1, len(parts))]
             natives = []
             if len(parts) == 1:
                 natives.append({**common, "id": f"cosql-{split}-{r}-{k}", "question": parts[0],
@@ -186,27 +191,23 @@ def read_cosql(path: str | os.PathLike, spider_root: str | os.PathLike) -> CoSQL
                                 "subcategory": None, "hidden_knowledge": hk, "dialogue": list(history),
                                 "provenance": {**base_prov, "turn": k, "clarifications": [c for c, _ in pairs],
                                                "answers": [a for _, a in pairs], "hidden_knowledge_rules": rules}})
-                follow = list(history) + [{"role": "user", "text": parts[0], "sql": None}]
-                for n in range(1, len(parts) - 1):
-                    follow.append({"role": "system" if n % 2 else "user", "text": parts[n], "sql": None})
                 last = k + len(parts) - 1
                 natives.append({**common, "id": f"cosql-{split}-{r}-{last}", "question": parts[-1],
                                 "group": "answerable", "subcategory": "answerable_without_evidence",
-                                "dialogue": follow, "provenance": {**base_prov, "turn": last, "reply_to": k}})
+                                "dialogue": history + exchange[:-1],
+                                "provenance": {**base_prov, "turn": last, "reply_to": k}})
             for native in natives:
                 s, probs = sample_from_dict(native, file=str(file), line=line, check_db_exists=False)
                 problems.extend(probs)
                 if s is not None:
                     out.append(s)
-            history.append({"role": "user", "text": parts[0], "sql": None})
-            for n in range(1, len(parts)):
-                history.append({"role": "system" if n % 2 else "user", "text": parts[n], "sql": None})
+            history += exchange
             history.append({"role": "system", "text": "", "sql": gold})
     if problems:
         raise DatasetError(f"invalid CoSQL file {file}", problems)
     if not out:
         raise DatasetError(f"CoSQL file {file} holds no samples")
-    return CoSQLRead(out, skipped)
+    return CoSQLRead(out, skipped, file)
 
 
 def load_cosql(path: str | os.PathLike, spider_root: str | os.PathLike) -> list[Sample]:
@@ -223,7 +224,7 @@ def load_cosql(path: str | os.PathLike, spider_root: str | os.PathLike) -> list[
         DatasetError: see :func:`read_cosql`.
     """
     res = read_cosql(path, spider_root)
-    warn_skipped(f"CoSQL file {find_cosql_file(path)}: turns that are not samples", res.skipped)
+    warn_skipped(f"CoSQL file {res.file}: turns that are not samples", res.skipped)
     return res.samples
 
 
