@@ -201,6 +201,23 @@ def _str_field(rec: Mapping, name: str, problems: list, where, required: bool, a
     return v
 
 
+def _objects(raw: Any, name: str, problems: list, where, list_what: str = "", obj_what: str = "") -> list[tuple[str, dict]]:
+    """The entries of the list field ``name`` (``raw``; ``None`` or empty: none) that are objects, each with its
+    field name ``name[k]``; a ``raw`` that is not a list, and each entry that is not an object, is a problem
+    (``must be a list<list_what>``, ``must be an object<obj_what>``)."""
+    raw = raw or []
+    if not isinstance(raw, list):
+        problems.append(where(name, f"must be a list{list_what}"))
+        return []
+    out = []
+    for k, item in enumerate(raw):
+        if isinstance(item, dict):
+            out.append((f"{name}[{k}]", item))
+        else:
+            problems.append(where(f"{name}[{k}]", f"must be an object{obj_what}"))
+    return out
+
+
 def sample_from_dict(
     rec: Any, *, file: str = "<memory>", line: int = 1, base_dir: str | os.PathLike | None = None,
     db_root: str | os.PathLike | None = None, check_db_exists: bool = True,
@@ -299,20 +316,13 @@ def sample_from_dict(
         problems.append(where("difficulty", f"must be one of {list(DIFFICULTIES)}, got {diff!r}"))
 
     interps: list[Interpretation] = []
-    raw_i = rec.get("interpretations") or []
-    if not isinstance(raw_i, list):
-        problems.append(where("interpretations", "must be a list"))
-        raw_i = []
-    if raw_i and group in GROUPS and group != "ambiguous":
+    raw_i = rec.get("interpretations")
+    if raw_i and isinstance(raw_i, list) and group in GROUPS and group != "ambiguous":
         # the other readings of an ambiguous question; elsewhere the validator would compare them with the gold
         # and an alternative gold that returns the same rows would flag the sample out of every mean
         problems.append(where("interpretations", f"only an ambiguous sample has other readings, got group {group!r}"))
         raw_i = []
-    for k, it in enumerate(raw_i):
-        f = f"interpretations[{k}]"
-        if not isinstance(it, dict):
-            problems.append(where(f, "must be an object"))
-            continue
+    for f, it in _objects(raw_i, "interpretations", problems, where):
         s = _str_field(it, "gold_sql", problems, lambda n, m: where(f"{f}.{n}", m), True)
         h = _str_field(it, "hidden_knowledge", problems, lambda n, m: where(f"{f}.{n}", m), True)
         d = _str_field(it, "description", problems, lambda n, m: where(f"{f}.{n}", m), False) or ""
@@ -320,15 +330,7 @@ def sample_from_dict(
             interps.append(Interpretation(s, h, d))
 
     dialogue: list[DialogueTurn] = []
-    raw_dl = rec.get("dialogue") or []
-    if not isinstance(raw_dl, list):
-        problems.append(where("dialogue", "must be a list of turns"))
-        raw_dl = []
-    for k, turn in enumerate(raw_dl):
-        f = f"dialogue[{k}]"
-        if not isinstance(turn, dict):
-            problems.append(where(f, "must be an object {role, text, sql}"))
-            continue
+    for f, turn in _objects(rec.get("dialogue"), "dialogue", problems, where, " of turns", " {role, text, sql}"):
         extra = set(turn) - {"role", "text", "sql"}
         for x in sorted(extra):
             problems.append(where(f"{f}.{x}", "unknown field"))
