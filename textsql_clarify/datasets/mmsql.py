@@ -140,13 +140,14 @@ def _system_parts(t: dict) -> tuple[str, str | None]:
     return " ".join(x for x in (text, q) if x), None
 
 
-def _next_sql(turns: list, start: int) -> int | None:
-    """Index of the first system turn with SQL from ``start`` up to the next user turn, else ``None``."""
+def _next_sql(turns: list, start: int) -> str | None:
+    """The SQL of the first system turn with SQL from ``start`` up to the next user turn, else ``None``."""
     for k in range(start, len(turns)):
         if turns[k]["isuser"]:
             return None
-        if _system_parts(turns[k])[1] is not None:
-            return k
+        sql = _system_parts(turns[k])[1]
+        if sql is not None:
+            return sql
     return None
 
 
@@ -186,11 +187,10 @@ def _ambiguous(turns: list, i: int) -> tuple[dict | None, str]:
     if turns[j]["type"] != "answerable":
         return None, (f"turns[{j}].type: the reply to the clarification is typed {turns[j]['type']!r}, not "
                       "'answerable': the question was replaced, so the gold after it is that reply's")
-    g = _next_sql(turns, j + 1)
-    if g is None:
+    gold = _next_sql(turns, j + 1)
+    if gold is None:
         return None, f"turns[{j + 1}]: no SQL follows the user's answer to the clarification"
-    return {"clarification": text, "answer": turns[j]["text"].strip(), "answer_turn": j,
-            "gold": _system_parts(turns[g])[1]}, ""
+    return {"clarification": text, "answer": turns[j]["text"].strip(), "answer_turn": j, "gold": gold}, ""
 
 
 def read_mmsql(file: str | os.PathLike, spider_root: str | os.PathLike) -> MMSQLRead:
@@ -251,12 +251,11 @@ def read_mmsql(file: str | os.PathLike, spider_root: str | os.PathLike) -> MMSQL
                 "provenance": {"source": "mmsql", "dialogue": did, "record": line, "turn": i, "mmsql_type": kind},
             }
             if kind == "answerable":
-                g = _next_sql(turns, i + 1)
-                if g is None:
+                gold = _next_sql(turns, i + 1)
+                if gold is None:
                     skip(f"turns[{i + 1}].query" if i + 1 < len(turns) else f"turns[{i}]",
                          "typed answerable but no system SQL follows before the next user turn")
                     continue
-                gold = _system_parts(turns[g])[1]
                 native.update(group="answerable", subcategory="answerable_without_evidence", gold_sql=gold)
             elif kind == "ambiguous":
                 parts, why = _ambiguous(turns, i)
