@@ -62,10 +62,10 @@ def dialogue_said(sample: Sample) -> tuple[tuple[str, str], ...]:
 
 
 def said_before(sample: Sample) -> str:
-    """The words of the sample's earlier turns (:func:`dialogue_said`, user and system text, no SQL), one
-    turn per line; ``""`` without a dialogue. The simulated users count them as context the way they count
+    """The words of the sample's earlier turns (user and system text, no SQL, as in :func:`dialogue_said`; a
+    turn that only gave SQL adds nothing), one turn per line; ``""`` without a dialogue. The simulated users count them as context the way they count
     the question's words (what the user has already said or been told)."""
-    return "\n".join(text for _role, text in dialogue_said(sample) if text and text != SQL_ONLY_TURN)
+    return "\n".join(t.text.strip() for t in sample.dialogue if t.text.strip())
 
 
 def with_dialogue(sample: Sample) -> str:
