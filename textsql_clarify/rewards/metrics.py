@@ -164,9 +164,9 @@ def _validate(i: int, t: Trajectory) -> None:
             raise _problem(i, t, "subcategory", "may be None (unknown) only for an ambiguous or unanswerable sample")
     else:
         _check_in(i, t, "subcategory", t.subcategory, SUBCATEGORIES)
-    if t.subcategory is not None and SUBCATEGORIES[t.subcategory].group != t.group:
-        raise _problem(i, t, "subcategory", f"{t.subcategory!r} belongs to group "
-                                            f"{SUBCATEGORIES[t.subcategory].group!r}, not {t.group!r}")
+        if SUBCATEGORIES[t.subcategory].group != t.group:
+            raise _problem(i, t, "subcategory", f"{t.subcategory!r} belongs to group "
+                                                f"{SUBCATEGORIES[t.subcategory].group!r}, not {t.group!r}")
     _check_in(i, t, "difficulty", t.difficulty, DIFFICULTIES)
     if not isinstance(t.flags, (list, tuple)):
         raise _problem(i, t, "flags", f"must be a list of flags, got {type(t.flags).__name__}")
