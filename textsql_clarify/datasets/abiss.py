@@ -59,6 +59,7 @@ from typing import Any, Iterator
 from ..errors import DatasetError, RecordProblem
 from ..samples import Sample, sample_from_dict
 from ..taxonomy import CATEGORIES, SUBCATEGORIES
+from .jsonl_stream import iter_jsonl
 
 
 def _norm(name: str) -> str:
@@ -132,38 +133,31 @@ def abiss_category(name: Any, subname: Any = None, *, has_evidence: bool = False
     return group, sub
 
 
-def _records(path: Path) -> Iterator[tuple[int, Any]]:
+def _records(path: Path, problems: list[RecordProblem]) -> Iterator[tuple[int, Any]]:
     """``(record number, decoded record)`` of a JSON list (index + 1; read whole) or a JSONL file (line
-    number; streamed). A ``.jsonl`` / ``.ndjson`` file is JSONL; any other file is a JSON list when its first
-    character is ``[``, else JSONL. A JSONL line that is not JSON yields a :class:`RecordProblem` as its record."""
+    number; streamed by :func:`.jsonl_stream.iter_jsonl`, which reports a line that is not JSON in
+    ``problems``). A ``.jsonl`` / ``.ndjson`` file is JSONL; any other file is a JSON list when its first
+    character is ``[``, else JSONL."""
+    is_list = False
+    if path.suffix.lower() not in (".jsonl", ".ndjson"):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                is_list = fh.read(4096).lstrip("\ufeff \t\r\n").startswith("[")
+                if is_list:
+                    fh.seek(0)
+                    text = fh.read().lstrip("\ufeff")
+        except (OSError, UnicodeDecodeError) as e:
+            raise DatasetError(f"cannot read ABISS file {path}: {e}") from e
+    if not is_list:
+        yield from iter_jsonl(path, problems, "ABISS file")
+        return
     try:
-        with open(path, encoding="utf-8") as fh:
-            head = fh.read(4096).lstrip("\ufeff \t\r\n")
-            if path.suffix.lower() not in (".jsonl", ".ndjson") and head.startswith("["):
-                fh.seek(0)
-                try:
-                    data = json.loads(fh.read().lstrip("\ufeff"))
-                except json.JSONDecodeError as e:
-                    raise DatasetError(f"ABISS file {path} is not valid JSON: {e.msg} at line {e.lineno} "
-                                       f"column {e.colno}") from e
-                except (RecursionError, ValueError) as e:  # nesting too deep, an integer too long to convert
-                    raise DatasetError(f"ABISS file {path} is not valid JSON: "
-                                       f"{str(e)[:120] or type(e).__name__}") from None
-                for i, rec in enumerate(data):
-                    yield i + 1, rec
-                return
-            fh.seek(0)
-            for ln, raw in enumerate(fh, start=1):
-                raw = raw.strip().lstrip("\ufeff") if ln == 1 else raw.strip()
-                if not raw:
-                    continue
-                try:
-                    yield ln, json.loads(raw)
-                except (json.JSONDecodeError, RecursionError, ValueError) as e:
-                    msg = e.msg if isinstance(e, json.JSONDecodeError) else (str(e)[:120] or type(e).__name__)
-                    yield ln, RecordProblem(str(path), ln, "<record>", f"invalid JSON: {msg}")
-    except (OSError, UnicodeDecodeError) as e:
-        raise DatasetError(f"cannot read ABISS file {path}: {e}") from e
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DatasetError(f"ABISS file {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+    except (RecursionError, ValueError) as e:  # nesting too deep, an integer too long to convert
+        raise DatasetError(f"ABISS file {path} is not valid JSON: {str(e)[:120] or type(e).__name__}") from None
+    yield from enumerate(data, start=1)
 
 
 def _opt_str(rec: dict, key: str, bad) -> str | None:
@@ -287,11 +281,7 @@ def load_abiss(file: str | os.PathLike, db_root: str | os.PathLike) -> list[Samp
     seen: dict[str, int] = {}
     db_ok: dict[str, bool] = {}
     index = 0
-    for ln, rec in _records(path):
-        if isinstance(rec, RecordProblem):
-            problems.append(rec)
-            index += 1
-            continue
+    for ln, rec in _records(path, problems):
         n_before = len(problems)
         native = _native(index, rec, path.name, lambda f, m, ln=ln: problems.append(RecordProblem(str(path), ln, f, m)))
         index += 1

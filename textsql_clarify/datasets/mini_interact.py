@@ -33,12 +33,11 @@ file, line and field (:class:`~textsql_clarify.errors.DatasetError`). Databases 
 """
 from __future__ import annotations
 
-import json
 import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import sqlglot
 from sqlglot import exp
@@ -47,6 +46,7 @@ from sqlglot.errors import SqlglotError
 from ..errors import DatasetError, RecordProblem
 from ..samples import GOLD_WITHHELD, Sample, sample_from_dict
 from ..simulators.fragments import _Describer, _join_list, _words
+from .jsonl_stream import iter_jsonl
 
 __all__ = ["MiniInteractLoad", "load_mini_interact", "load_from_spec", "hidden_knowledge_of", "describe_snippet",
            "evidence_of", "plain_math", "TASK_FILE", "EVIDENCE_CHARS"]
@@ -83,31 +83,11 @@ class MiniInteractLoad:
 
 # ----------------------------------------------------------------------------- reading
 
-def _jsonl(path: Path, problems: list[RecordProblem]) -> Iterator[tuple[int, Any]]:
-    """``(line number, decoded value)`` for each non-blank line, streamed; bad JSON becomes a problem."""
-    try:
-        fh = path.open(encoding="utf-8")
-    except OSError as e:
-        raise DatasetError(f"cannot read {path}: {e}") from e
-    ln = 0
-    with fh:
-        try:
-            for ln, raw in enumerate(fh, start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    yield ln, json.loads(raw)
-                except (json.JSONDecodeError, RecursionError, ValueError) as e:
-                    problems.append(RecordProblem(str(path), ln, "<record>", f"invalid JSON: {str(e)[:120]}"))
-        except UnicodeDecodeError as e:  # raised while reading the next lines, not by json.loads
-            raise DatasetError(f"cannot read {path}: not UTF-8 after line {ln}: {e}") from None
-
-
 def _read_kb(path: Path, problems: list[RecordProblem]) -> dict[int, dict]:
     """Knowledge base ``{id: entry}`` of one database (``<db>_kb.jsonl``: ``id``, ``knowledge``,
     ``description``, ``definition``, ``type``, ``children_knowledge``), streamed; bad entries become problems."""
     kb: dict[int, dict] = {}
-    for ln, rec in _jsonl(path, problems):
+    for ln, rec in iter_jsonl(path, problems, "knowledge base"):
         where = lambda f, m, ln=ln: problems.append(RecordProblem(str(path), ln, f, m))  # noqa: E731
         if not isinstance(rec, dict):
             where("<record>", f"must be a JSON object, got {type(rec).__name__}")
@@ -564,7 +544,7 @@ def load_mini_interact(dir_path: str | Path, *, db_root: str | Path | None = Non
     skipped: dict[str, list[str]] = {}
     seen: dict[str, int] = {}
     n_tasks = 0
-    for ln, rec in _jsonl(task_file, problems):
+    for ln, rec in iter_jsonl(task_file, problems, "mini-interact task file"):
         n_tasks += 1
         n_before = len(problems)
         where = lambda f, m, ln=ln: problems.append(RecordProblem(str(task_file), ln, f, m))  # noqa: E731
