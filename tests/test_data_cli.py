@@ -128,6 +128,15 @@ def test_db_root_on_validate_and_eval(tmp_path, capsys):
     assert metrics["overall"]["EX"] == {"value": 1.0, "n": 1}
 
 
+
+def test_db_root_inside_the_jsonl_spec(tmp_path, capsys):
+    """``jsonl:<file>.jsonl:<db root>`` names the root in the spec itself; an empty root is a bad spec (exit 2)."""
+    f, root = _rootless(tmp_path)
+    assert main(["data", "validate", f"jsonl:{f}:{root}"]) == 0
+    assert capsys.readouterr().out.strip().endswith("1 samples, 0 flagged")
+    assert main(["data", "validate", f"jsonl:{f}:"]) == 2
+    assert "expected 'jsonl:<path>[:<db root>]'" in capsys.readouterr().err
+
 def test_no_validate_skips_validation(tmp_path, capsys, monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("validate_loaded was called")

@@ -107,13 +107,8 @@ def _split_unanswerable(rest: str) -> tuple[str, str]:
 
 def _load_jsonl_spec(s: str, spec: str, db_root: str | None) -> list[Sample]:
     path = s[len("jsonl:"):] if s.startswith("jsonl:") else s
-    low = path.lower()
-    idx = low.find(".jsonl:")
-    if idx >= 0:  # jsonl:<file>.jsonl:<db root>
-        path, root = path[: idx + 6], path[idx + 7:]
-        if not root:
-            raise DatasetError(f"bad dataset spec {spec!r}: expected 'jsonl:<path>[:<db root>]'")
-        db_root = root
+    if ".jsonl:" in path.lower():  # jsonl:<file>.jsonl:<db root>
+        path, db_root = split_spec_paths(path, spec, "jsonl:<path>[:<db root>]")
     if not path:
         raise DatasetError(f"bad dataset spec {spec!r}: expected 'jsonl:<path>'")
     file = Path(path).resolve()
