@@ -47,7 +47,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from .spider import _read_json_list
+from .spider import _database_dir, _read_json_list
 from ..errors import DatasetError, RecordProblem
 from ..samples import Sample, sample_from_dict
 from .ambiqt_rebuild import (BuildPlan, RebuildError, build_database, file_sha256, parse_schema_text,
@@ -236,11 +236,6 @@ def check_golds(db_path: str | os.PathLike, query1: str, query2: str) -> tuple[l
     return [], f"results differ ({verdict.status}): {verdict.reason}"
 
 
-def _read_list(path: Path) -> list:
-    """The AmbiQT file's JSON list (read whole: the largest split is 2 MB), via the Spider reader's checks."""
-    return _read_json_list(path, "AmbiQT file")
-
-
 def _files(root: Path) -> list[tuple[str, Path]]:
     """(kind, file) for ``<root>/<kind>/*.json``, or ``<root>/*.json`` when ``root`` is one kind's folder."""
     own = sorted(root.glob("*.json"))
@@ -268,10 +263,7 @@ def load_ambiqt(ambiqt_dir: str | os.PathLike, spider_root: str | os.PathLike, *
     root = Path(ambiqt_dir).resolve()
     if not root.is_dir():
         raise DatasetError(f"AmbiQT folder is not a directory: {root}")
-    sroot = Path(spider_root).resolve()
-    db_dir = sroot / "database"
-    if not db_dir.is_dir():
-        raise DatasetError(f"Spider database folder not found: {db_dir} (expected <spider root>/database/<db_id>/<db_id>.sqlite)")
+    db_dir = _database_dir(spider_root)
     if cache_dir is None:
         from ..models import cache_root
 
@@ -288,7 +280,7 @@ def load_ambiqt(ambiqt_dir: str | os.PathLike, spider_root: str | os.PathLike, *
     targets: dict[str, Path] = {}
     for kind, path in files:
         rel = f"{kind}/{path.name}"
-        records = _read_list(path)
+        records = _read_json_list(path, "AmbiQT file")  # read whole: the largest file is 2.3 MB
         fr = report.files.setdefault(rel, FileReport(records=len(records)))
         for i, rec in enumerate(records):
             def bad(fld: str, msg: str, i=i) -> None:
