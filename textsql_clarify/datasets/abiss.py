@@ -282,10 +282,9 @@ def load_abiss(file: str | os.PathLike, db_root: str | os.PathLike) -> list[Samp
     db_ok: dict[str, bool] = {}
     index = 0
     for ln, rec in _records(path, problems):
-        n_before = len(problems)
         native = _native(index, rec, path.name, lambda f, m, ln=ln: problems.append(RecordProblem(str(path), ln, f, m)))
         index += 1
-        if native is None or len(problems) > n_before:
+        if native is None:  # its problems are reported
             continue
         native["provenance"]["record"] = ln
         db_id = native["db_id"]

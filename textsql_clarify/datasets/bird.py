@@ -110,10 +110,9 @@ def _parse(file: Path, split: str) -> tuple[list[tuple[int, dict]], list[RecordP
     seen: dict[str, int] = {}
     for i, rec in enumerate(records):
         line = i + 1
-        n_before = len(problems)
         native = _native(i, rec, split, file.name,
                          lambda f, m, line=line: problems.append(RecordProblem(str(file), line, f, m)))
-        if native is None or len(problems) > n_before:
+        if native is None:  # its problems are reported
             continue
         if native["id"] in seen:
             problems.append(RecordProblem(str(file), line, "question_id",
