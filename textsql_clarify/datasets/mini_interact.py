@@ -45,7 +45,7 @@ from sqlglot.errors import SqlglotError
 
 from ..errors import DatasetError, RecordProblem
 from ..samples import GOLD_WITHHELD, Sample, sample_from_dict
-from ..simulators.fragments import _Describer, _join_list, _words
+from ..simulators.fragments import _Describer, _join_list, _limit_fragments, _order_fragments, _words
 from .jsonl_stream import iter_jsonl
 
 __all__ = ["MiniInteractLoad", "load_mini_interact", "load_from_spec", "hidden_knowledge_of", "describe_snippet",
@@ -344,14 +344,9 @@ def describe_snippet(snippet: str) -> str | None:
         having = tree.args.get("having")
         if having is not None:
             parts.append(f"keeping only groups where {desc.condition(having.this)}")
-        order = tree.args.get("order")
-        for o in (order.expressions if order is not None else []):
-            way = "from highest to lowest" if o.args.get("desc") else "from lowest to highest"
-            parts.append(f"sorted {way} by {desc.expr(o.this)}")
-        lim = tree.args.get("limit")
-        if lim is not None:
-            val = lim.expression if isinstance(lim, exp.Limit) else lim
-            parts.append(f"only the first {desc.expr(val)} results")
+        order = tree.args.get("order")  # ORDER BY and LIMIT in the words of the gold fragments (ABISS §5.2)
+        parts += [f.text for f in _order_fragments(order, desc)]
+        parts += [f.text for f in _limit_fragments(tree, order is not None)]
     except (AttributeError, TypeError, KeyError, RecursionError):  # an AST shape the describer does not know
         return None
     text = "; ".join(p for p in parts if p)
