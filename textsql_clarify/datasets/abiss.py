@@ -50,12 +50,12 @@ at once (:class:`~textsql_clarify.errors.DatasetError`).
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 from typing import Any, Iterator
 
+from .spider import _read_json_list
 from ..errors import DatasetError, RecordProblem
 from ..samples import Sample, sample_from_dict
 from ..taxonomy import CATEGORIES, SUBCATEGORIES
@@ -143,20 +143,12 @@ def _records(path: Path, problems: list[RecordProblem]) -> Iterator[tuple[int, A
         try:
             with open(path, encoding="utf-8") as fh:
                 is_list = fh.read(4096).lstrip("\ufeff \t\r\n").startswith("[")
-                if is_list:
-                    fh.seek(0)
-                    text = fh.read().lstrip("\ufeff")
         except (OSError, UnicodeDecodeError) as e:
             raise DatasetError(f"cannot read ABISS file {path}: {e}") from e
     if not is_list:
         yield from iter_jsonl(path, problems, "ABISS file")
         return
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DatasetError(f"ABISS file {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
-    except (RecursionError, ValueError) as e:  # nesting too deep, an integer too long to convert
-        raise DatasetError(f"ABISS file {path} is not valid JSON: {str(e)[:120] or type(e).__name__}") from None
+    data = _read_json_list(path, "ABISS file")  # the Spider loader's reader: the same checks and messages
     yield from enumerate(data, start=1)
 
 

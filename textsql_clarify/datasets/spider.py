@@ -30,7 +30,7 @@ def _read_json_list(path: Path, what: str) -> list:
     if not path.is_file():
         raise DatasetError(f"{what} not found: {path}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))  # a leading byte-order mark is not an error
     except (OSError, UnicodeDecodeError) as e:
         raise DatasetError(f"cannot read {what} {path}: {e}") from e
     except json.JSONDecodeError as e:
