@@ -158,3 +158,27 @@ def test_model_cache_root_follows_xdg(monkeypatch, tmp_path):
     assert prepared_path("smollm2", dtype="bfloat16") == tmp_path / "own" / "models" / "smollm2-bfloat16"
     with pytest.raises(ValueError, match="dtype"):
         prepared_path("smollm2", dtype="int8")
+
+
+def test_failed_run_leaves_no_empty_output_folder(tmp_path, capsys):
+    # a bad simulator spec is found after the output folder is made; the folder (and its new parent) go again
+    out = tmp_path / "runs" / "bad"
+    assert main(["eval", "--simulator", "rules", "--out", str(out), "--no-progress"]) == 2
+    assert "simulator" in capsys.readouterr().err
+    assert not out.exists() and not out.parent.exists()
+    # a folder that already held something is kept as it was
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("mine", encoding="utf-8")
+    assert main(["eval", "--simulator", "rules", "--out", str(keep), "--no-progress"]) == 2
+    assert (keep / "notes.txt").read_text(encoding="utf-8") == "mine"
+
+
+@pytest.mark.parametrize("spec, kind", [
+    ("jsonl:data/my_set.jsonl", "my_set"), ("jsonl:data/my_set.jsonl:db", "my_set"), ("data/my_set.jsonl", "my_set"),
+    ("mmsql:a.json:b", "mmsql"), ("mini-interact:dir/mini_interact.jsonl", "mini-interact"), ("embedded", "embedded"),
+])
+def test_run_folder_names_the_dataset(spec, kind):
+    from textsql_clarify.cli import _dataset_kind
+
+    assert _dataset_kind(spec) == kind

@@ -112,8 +112,17 @@ def _safe_name(text: str, limit: int = 80) -> str:
 
 def _dataset_kind(spec: str) -> str:
     """A short folder-safe name for a dataset spec: ``embedded``, ``spider``, or the JSONL file's stem."""
+    from .datasets import _LOADERS
+
     spec = str(spec)
-    if ":" in spec and not spec.endswith(".jsonl"):
+    if spec.split(":", 1)[0] in _LOADERS:  # mini-interact:<dir>/mini_interact.jsonl is mini-interact
+        return spec.split(":", 1)[0]
+    if spec.startswith("jsonl:"):  # jsonl:<file>.jsonl[:<db root>]: the file's stem, as for a plain path
+        spec = spec[len("jsonl:"):]
+        low = spec.lower()
+        if ".jsonl:" in low:
+            spec = spec[: low.index(".jsonl:") + len(".jsonl")]
+    elif ":" in spec and not spec.endswith(".jsonl"):
         return spec.split(":", 1)[0]
     return Path(spec).stem or "dataset"
 

@@ -208,21 +208,31 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
     from ..envs.env import TextSQLClarifyEnv, episode_samples
 
     samples = episode_samples("", samples, env_kwargs.pop("limit", None))
+    created: list[Path] = []
     if out_dir is not None:  # fail before the run, not after it
         if Path(out_dir).exists() and not Path(out_dir).is_dir():
             raise FileExistsError(f"output folder {out_dir} exists and is not a folder")
+        created = [p for p in (Path(out_dir), *Path(out_dir).parents) if not p.exists()]
         Path(out_dir).mkdir(parents=True, exist_ok=True)
     num_envs = _check_num_envs(num_envs)
     bar = tqdm(total=len(samples), desc=f"eval {getattr(agent, 'name', 'agent')}", unit="ep", disable=not progress)
-    with bar:
-        if num_envs > 1:
-            trajs = run_lockstep(samples, agent, num_envs=num_envs, seed=seed, bar=bar, **env_kwargs)
-        else:
-            env = TextSQLClarifyEnv(samples=samples, **env_kwargs)
-            trajs = []
-            for i in range(len(samples)):
-                trajs.append(run_episode(env, agent, index=i, seed=seed + i))
-                bar.update(1)
+    try:
+        with bar:
+            if num_envs > 1:
+                trajs = run_lockstep(samples, agent, num_envs=num_envs, seed=seed, bar=bar, **env_kwargs)
+            else:
+                env = TextSQLClarifyEnv(samples=samples, **env_kwargs)
+                trajs = []
+                for i in range(len(samples)):
+                    trajs.append(run_episode(env, agent, index=i, seed=seed + i))
+                    bar.update(1)
+    except BaseException:
+        for p in created:  # a run that failed (a bad option, a model that cannot load) leaves no empty folder
+            try:
+                p.rmdir()  # only an empty folder this call made
+            except OSError:
+                break
+        raise
     run = {"agent": agent_spec if agent_spec is not None else str(getattr(agent, "name", type(agent).__name__)),
            "privileged": bool(getattr(agent, "privileged", False))}
     if out_dir is None:
