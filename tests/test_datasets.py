@@ -268,3 +268,10 @@ def test_unknown_subcategory_lists_the_names_of_its_group(tmp_path):
     msg = str(e.value)
     assert "unknown ABISS subcategory 'lexical_vaguenes'; known for 'ambiguous'" in msg
     assert "lexical_vagueness" in msg and "missing_relationship" not in msg
+
+
+def test_a_loader_spec_ending_in_jsonl_goes_to_its_loader(tmp_path):
+    # mini-interact:<dir>/mini_interact.jsonl is the mini-interact spec, not a JSONL path starting "mini-interact:"
+    with pytest.raises(DatasetError) as e:
+        load_dataset(f"mini-interact:{tmp_path}/mini_interact.jsonl")
+    assert "dataset file not found" not in str(e.value) and "mini-interact" in str(e.value).lower()

@@ -175,9 +175,9 @@ def load_dataset(spec: str | os.PathLike = "embedded", *, limit: int | None = No
         if not root:
             raise DatasetError(f"bad dataset spec {spec!r}: expected 'spider:<root>'")
         samples = load_spider(root)
-    elif s.startswith("jsonl:") or s.lower().endswith(".jsonl") or ".jsonl:" in s.lower() and kind not in _LOADERS:
+    elif kind not in _LOADERS and (s.startswith("jsonl:") or s.lower().endswith(".jsonl") or ".jsonl:" in s.lower()):
         samples = _load_jsonl_spec(s, spec, db_root)
-    elif kind in _LOADERS:
+    elif kind in _LOADERS:  # before the .jsonl test: mini-interact:<dir>/mini_interact.jsonl is its spec
         import importlib
 
         module, form, _ = _LOADERS[kind]
