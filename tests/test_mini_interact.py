@@ -320,7 +320,10 @@ def _task(iid="shop_1", db="shop", **kw):
 
 def test_built_release_maps_one_task(tmp_path):
     root = _build_release(tmp_path / "rel", [_task(), _task("gone_1", db="gone")])
-    out = load_mini_interact(root)
+    from textsql_clarify.errors import SkippedRecordsWarning
+
+    with pytest.warns(SkippedRecordsWarning, match=r"1 of 2 tasks skipped, their database is absent: gone \(1\)"):
+        out = load_mini_interact(root)
     assert out.n_tasks == 2 and out.skipped == {"gone": ["gone_1"]}
     (s,) = out.samples
     assert s.id == "mini-interact-shop_1" and s.gold_withheld

@@ -62,3 +62,10 @@ class ActionError(TextSQLClarifyError):
     def __init__(self, reason: str):
         self.reason = reason
         super().__init__(reason)
+
+
+class SkippedRecordsWarning(UserWarning):
+    """Source records that a loader did not make into samples, by design (e.g. AmbiQT items or mini-interact
+    tasks whose database is absent, MMSQL turns that break their type's pattern). The message says how many
+    and why; the loader's own report object holds the full list."""
+

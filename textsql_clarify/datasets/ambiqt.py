@@ -389,6 +389,8 @@ def load_from_spec(rest: str, *, spec: str, db_root: str | None) -> list[Sample]
     Returns:
         :func:`load_ambiqt`'s samples; its report is logged at INFO level (logger
         ``textsql_clarify.datasets.ambiqt``).
+    Warns:
+        SkippedRecordsWarning: items skipped because their database is absent, counted per file.
     Raises:
         DatasetError: a bad spec, or as :func:`load_ambiqt`.
     """
@@ -398,4 +400,13 @@ def load_from_spec(rest: str, *, spec: str, db_root: str | None) -> list[Sample]
     samples, report = load_ambiqt(folder, root)
     for line in report.lines():
         _log.info("%s: %s", spec, line)
+    skipped = {name: sum(r.skipped_no_database.values()) for name, r in report.files.items()}
+    if any(skipped.values()):
+        import warnings
+
+        from ..errors import SkippedRecordsWarning
+
+        warnings.warn(SkippedRecordsWarning(
+            f"AmbiQT {folder}: items skipped, their database is not in the Spider root: "
+            + ", ".join(f"{name} {n}" for name, n in skipped.items() if n)), stacklevel=2)
     return samples

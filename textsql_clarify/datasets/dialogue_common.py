@@ -27,7 +27,7 @@ from typing import Sequence
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Tokenizer, TokenType
 
-from ..errors import RecordProblem, SQLParseError
+from ..errors import RecordProblem, SQLParseError, SkippedRecordsWarning
 
 __all__ = ["is_sql", "repair_tokenised_sql", "sql_parses", "standalone_knowledge", "SkippedTurnsWarning",
            "warn_skipped", "has_stated_reason"]
@@ -345,7 +345,7 @@ def has_stated_reason(explanation: str, question: str) -> bool:
 
 # ----------------------------------------------------------------------------- skipped turns
 
-class SkippedTurnsWarning(UserWarning):
+class SkippedTurnsWarning(SkippedRecordsWarning):
     """User turns that a dialogue loader did not make into samples; ``problems`` names each one
     (file, record = dialogue index + 1, field = ``turns[i]...``, why)."""
 

@@ -522,6 +522,8 @@ def load_mini_interact(dir_path: str | Path, *, db_root: str | Path | None = Non
         db_root: folder of ``<db>/<db>.sqlite`` when the databases live elsewhere (``None``: ``dir_path``).
     Returns:
         :class:`MiniInteractLoad`: the samples, the task count and the tasks skipped per absent database.
+    Warns:
+        SkippedRecordsWarning: one line naming how many tasks were skipped, per absent database.
     Raises:
         DatasetError: the folder or task file is missing; any record is bad (every problem listed with file, line
             and field: missing or mistyped fields, a duplicate ``instance_id``, a ``deleted_knowledge`` id absent
@@ -618,8 +620,13 @@ def load_mini_interact(dir_path: str | Path, *, db_root: str | Path | None = Non
         raise DatasetError(f"no mini-interact task in {task_file} has its database under {db_dir} "
                            f"({n_tasks} tasks; expected <db>/<db>.sqlite)")
     if skipped:
-        log.info("mini-interact: skipped %d tasks whose database is absent: %s", sum(map(len, skipped.values())),
-                 ", ".join(f"{db} ({len(v)})" for db, v in sorted(skipped.items())))
+        import warnings
+
+        from ..errors import SkippedRecordsWarning
+
+        warnings.warn(SkippedRecordsWarning(
+            f"mini-interact {dir_path}: {sum(map(len, skipped.values()))} of {n_tasks} tasks skipped, their database "
+            f"is absent: " + ", ".join(f"{db} ({len(v)})" for db, v in sorted(skipped.items()))), stacklevel=2)
     return MiniInteractLoad(samples, n_tasks, skipped)
 
 
