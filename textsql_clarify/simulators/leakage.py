@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 
+import logging
 import re
 from typing import Iterable
 
@@ -98,16 +99,24 @@ def _is_statement(tree: exp.Expression | None) -> bool:
 
 
 def _parses_as_sql(reply: str) -> bool:
-    """Try sqlglot on every chunk of ``reply`` that starts with a statement keyword."""
-    for m in _STATEMENT_START.finditer(reply):
-        chunk = reply[m.start():].strip()
-        try:
-            trees = sqlglot.parse(chunk, read=_DIALECT)
-        except (SqlglotError, RecursionError, ValueError):
-            continue
-        if trees and _is_statement(trees[0]):
-            return True
-    return False
+    """Try sqlglot on every chunk of ``reply`` that starts with a statement keyword. The reply is prose; a
+    chunk sqlglot falls back to parsing as a ``Command`` ("drop-box ...") is expected here, so sqlglot's
+    warning about it is held back for the probe (its logger is set to ERROR, then restored)."""
+    log = logging.getLogger("sqlglot")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        for m in _STATEMENT_START.finditer(reply):
+            chunk = reply[m.start():].strip()
+            try:
+                trees = sqlglot.parse(chunk, read=_DIALECT)
+            except (SqlglotError, RecursionError, ValueError):
+                continue
+            if trees and _is_statement(trees[0]):
+                return True
+        return False
+    finally:
+        log.setLevel(level)
 
 
 def _squash(sql: str) -> str:
