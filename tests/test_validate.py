@@ -282,3 +282,21 @@ def test_validate_false_skips(executions, _cache):
     assert executions == []
     assert _flags(samples) == {"val-loader-flag": ("duplicate_gold",)}  # only what the file itself says
     assert not (_cache / "validation").exists()
+
+
+def test_env_exclude_flags_leaves_flagged_samples_out(monkeypatch, tmp_path):
+    """``gym.make(..., exclude_flags=("indistinguishable",))``: the env serves no sample on which asking
+    cannot pay (for RL training; the metrics leave them out by default, the env only when told)."""
+    import gymnasium as gym
+
+    import textsql_clarify  # noqa: F401
+
+    monkeypatch.setenv("TEXTSQL_CLARIFY_CACHE", str(tmp_path / "cache"))
+    spec = str(FIX / "cases.jsonl")
+    every = gym.make("TextSQLClarify-v0", dataset=spec).unwrapped.samples
+    kept = gym.make("TextSQLClarify-v0", dataset=spec, exclude_flags=("indistinguishable",)).unwrapped.samples
+    assert len(every) == 11 and [s.id for s in every if s not in kept] == ["val-same"]
+    first = gym.make("TextSQLClarify-v0", dataset=spec, exclude_flags=["indistinguishable"], limit=3).unwrapped.samples
+    assert [s.id for s in first] == [s.id for s in kept[:3]]  # flags first, then the limit
+    with pytest.raises(ValueError, match="unknown flag"):
+        gym.make("TextSQLClarify-v0", dataset=spec, exclude_flags=("indistinguishible",))

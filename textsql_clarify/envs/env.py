@@ -83,6 +83,9 @@ class TextSQLClarifyEnv(gym.Env):
         db_root: folder of ``<db_id>/<db_id>.sqlite`` files for dataset records that name no database file.
         validate: run the load-time validation of :mod:`textsql_clarify.datasets.validate` (default ``True``;
             cached per file); ``False`` skips it.
+        exclude_flags: leave out samples carrying any of these load-time flags, e.g. ``("indistinguishable",)``
+            when training with RL (on such samples the never-asking policy earns as much as asking: the
+            metrics leave them out by default, the env serves them unless told).
         simulator: ``"rule"`` | ``"transformers"`` | dict | object with ``respond(batch)``.
         reward_preset: a name in :data:`textsql_clarify.rewards.presets.PRESETS` or ``{component: weight}``.
         max_clarifications: clarification budget (default 3, ABISS §6.1).
@@ -118,8 +121,9 @@ class TextSQLClarifyEnv(gym.Env):
                  schema_tables: SchemaTablesHook | None = None, detailed_scores: bool = True,
                  timeout_s: float = 5.0, row_cap: int = 10_000, feedback_judge: FeedbackJudge | None = None,
                  max_action_chars: int = MAX_ACTION_CHARS, render_mode: str | None = None, ex_options: Any = None,
-                 db_root: str | None = None, validate: bool = True):
-        self.samples: list[Sample] = episode_samples(dataset, samples, limit, db_root=db_root, validate=validate)
+                 db_root: str | None = None, validate: bool = True, exclude_flags: Sequence[str] = ()):
+        self.samples: list[Sample] = episode_samples(dataset, samples, limit, db_root=db_root, validate=validate,
+                                                     exclude_flags=exclude_flags)
         if not self.samples:
             raise ValueError("the env needs at least one sample")
         self._by_id = {s.id: i for i, s in enumerate(self.samples)}
@@ -681,18 +685,32 @@ class TextSQLClarifyEnv(gym.Env):
 
 
 def episode_samples(dataset: str, samples: Sequence[Sample] | None, limit: int | None, *,
-                    db_root: str | None = None, validate: bool = True) -> list[Sample]:
+                    db_root: str | None = None, validate: bool = True,
+                    exclude_flags: Sequence[str] = ()) -> list[Sample]:
     """The samples an env draws episodes from: ``samples`` when given, else the dataset ``dataset`` loaded
-    by :func:`textsql_clarify.datasets.load_dataset` (with ``db_root`` and ``validate``); the first ``limit``
-    of them when ``limit`` is set.
+    by :func:`textsql_clarify.datasets.load_dataset` (with ``db_root`` and ``validate``); without those carrying
+    any of ``exclude_flags`` (:data:`~textsql_clarify.samples.SAMPLE_FLAGS`, e.g. ``("indistinguishable",)``
+    for RL training: on such a sample asking cannot pay); then the first ``limit`` of them.
 
     Raises:
-        DatasetError: the dataset cannot be loaded.
+        DatasetError: the dataset cannot be loaded. ValueError: an unknown flag in ``exclude_flags``, or every
+            sample excluded.
     """
+    from ..samples import SAMPLE_FLAGS
+
+    if isinstance(exclude_flags, str):
+        exclude_flags = (exclude_flags,)
+    drop = frozenset(exclude_flags or ())
+    if drop - set(SAMPLE_FLAGS):
+        raise ValueError(f"unknown flag(s) in exclude_flags: {sorted(drop - set(SAMPLE_FLAGS))}; known: "
+                         f"{list(SAMPLE_FLAGS)}")
     if samples is None:
         from ..datasets import load_dataset
-        return load_dataset(dataset, limit=limit, db_root=db_root, validate=validate)
-    return list(samples)[:limit] if limit is not None else list(samples)
+        samples = load_dataset(dataset, limit=None if drop else limit, db_root=db_root, validate=validate)
+    kept = [s for s in samples if not drop & set(s.flags)] if drop else list(samples)
+    if drop and samples and not kept:
+        raise ValueError(f"exclude_flags={sorted(drop)} leaves no sample of the {len(samples)} loaded")
+    return kept[:limit] if limit is not None else kept
 
 
 def reply_problem(reply: Any) -> str | None:

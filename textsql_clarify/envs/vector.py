@@ -47,7 +47,8 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
 
     Args:
         num_envs: number of sub-envs (>= 1).
-        dataset, samples, limit: as :class:`TextSQLClarifyEnv`; the samples are loaded once and shared.
+        dataset, samples, limit, db_root, validate, exclude_flags: as :class:`TextSQLClarifyEnv`; the samples are
+            loaded once and shared.
         simulator: as :class:`TextSQLClarifyEnv`; built once (one model per process) and shared.
         feedback_judge: as :class:`TextSQLClarifyEnv`; one judge shared by the sub-envs.
         autoreset_mode: an ``AutoresetMode`` or its name: ``"next_step"`` (Gymnasium's default),
@@ -69,12 +70,14 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
     def __init__(self, num_envs: int = 1, *, dataset: str = "embedded", samples: Sequence[Sample] | None = None,
                  limit: int | None = None, simulator: Any = "rule", feedback_judge: FeedbackJudge | None = None,
                  autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP, copy: bool = True,
-                 db_root: str | None = None, validate: bool = True, **env_kwargs: Any):
+                 db_root: str | None = None, validate: bool = True, exclude_flags: Sequence[str] = (),
+                 **env_kwargs: Any):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
         if isinstance(autoreset_mode, str) and autoreset_mode.lower() in _MODE_NAMES:
             autoreset_mode = _MODE_NAMES[autoreset_mode.lower()]
-        shared = episode_samples(dataset, samples, limit, db_root=db_root, validate=validate)
+        shared = episode_samples(dataset, samples, limit, db_root=db_root, validate=validate,
+                                 exclude_flags=exclude_flags)
         user = make_simulator(simulator)
         judge = feedback_judge or default_judge()
         make_one = functools.partial(TextSQLClarifyEnv, samples=shared, simulator=user,
