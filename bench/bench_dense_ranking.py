@@ -37,11 +37,11 @@ sys.path.insert(0, str(REPO))
 
 from sqlglot import exp  # noqa: E402
 
-from textsql_clarify.database import SQLiteSandbox  # noqa: E402
+from textsql_clarify.sql.sandbox import SQLiteSandbox  # noqa: E402
 from textsql_clarify.envs.scoring import score_sql_turn  # noqa: E402
 from textsql_clarify.errors import SQLParseError  # noqa: E402
 from textsql_clarify.rewards.execution import is_empty_result  # noqa: E402
-from textsql_clarify.sqlschema import DIALECT, parse_sql  # noqa: E402
+from textsql_clarify.sql.schema import DIALECT, parse_sql  # noqa: E402
 
 NEAR_MISSES = ("literal", "filter_missing", "extra_column")
 HACKS = ("drop_order", "drop_order_unlimited", "duplicate_rows", "duplicate_rows_values", "duplicate_plus_junk", "half_rows",

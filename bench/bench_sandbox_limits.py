@@ -6,10 +6,10 @@ does not keep tight wall-clock bounds (one run measured 0.0545 s against a 0.05 
 numbers live here, side by side:
 
 * ``limit``: the sandbox's ``timeout_s`` (s);
-* ``elapsed``: :attr:`textsql_clarify.database.ExecutionResult.elapsed_s`, median and max over ``--reps``
+* ``elapsed``: :attr:`textsql_clarify.sql.sandbox.ExecutionResult.elapsed_s`, median and max over ``--reps``
   runs (s); ``wall``: the max of ``time.perf_counter`` around ``execute`` (s);
 * ``ratio``: elapsed / limit, median and max. A timeout stops at a ratio just above 1 (the
-  progress handler checks every :data:`~textsql_clarify.database.PROGRESS_EVERY` VM instructions,
+  progress handler checks every :data:`~textsql_clarify.sql.sandbox.PROGRESS_EVERY` VM instructions,
   the watchdog at the next loop step); a guard (value cap, printf ``%c``, quadratic trim / replace /
   instr) refuses well below 1;
 * ``stopped by``: the error kind and the start of its message.
@@ -35,8 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import textsql_clarify.database as database  # noqa: E402
-from textsql_clarify.database import MAX_VALUE_BYTES, SQLiteSandbox  # noqa: E402
+import textsql_clarify.sql.sandbox as database  # noqa: E402
+from textsql_clarify.sql.sandbox import MAX_VALUE_BYTES, SQLiteSandbox  # noqa: E402
 from textsql_clarify.datasets import embedded_db_path  # noqa: E402
 
 RUNAWAY_CTE = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT COUNT(*) FROM n"

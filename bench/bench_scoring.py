@@ -8,7 +8,7 @@ Over Spider dev golds, two sets of (prediction, gold) pairs:
   text + ``'x'``), ``swap`` (the first two output columns swapped); the next applicable one is taken
   when one does not apply.
 
-Every query is executed once, before any timing, through :class:`textsql_clarify.database.SQLiteSandbox`.
+Every query is executed once, before any timing, through :class:`textsql_clarify.sql.sandbox.SQLiteSandbox`.
 Only the scoring is timed, five scorers side by side in one run, interleaved pass by pass:
 
 * ``naive``: ``Counter(pred.rows) == Counter(gold.rows)``, the yardstick;
@@ -40,12 +40,12 @@ sys.path.insert(0, str(REPO))
 
 from sqlglot import exp  # noqa: E402
 
-from textsql_clarify.database import SQLiteSandbox  # noqa: E402
+from textsql_clarify.sql.sandbox import SQLiteSandbox  # noqa: E402
 from textsql_clarify.errors import SQLParseError  # noqa: E402
 from textsql_clarify.rewards.cells import ResultTable, column_origins, score_cells  # noqa: E402
 from textsql_clarify.rewards.components import score_components  # noqa: E402
 from textsql_clarify.rewards.execution import compare_results, gold_is_ordered  # noqa: E402
-from textsql_clarify.sqlschema import DIALECT, parse_sql  # noqa: E402
+from textsql_clarify.sql.schema import DIALECT, parse_sql  # noqa: E402
 
 MUTATIONS = ("drop_row", "literal", "swap")
 

@@ -66,7 +66,7 @@ def mmsql_requests(data_root: Path, n: int) -> list[UserRequest]:
     if not base:
         raise FileNotFoundError(f"no usable ambiguous turns in {src}")
     # schema identifiers as the env passes them
-    from textsql_clarify.sqlschema import read_schema
+    from textsql_clarify.sql.schema import read_schema
 
     out = []
     for k in range(n):

@@ -60,7 +60,7 @@ from textsql_clarify.rewards import feedback as fbm  # noqa: E402
 from textsql_clarify.samples import Sample, sample_from_dict  # noqa: E402
 from textsql_clarify.simulators.base import RELEVANCY_LABELS, UserRequest  # noqa: E402
 from textsql_clarify.simulators.leakage import is_full_gold_leak, leakage_reasons  # noqa: E402
-from textsql_clarify.sqlschema import read_schema  # noqa: E402
+from textsql_clarify.sql.schema import read_schema  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures"
 CLARIFICATION_PROBES = FIXTURES / "probe_clarifications.jsonl"

@@ -11,7 +11,7 @@ import gymnasium as gym
 import pytest
 
 import textsql_clarify  # noqa: F401  (registers TextSQLClarify-v0)
-from textsql_clarify.database import SQLiteSandbox
+from textsql_clarify.sql.sandbox import SQLiteSandbox
 from textsql_clarify.datasets import embedded_db_path, load_dataset, load_embedded
 from textsql_clarify.errors import DatasetError
 from textsql_clarify.rewards.cells import ResultTable, score_cells

@@ -22,7 +22,7 @@ from textsql_clarify.rewards.cells import (
     column_origins,
     score_cells,
 )
-from textsql_clarify.sqlschema import read_schema
+from textsql_clarify.sql.schema import read_schema
 
 # --------------------------------------------------------------------------- the article's orders/customers example
 

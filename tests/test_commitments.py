@@ -14,7 +14,7 @@ from textsql_clarify.rewards.commitments import (
     Commitment, commitment_set, drift_revision, drift_subtype, filtering_commitments, is_drift, literal_replacement,
     output_commitments,
 )
-from textsql_clarify.sqlschema import parse_sql, read_schema
+from textsql_clarify.sql.schema import parse_sql, read_schema
 
 
 def units(sql: str, kind: str, scope: str = "$") -> set[str]:

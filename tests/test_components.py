@@ -10,7 +10,7 @@ from textsql_clarify.errors import SQLParseError
 from textsql_clarify.rewards.components import (
     COMPONENT_SETS, ComponentPolicy, canonical_sql, component_sets, prepare_sql, score_components,
 )
-from textsql_clarify.sqlschema import parse_sql, read_schema
+from textsql_clarify.sql.schema import parse_sql, read_schema
 
 # Tiny ERP schema for the article's examples (built here; the article gives no DDL).
 ERP = {

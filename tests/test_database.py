@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import textsql_clarify.database as database
-from textsql_clarify.database import (
+import textsql_clarify.sql.sandbox as database
+from textsql_clarify.sql.sandbox import (
     ERROR_KINDS,
     MAX_SQL_BYTES,
     MAX_VALUE_BYTES,
@@ -20,7 +20,7 @@ from textsql_clarify.database import (
     SQLiteSandbox,
     get_sandbox,
 )
-from textsql_clarify.sqlschema import read_schema
+from textsql_clarify.sql.schema import read_schema
 
 from conftest import generous_bound
 
@@ -296,7 +296,7 @@ needs_setlimit = pytest.mark.skipif(not hasattr(sqlite3.Connection, "setlimit"),
 def test_limits_live_in_sandbox_guards_and_stay_importable_from_database():
     """The limits moved to ``sandbox_guards``; ``database`` re-exports the very same objects, so
     changing ``database.SQLITE_LIMITS`` still changes what every new sandbox sets."""
-    from textsql_clarify import sandbox_guards
+    from textsql_clarify.sql import guards as sandbox_guards
 
     for name in ("MAX_VALUE_BYTES", "MAX_SQL_BYTES", "SQLITE_LIMITS", "MAX_TRIM_WORK", "MAX_SEARCH_WORK"):
         assert getattr(database, name) is getattr(sandbox_guards, name), name

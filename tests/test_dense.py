@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from textsql_clarify.database import SQLiteSandbox
+from textsql_clarify.sql.sandbox import SQLiteSandbox
 from textsql_clarify.envs.scoring import score_sql_turn
 from textsql_clarify.rewards.cells import CellPolicy, ResultTable, column_origins, score_cells
 from textsql_clarify.rewards.dense import PartialPolicy, order_agreement, score_partial

@@ -19,7 +19,7 @@ import pytest
 from textsql_clarify.datasets import embedded_db_path, load_dataset
 from textsql_clarify.datasets.university import DB_FILE, SAMPLES_FILE, SQL_SOURCE, build_database
 from textsql_clarify.errors import DatasetError
-from textsql_clarify.sqlschema import read_schema
+from textsql_clarify.sql.schema import read_schema
 from textsql_clarify.taxonomy import SUBCATEGORIES, crosswalk
 
 
@@ -210,7 +210,7 @@ def test_interpretations_differ_from_gold(samples, ro_con):
 
 def test_interpretations_score_zero_with_project_ex(samples):
     try:
-        from textsql_clarify.database import SQLiteSandbox
+        from textsql_clarify.sql.sandbox import SQLiteSandbox
         from textsql_clarify.rewards.execution import relaxed_ex
     except ImportError as e:  # written by another engineer; may not exist yet
         pytest.skip(f"project EX not importable yet: {e}")

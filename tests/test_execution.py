@@ -11,7 +11,7 @@ from conftest import generous_bound
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from textsql_clarify.database import ExecutionResult, SQLiteSandbox
+from textsql_clarify.sql.sandbox import ExecutionResult, SQLiteSandbox
 from textsql_clarify.errors import SQLParseError
 from textsql_clarify.rewards.execution import (
     EXVerdict,

@@ -12,7 +12,7 @@ import sqlite3
 import pytest
 
 from conftest import SHARED, generous_bound
-from textsql_clarify.database import SQLiteSandbox
+from textsql_clarify.sql.sandbox import SQLiteSandbox
 from textsql_clarify.rewards.execution import gold_is_ordered, relaxed_ex
 
 CASES_FILE = SHARED / "cases" / "execution_cases.json"

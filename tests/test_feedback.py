@@ -9,12 +9,12 @@ import pytest
 
 from textsql_clarify.datasets import embedded_db_path, load_embedded, load_spider_unanswerable
 from textsql_clarify.rewards import feedback as fbm
-from textsql_clarify.rewards import feedback_offline
+from textsql_clarify.rewards.feedback import offline as feedback_offline
 from textsql_clarify.rewards.feedback import (CouncilFeedbackJudge, LexicalFeedbackJudge, SemanticFeedbackJudge,
                                               TransformersFeedbackVoter, council_verdict, default_judge,
                                               missing_claims)
 from textsql_clarify.samples import Sample
-from textsql_clarify.sqlschema import read_schema
+from textsql_clarify.sql.schema import read_schema
 
 from conftest import SHARED_DATA
 

@@ -12,7 +12,7 @@ import gymnasium as gym
 import pytest
 
 import textsql_clarify  # noqa: F401
-from textsql_clarify.database import ExecutionResult
+from textsql_clarify.sql.sandbox import ExecutionResult
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.envs.scoring import result_contains
 

@@ -231,7 +231,7 @@ def test_cache_misses_when_validator_code_changes(tmp_path, monkeypatch):
 def test_validator_code_files_exist():
     assert validate_mod._CODE_FILES and all(Path(p).is_file() for p in validate_mod._CODE_FILES)
     names = {Path(p).name for p in validate_mod._CODE_FILES}
-    assert {"validate.py", "gold_masking.py", "execution.py", "ex_sql.py", "database.py"} <= names
+    assert {"validate.py", "gold_masking.py", "execution.py", "ex_sql.py", "sandbox.py"} <= names
 
 
 # -- flags and interpretations that only an ambiguous sample can have -------------------------------------
@@ -258,7 +258,7 @@ def test_reading_that_relaxed_ex_accepts_is_indistinguishable(tmp_path):
     # the other reading returns the gold's rows plus one column: strict EX tells them apart, but the env pays
     # relaxed EX (binary, shaped), which allows that extra column, so the never-asking agent that submits the
     # other reading earns EX 1, as the oracle does
-    from textsql_clarify.database import get_sandbox
+    from textsql_clarify.sql.sandbox import get_sandbox
     from textsql_clarify.rewards.execution import score_execution
 
     db = _db(tmp_path / "db")

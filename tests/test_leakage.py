@@ -8,7 +8,7 @@ import pytest
 from textsql_clarify.simulators.leakage import (
     identifier_forms, identifier_used, is_full_gold_leak, leakage_reasons,
 )
-from textsql_clarify.sqlschema import read_schema
+from textsql_clarify.sql.schema import read_schema
 
 IDS = ("singer", "singer_id", "name", "country", "song_name", "age", "StuID", "home_city")
 

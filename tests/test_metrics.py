@@ -406,7 +406,7 @@ def test_render_table_bad_input():
 @pytest.mark.realdata
 def test_spider_dev_oracle_run_counts_empty_gold(spider_root):
     """An oracle run over Spider dev: every gold that returns rows is a hit; empty gold is a ceiling."""
-    from textsql_clarify.database import get_sandbox
+    from textsql_clarify.sql.sandbox import get_sandbox
     from textsql_clarify.rewards.execution import is_empty_result
 
     items = json.loads((spider_root / "dev.json").read_text(encoding="utf-8"))

@@ -11,7 +11,7 @@ import pytest
 
 from textsql_clarify.errors import SQLParseError
 from textsql_clarify.rewards.retrieval import RetrievalScores, score_retrieval, tables_read
-from textsql_clarify.sqlschema import read_schema
+from textsql_clarify.sql.schema import read_schema
 
 ARTICLE_GOLD = (
     "SELECT c.name, SUM(l.quantity * l.price) AS revenue FROM orders o "

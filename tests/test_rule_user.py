@@ -14,7 +14,7 @@ from textsql_clarify.simulators.base import ALLOWED_LABELS, UserRequest, UserSim
 from textsql_clarify.simulators.leakage import leakage_reasons
 from textsql_clarify.simulators.rule_based import (RuleBasedUser, asks_for_sql, content_stems, style_kind,
                                                    technical_cue)
-from textsql_clarify.sqlschema import read_schema
+from textsql_clarify.sql.schema import read_schema
 
 USER = RuleBasedUser()
 

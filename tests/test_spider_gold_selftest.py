@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from textsql_clarify.database import ExecutionResult, SQLiteSandbox
+from textsql_clarify.sql.sandbox import ExecutionResult, SQLiteSandbox
 from textsql_clarify.rewards.execution import compare_results, gold_is_ordered, is_empty_result, relaxed_ex, score_execution
 
 pytestmark = pytest.mark.realdata

@@ -1,4 +1,4 @@
-"""The SQL analysis boundary (textsql_clarify.sqlschema): typed errors for anything sqlglot raises, the
+"""The SQL analysis boundary (textsql_clarify.sql.schema): typed errors for anything sqlglot raises, the
 analysis caps, and ordinals that point into a ``*``.
 
 Every metric module that reads SQL (components, commitments, cells, retrieval) goes through
@@ -20,7 +20,7 @@ from textsql_clarify.rewards.cells import column_origins
 from textsql_clarify.rewards.commitments import commitment_set, drift_subtype
 from textsql_clarify.rewards.components import component_sets, prepare_sql
 from textsql_clarify.rewards.retrieval import tables_read
-from textsql_clarify.sqlschema import (
+from textsql_clarify.sql.schema import (
     MAX_ANALYSIS_CHARS, MAX_ANALYSIS_DEPTH, MAX_ANALYSIS_NODES, analysis_errors, parse_for_analysis, parse_sql,
     qualify_sql, read_schema, tree_size,
 )

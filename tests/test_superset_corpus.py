@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from textsql_clarify.database import SQLiteSandbox
+from textsql_clarify.sql.sandbox import SQLiteSandbox
 from textsql_clarify.rewards.execution import score_execution
 from textsql_clarify.rewards.superset_corpus import (
     KINDS,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from textsql_clarify.database import SQLiteSandbox
+from textsql_clarify.sql.sandbox import SQLiteSandbox
 from textsql_clarify.datasets import embedded_db_path, load_dataset
 from textsql_clarify.datasets import validate as V
 from textsql_clarify.datasets.gold_masking import mask_values

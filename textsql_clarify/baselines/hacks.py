@@ -32,9 +32,9 @@ from typing import Any, Callable, Iterable, Sequence
 import sqlglot
 from sqlglot import exp
 
-from ..database import get_sandbox
+from ..sql.sandbox import get_sandbox
 from ..samples import Sample
-from ..sqlschema import read_schema
+from ..sql.schema import read_schema
 
 # ---------------------------------------------------------------------------------------------- schema text
 
@@ -604,7 +604,7 @@ class DriftDropFilter(_PrivilegedDrift):
 
 def _rows(db_path: str, sql: str, cap: int = 20_000) -> list[tuple] | None:
     """The first ``cap`` rows of ``sql`` through the project's read-only, time-limited sandbox
-    (:func:`~textsql_clarify.database.get_sandbox`), or ``None`` when it fails."""
+    (:func:`~textsql_clarify.sql.sandbox.get_sandbox`), or ``None`` when it fails."""
     r = get_sandbox(db_path, row_cap=cap).execute(sql)
     return list(r.rows) if r.ok else None
 
@@ -1066,7 +1066,7 @@ def identifiers_leaked(reply: str, known_text: str, identifiers: Iterable[str]) 
 
 
 def schema_identifiers(db_path: str) -> list[str]:
-    """Table and column names of a SQLite database, lower-cased (:func:`~textsql_clarify.sqlschema.read_schema`)."""
+    """Table and column names of a SQLite database, lower-cased (:func:`~textsql_clarify.sql.schema.read_schema`)."""
     return [n for t, cols in read_schema(db_path).items() for n in (t, *cols)]
 
 

@@ -206,7 +206,7 @@ def check_golds(db_path: str | os.PathLike, query1: str, query2: str) -> tuple[l
         ``(flags, note)``: flags from :data:`~textsql_clarify.samples.SAMPLE_FLAGS` (empty when both run,
         ``query1`` returns data and ``query2``'s result is no match of it), and a one-line reason.
     """
-    from ..database import get_sandbox
+    from ..sql.sandbox import get_sandbox
     from ..rewards.execution import is_empty_result, score_execution
 
     sandbox = get_sandbox(db_path)

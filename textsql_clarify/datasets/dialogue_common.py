@@ -48,7 +48,7 @@ def is_sql(text: str | None) -> bool:
 
 def sql_parses(sql: str) -> str | None:
     """``None`` when sqlglot parses ``sql`` as one SQLite statement, else the reason it does not."""
-    from ..sqlschema import parse_sql
+    from ..sql.schema import parse_sql
 
     try:
         parse_sql(sql)
@@ -325,7 +325,7 @@ def has_stated_reason(explanation: str, question: str) -> bool:
     Both must hold: the explanation has a content word that is not a word of a bare refusal
     (``"Sorry, I cannot answer this."``, ``"Sorry, we don't have that information."``, ``"... can you
     rephrase it?"`` have none), and it says something beyond the question's own words
-    (:func:`~textsql_clarify.rewards.feedback_words.residual_text`, what the FB judge compares): ``"does
+    (:func:`~textsql_clarify.rewards.feedback.words.residual_text`, what the FB judge compares): ``"does
     not include a field for the email addresses of the teachers"`` for *What is the email address of
     each teacher?* only repeats the question, so no feedback could be told apart from a bare refusal.
 
@@ -335,7 +335,7 @@ def has_stated_reason(explanation: str, question: str) -> bool:
         True for ``"The database doesn't have any information about popularity."`` (question *Which
         models are the most popular?*); False for the examples above.
     """
-    from ..rewards.feedback_words import residual_text
+    from ..rewards.feedback.words import residual_text
 
     words = {w.lower().strip("'") for w in re.findall(r"[A-Za-z0-9']+", explanation or "")}
     if not any(w not in _REFUSAL_WORDS and not w.isdigit() and len(w) > 2 for w in words):

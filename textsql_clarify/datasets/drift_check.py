@@ -12,7 +12,7 @@ import json
 import os
 from typing import Sequence
 
-from ..database import get_sandbox
+from ..sql.sandbox import get_sandbox
 from ..errors import RecordProblem, SQLParseError
 from ..rewards.commitments import drift_subtype
 from ..rewards.execution import is_empty_result, score_execution

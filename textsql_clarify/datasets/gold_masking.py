@@ -17,7 +17,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Tokenizer, TokenType
 
 from ..errors import SQLParseError
-from ..sqlschema import parse_for_analysis
+from ..sql.schema import parse_for_analysis
 
 __all__ = ["mask_values"]
 

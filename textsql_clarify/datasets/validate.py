@@ -36,7 +36,7 @@ Drift records of a ``.jsonl`` file are checked by the JSONL loader as before
 (:func:`.drift_check.drift_problems`; a bad one raises :class:`~textsql_clarify.errors.DatasetError`).
 
 Each distinct SQL runs once per database, in the read-only sandbox shared with the env
-(:func:`~textsql_clarify.database.get_sandbox` with the env's default limits). Results are cached per dataset
+(:func:`~textsql_clarify.sql.sandbox.get_sandbox` with the env's default limits). Results are cached per dataset
 on disk (:mod:`.validation_cache`), except a run in which something timed out (a busy machine can cause a
 timeout; it is retried on the next load).
 """
@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..database import DatabaseOpenError, ExecutionResult, SQLiteSandbox, get_sandbox
+from ..sql.sandbox import DatabaseOpenError, ExecutionResult, SQLiteSandbox, get_sandbox
 from ..errors import DatasetError
 from ..rewards.execution import EXOptions, is_empty_result, score_execution
 from ..rewards.ex_sql import gold_nondeterminism
@@ -75,7 +75,7 @@ _PKG = Path(__file__).resolve().parents[1]
 #: sandbox and its guards); their bytes are part of the cache key (:mod:`.validation_cache`).
 _CODE_FILES: tuple[Path, ...] = tuple(_PKG / f for f in (
     "datasets/validate.py", "datasets/gold_masking.py", "rewards/execution.py", "rewards/ex_sql.py",
-    "database.py", "sandbox_guards.py"))
+    "sql/sandbox.py", "sql/guards.py"))
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterable, Sequence
 import gymnasium as gym
 import numpy as np
 
-from ..database import get_sandbox
+from ..sql.sandbox import get_sandbox
 from ..errors import ActionError
 from ..rewards.commitments import commitment_set, drift_revision, is_drift
 from ..rewards.ex_sql import gold_nondeterminism

@@ -12,7 +12,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from ..database import ExecutionResult, SQLiteSandbox
+from ..sql.sandbox import ExecutionResult, SQLiteSandbox
 from ..errors import SQLParseError
 from ..rewards.cells import ResultTable, column_origins, score_cells
 from ..rewards.components import score_components

@@ -45,7 +45,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
 from ..errors import SQLParseError, TextSQLClarifyError
-from ..sqlschema import Schema, analysis_errors, parse_for_analysis, qualify_sql
+from ..sql.schema import Schema, analysis_errors, parse_for_analysis, qualify_sql
 
 __all__ = [
     "CellPolicy",
@@ -143,14 +143,14 @@ def _scope_origins(scope: Scope, depth: int = 0) -> list[str | None]:
 def column_origins(sql: str, schema: Schema | dict | None) -> tuple[str | None, ...]:
     """Resolve each output column of ``sql`` to its lower-cased ``"table.column"`` (article: "Pairing the columns").
 
-    Columns are qualified with :func:`textsql_clarify.sqlschema.qualify_sql` (aliases expanded, ``*``
+    Columns are qualified with :func:`textsql_clarify.sql.schema.qualify_sql` (aliases expanded, ``*``
     expanded when ``schema`` is given) and traced through derived tables and CTEs to a base table. A
     computed column (aggregate, arithmetic, CASE, literal, ...) has origin ``None``. For a set operation
     (UNION / INTERSECT / EXCEPT) a column keeps its origin only when every branch gives the same one.
 
     Args:
         sql: one SQLite SELECT statement.
-        schema: ``{table: {column: type}}`` as :func:`~textsql_clarify.sqlschema.read_schema` returns it, or
+        schema: ``{table: {column: type}}`` as :func:`~textsql_clarify.sql.schema.read_schema` returns it, or
             ``None`` (then only what the query itself says is used; ``*`` cannot be expanded).
 
     Returns:
@@ -158,7 +158,7 @@ def column_origins(sql: str, schema: Schema | dict | None) -> tuple[str | None, 
 
     Raises:
         SQLParseError: the SQL cannot be parsed or qualified, is too big to analyse
-            (:func:`~textsql_clarify.sqlschema.parse_for_analysis`), is not a query, has a ``*`` that cannot be
+            (:func:`~textsql_clarify.sql.schema.parse_for_analysis`), is not a query, has a ``*`` that cannot be
             expanded (no schema, or an unknown table) so the number of output columns is unknown, or sqlglot
             fails on it (any exception, with the reason).
     """

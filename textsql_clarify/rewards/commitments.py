@@ -51,7 +51,7 @@ from scipy.optimize import linear_sum_assignment
 from sqlglot import exp
 
 from ..errors import SQLParseError
-from ..sqlschema import analysis_errors
+from ..sql.schema import analysis_errors
 from .sql_canonical import canonical_sql, conjuncts, immediate_subqueries, normalise_predicates, prepare_sql
 
 __all__ = [

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from ..sqlschema import analysis_errors
+from ..sql.schema import analysis_errors
 from .sql_canonical import (  # re-exported: the preparation used to live here
     PreparedQuery, canonical_sql, conjuncts, immediate_subqueries, prepare_sql,
 )

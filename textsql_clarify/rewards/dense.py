@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from ..errors import SQLParseError
-from ..sqlschema import parse_for_analysis
+from ..sql.schema import parse_for_analysis
 from .cells import CellPolicy, CellScores, ResultTable, paired_rows
 from .components import _schema_key, component_sets, precision_recall
 

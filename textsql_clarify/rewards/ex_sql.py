@@ -32,7 +32,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Tokenizer, TokenType
 
 from ..errors import SQLParseError
-from ..sqlschema import analysis_errors, is_star, parse_for_analysis
+from ..sql.schema import analysis_errors, is_star, parse_for_analysis
 
 #: SQLite aggregate functions that sqlglot parses as ``Anonymous`` (not an ``AggFunc``).
 _ANON_AGGREGATES = frozenset({"total", "group_concat", "string_agg", "json_group_array", "json_group_object",

@@ -52,9 +52,9 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Tokenizer, TokenType
 
-from ..database import ExecutionResult, SQLiteSandbox
+from ..sql.sandbox import ExecutionResult, SQLiteSandbox
 from ..errors import SQLParseError
-from ..sqlschema import parse_sql
+from ..sql.schema import parse_sql
 from .ex_sql import ColumnInfo, gold_nondeterminism, limit_ties_query, projection_info
 
 #: Verdict statuses of :class:`EXVerdict`.

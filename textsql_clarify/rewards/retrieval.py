@@ -15,7 +15,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
 from ..errors import SQLParseError
-from ..sqlschema import Schema, analysis_errors, parse_for_analysis
+from ..sql.schema import Schema, analysis_errors, parse_for_analysis
 
 __all__ = ["RetrievalScores", "score_retrieval", "tables_read"]
 
@@ -38,7 +38,7 @@ def tables_read(sql: str, schema: Schema | dict | None = None) -> frozenset[str]
 
     Raises:
         SQLParseError: the SQL cannot be parsed, is too big to analyse
-            (:func:`~textsql_clarify.sqlschema.parse_for_analysis`), sqlglot fails to build its scopes (any
+            (:func:`~textsql_clarify.sql.schema.parse_for_analysis`), sqlglot fails to build its scopes (any
             exception, with the reason), or (with ``schema``) it reads a table the schema does not have; the
             message names the table.
     """

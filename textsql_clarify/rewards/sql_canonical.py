@@ -14,7 +14,7 @@ the same two steps, which live here so that neither family depends on the other:
   clause-splitting helpers :func:`conjuncts` (top-level AND split, TIDE Table 5) and
   :func:`immediate_subqueries` (TIDE Alg. 2).
 
-Bounded and typed (``textsql_clarify.sqlschema``): a query over the analysis caps (``MAX_ANALYSIS_CHARS``,
+Bounded and typed (``textsql_clarify.sql.schema``): a query over the analysis caps (``MAX_ANALYSIS_CHARS``,
 ``MAX_ANALYSIS_NODES``, ``MAX_ANALYSIS_DEPTH``) is refused with
 :class:`~textsql_clarify.errors.SQLParseError` before any costly step; whatever sqlglot raises on a query is
 that same typed error; a failed qualify degrades (without the schema, then without qualify) instead of
@@ -35,7 +35,7 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.optimizer.scope import traverse_scope
 
 from ..errors import SQLParseError
-from ..sqlschema import (
+from ..sql.schema import (
     DIALECT, Schema, analysis_errors, is_star, ordinal_references, parse_for_analysis, qualify_sql,
 )
 
@@ -250,7 +250,7 @@ def _star_columns(q: exp.Query, item: exp.Expression, schema: Schema, ctes: set[
 def _resolve_star_ordinals(tree: exp.Expression, schema: Schema | None) -> None:
     """Replace (in place) an ordinal that points into a ``*`` by the column it names, where the given
     schema tells (``SELECT * FROM t ORDER BY 1`` -> ``ORDER BY t.<first column of t>``), as SQLite resolves
-    it. An ordinal after a star that cannot be expanded stays an ordinal (:func:`~textsql_clarify.sqlschema.qualify_sql`
+    it. An ordinal after a star that cannot be expanded stays an ordinal (:func:`~textsql_clarify.sql.schema.qualify_sql`
     keeps it through qualify)."""
     if not schema:
         return
@@ -301,7 +301,7 @@ def prepare_sql(sql: str, schema: Mapping | None = None) -> PreparedQuery:
     """Parse and prepare one query the same way for every side (article: "Component", preparation).
 
     Steps: parse (SQLite dialect, within the analysis caps of
-    :func:`~textsql_clarify.sqlschema.parse_for_analysis`); double-quoted string literals as SQLite reads
+    :func:`~textsql_clarify.sql.schema.parse_for_analysis`); double-quoted string literals as SQLite reads
     them; an ordinal that points into a ``*`` replaced by the column it names where ``schema`` tells;
     sqlglot ``qualify`` (stars are kept, so ``SELECT *`` stays one marker) with ``schema`` merged over the
     columns the query itself attributes to tables; table aliases replaced by table names
@@ -313,7 +313,7 @@ def prepare_sql(sql: str, schema: Mapping | None = None) -> PreparedQuery:
 
     Args:
         sql: one SQLite statement; it must be a query (SELECT or a set operation).
-        schema: ``{table: {column: type}}`` (e.g. :func:`textsql_clarify.sqlschema.read_schema`) or ``None``.
+        schema: ``{table: {column: type}}`` (e.g. :func:`textsql_clarify.sql.schema.read_schema`) or ``None``.
 
     Returns:
         :class:`PreparedQuery`; ``qualified`` is ``False`` where qualify failed with the schema (counted by
@@ -321,7 +321,7 @@ def prepare_sql(sql: str, schema: Mapping | None = None) -> PreparedQuery:
 
     Raises:
         SQLParseError: empty input, several statements, a parse error, not a query, too big to analyse
-            (:data:`~textsql_clarify.sqlschema.MAX_ANALYSIS_CHARS` and the node and depth caps), nested too
+            (:data:`~textsql_clarify.sql.schema.MAX_ANALYSIS_CHARS` and the node and depth caps), nested too
             deeply, or any failure inside sqlglot that no degraded path avoids.
         TypeError: ``schema`` is not a ``{table: {column: type}}`` mapping.
     """
@@ -633,7 +633,7 @@ def normalise_predicates(tree: exp.Expression) -> exp.Expression:
         The rewritten tree (the same root object when the root is a query).
 
     Raises:
-        SQLParseError: sqlglot fails on the tree (:func:`~textsql_clarify.sqlschema.analysis_errors`).
+        SQLParseError: sqlglot fails on the tree (:func:`~textsql_clarify.sql.schema.analysis_errors`).
     """
     with analysis_errors(tree, "predicate normal form"):
         return _nnf(tree, False)
@@ -697,7 +697,7 @@ def canonical_sql(node: exp.Expression, *, literals: bool = True,
 
     Raises:
         SQLParseError: sqlglot fails on the fragment (any exception, with the reason;
-            :func:`~textsql_clarify.sqlschema.analysis_errors`).
+            :func:`~textsql_clarify.sql.schema.analysis_errors`).
     """
     with analysis_errors(node, "canonical form"):
         return _canonical_sql(node, literals, subquery_label)

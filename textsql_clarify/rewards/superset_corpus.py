@@ -27,9 +27,9 @@ from pathlib import Path
 
 from sqlglot import exp
 
-from ..database import ExecutionResult, SQLiteSandbox
+from ..sql.sandbox import ExecutionResult, SQLiteSandbox
 from ..errors import SQLParseError
-from ..sqlschema import analysis_errors, is_star, parse_for_analysis
+from ..sql.schema import analysis_errors, is_star, parse_for_analysis
 from .execution import gold_is_ordered, is_empty_result, normalise_value
 
 #: the kinds of auxiliary column, in the order variants are produced.

@@ -21,7 +21,7 @@ from typing import Iterable
 from sqlglot import exp
 
 from ..errors import SQLParseError
-from ..sqlschema import DIALECT, parse_sql
+from ..sql.schema import DIALECT, parse_sql
 
 __all__ = ["Fragment", "FRAGMENT_KINDS", "TECHNICAL_TOPICS", "gold_fragments", "technical_topic", "vague_text"]
 

@@ -42,7 +42,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from ..errors import SQLParseError
-from ..sqlschema import parse_sql
+from ..sql.schema import parse_sql
 from ..text import plural_stem
 
 __all__ = ["leakage_reasons", "is_full_gold_leak", "identifier_forms", "identifier_used", "gold_exposure", "gold_leaks",

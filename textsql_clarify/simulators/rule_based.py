@@ -76,7 +76,7 @@ from sqlglot import exp
 
 from ..errors import SQLParseError
 from ..samples import Chain, Sample
-from ..sqlschema import parse_sql
+from ..sql.schema import parse_sql
 from .base import ALLOWED_LABELS, UserReply, UserRequest, said_before, with_dialogue
 from .fragments import Fragment, gold_fragments, technical_topic, vague_text
 from .leakage import is_identifier_probe, leakage_reasons

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..errors import SQLParseError
-from ..sqlschema import read_schema
+from ..sql.schema import read_schema
 from .base import ALLOWED_LABELS, UserReply, UserRequest, dialogue_said, with_dialogue
 from .fragments import Fragment, gold_fragments, technical_topic, vague_text
 from .grounding import Grounder, best_matches, default_grounder, split_facts

@@ -10,12 +10,12 @@ Every query, the agent's and the gold, goes through :class:`SQLiteSandbox`:
 * one statement per call (the stdlib refuses a second statement before running the first);
 * a time limit that really stops SQLite, enforced twice: a progress handler checks the deadline
   every :data:`PROGRESS_EVERY` virtual-machine (VM) instructions, and a per-process watchdog thread
-  (:mod:`textsql_clarify.sandbox_watchdog`) calls ``sqlite3_interrupt`` at the deadline, which
+  (:mod:`textsql_clarify.sql.watchdog`) calls ``sqlite3_interrupt`` at the deadline, which
   SQLite notices at its next loop step or row. Wrapping a blocking call in a thread or
   ``asyncio.wait_for`` (or ``func_timeout``) cannot stop SQLite;
 * bounded work per VM instruction, since neither check can stop one instruction that runs long:
   SQLite limits (:data:`SQLITE_LIMITS`, ``max_value_bytes``, ``max_sql_bytes``) and guards on the
-  built-ins whose cost is not linear in their inputs (:mod:`textsql_clarify.sandbox_guards`,
+  built-ins whose cost is not linear in their inputs (:mod:`textsql_clarify.sql.guards`,
   which also says what is still not bounded);
 * a row cap (at most ``row_cap`` rows) and a byte cap (about ``max_result_bytes`` of values) on
   what is fetched; the result is marked ``truncated`` when more exist. One result row may hold up
@@ -26,7 +26,7 @@ Bad SQL never raises: it gives an :class:`ExecutionResult` whose ``error_kind`` 
 the sandbox's lifetime.
 
 This module is the public import path: it re-exports the limits and guards of
-:mod:`textsql_clarify.sandbox_guards` and the watchdog of :mod:`textsql_clarify.sandbox_watchdog`.
+:mod:`textsql_clarify.sql.guards` and the watchdog of :mod:`textsql_clarify.sql.watchdog`.
 
 Sources: the issue's sandbox requirements; the execution protocol of ABISS §5.3 (EX needs both
 queries executed on the same database) and the cases in ``../shared/cases/execution_cases.json``
@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import TextSQLClarifyError
-from .sandbox_guards import (  # noqa: F401  (the public limits are re-exported for users of the sandbox)
+from ..errors import TextSQLClarifyError
+from .guards import (  # noqa: F401  (the public limits are re-exported for users of the sandbox)
     MAX_SEARCH_WORK,
     MAX_SQL_BYTES,
     MAX_TRIM_WORK,
@@ -55,8 +55,8 @@ from .sandbox_guards import (  # noqa: F401  (the public limits are re-exported 
     _apply_limits,
     _install_guards,
 )
-from .sandbox_watchdog import _Watchdog
-from .sqlschema import Schema, read_schema
+from .watchdog import _Watchdog
+from .schema import Schema, read_schema
 
 #: Error kinds of a failed :class:`ExecutionResult`, see :meth:`SQLiteSandbox.execute`.
 ERROR_KINDS = ("syntax", "forbidden", "timeout", "runtime")
@@ -488,7 +488,7 @@ class SQLiteSandbox:
 
     @property
     def schema(self) -> Schema:
-        """``{table: {column: type}}`` of this database (:func:`textsql_clarify.sqlschema.read_schema`)."""
+        """``{table: {column: type}}`` of this database (:func:`textsql_clarify.sql.schema.read_schema`)."""
         if self._schema is None:
             self._schema = read_schema(self.db_path)
         return self._schema

@@ -64,29 +64,29 @@ before and after, its leave-one-out figure and the known limits are in ``docs/si
 
 Layout (this module is the public import path; every name below is importable from here):
 
-* :mod:`~textsql_clarify.rewards.feedback_words`: tokens, stems, :func:`content_words`, :func:`lexical_recall`.
-* :mod:`~textsql_clarify.rewards.feedback_claims`: what a text claims is absent or present
+* :mod:`~textsql_clarify.rewards.feedback.words`: tokens, stems, :func:`content_words`, :func:`lexical_recall`.
+* :mod:`~textsql_clarify.rewards.feedback.claims`: what a text claims is absent or present
   (:func:`missing_claims`, :func:`presence_claims`, :func:`names_missing_element`, :func:`affirmed_missing`,
   :func:`number_conflicts`).
-* :mod:`~textsql_clarify.rewards.feedback_schema`: claims checked against the schema
+* :mod:`~textsql_clarify.rewards.feedback.schema`: claims checked against the schema
   (:func:`existing_claimed_missing`).
-* :mod:`~textsql_clarify.rewards.feedback_verdict`: :class:`FeedbackVerdict`, the :class:`FeedbackJudge`
+* :mod:`~textsql_clarify.rewards.feedback.verdict`: :class:`FeedbackVerdict`, the :class:`FeedbackJudge`
   protocol and the checks every judge applies first.
-* :mod:`~textsql_clarify.rewards.feedback_minilm`: :func:`minilm_available`, :func:`load_minilm`.
-* :mod:`~textsql_clarify.rewards.feedback_offline`: the rule above, :class:`LexicalFeedbackJudge`,
+* :mod:`~textsql_clarify.rewards.feedback.minilm`: :func:`minilm_available`, :func:`load_minilm`.
+* :mod:`~textsql_clarify.rewards.feedback.offline`: the rule above, :class:`LexicalFeedbackJudge`,
   :class:`SemanticFeedbackJudge` and their thresholds.
-* :mod:`~textsql_clarify.rewards.feedback_council`: :class:`CouncilFeedbackJudge` and its voters.
+* :mod:`~textsql_clarify.rewards.feedback.council`: :class:`CouncilFeedbackJudge` and its voters.
 """
 from __future__ import annotations
 
-from .feedback_claims import (MissingClaim, affirmed_missing, missing_claims, names_missing_element,
+from .claims import (MissingClaim, affirmed_missing, missing_claims, names_missing_element,
                               number_conflicts, presence_claims, singles_out_missing, unsupported_claims)
-from .feedback_council import CouncilFeedbackJudge, FeedbackVoter, TransformersFeedbackVoter, council_verdict
-from .feedback_minilm import load_minilm, minilm_available
-from .feedback_offline import LEXICAL_THRESHOLD, MINILM_THRESHOLD, LexicalFeedbackJudge, SemanticFeedbackJudge
-from .feedback_schema import Structure, existing_claimed_missing  # noqa: F401  (Structure: a type alias)
-from .feedback_verdict import FeedbackJudge, FeedbackVerdict
-from .feedback_words import STOCK_WORDS, added_words, content_words, lexical_recall, novel_recall, residual_text
+from .council import CouncilFeedbackJudge, FeedbackVoter, TransformersFeedbackVoter, council_verdict
+from .minilm import load_minilm, minilm_available
+from .offline import LEXICAL_THRESHOLD, MINILM_THRESHOLD, LexicalFeedbackJudge, SemanticFeedbackJudge
+from .schema import Structure, existing_claimed_missing  # noqa: F401  (Structure: a type alias)
+from .verdict import FeedbackJudge, FeedbackVerdict
+from .words import STOCK_WORDS, added_words, content_words, lexical_recall, novel_recall, residual_text
 
 
 __all__ = [

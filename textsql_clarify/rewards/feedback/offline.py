@@ -11,13 +11,13 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from ..samples import Sample
-from .feedback_claims import (affirmed_missing, missing_claims, names_missing_element, number_conflicts,
+from ...samples import Sample
+from .claims import (affirmed_missing, missing_claims, names_missing_element, number_conflicts,
                               singles_out_missing, unsupported_claims)
-from .feedback_minilm import load_minilm
-from .feedback_schema import _structure, existing_claimed_missing
-from .feedback_verdict import FeedbackVerdict, _check_args, _is_sql
-from .feedback_words import added_words, novel_recall, residual_text
+from .minilm import load_minilm
+from .schema import _structure, existing_claimed_missing
+from .verdict import FeedbackVerdict, _check_args, _is_sql
+from .words import added_words, novel_recall, residual_text
 
 __all__ = ["LexicalFeedbackJudge", "SemanticFeedbackJudge", "MINILM_THRESHOLD", "LEXICAL_THRESHOLD"]
 
@@ -148,7 +148,7 @@ class SemanticFeedbackJudge:
     def residual_similarity(self, feedback: str, hidden_knowledge: str, question: str,
                             exclude: frozenset[str] = frozenset()) -> float:
         """Cosine similarity of what the feedback and the hidden knowledge each say beyond the question
-        and the ``exclude`` stems (:func:`~textsql_clarify.rewards.feedback_words.residual_text`); 0.0 when
+        and the ``exclude`` stems (:func:`~textsql_clarify.rewards.feedback.words.residual_text`); 0.0 when
         either says nothing more.
 
         Raises:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from ..text import plural_stem
+from ...text import plural_stem
 
 __all__ = ["content_words", "lexical_recall", "added_words", "novel_recall", "residual_text", "STOCK_WORDS"]
 

@@ -5,7 +5,7 @@ relationship. :func:`missing_claims` finds the phrases a text says are absent an
 :func:`presence_claims` the subjects it says are stored or linked; :func:`names_missing_element`,
 :func:`affirmed_missing` and :func:`number_conflicts` compare an explanation with the hidden knowledge.
 Pure text functions: no database, no model (the checks against the schema are in
-:mod:`textsql_clarify.rewards.feedback_schema`).
+:mod:`textsql_clarify.rewards.feedback.schema`).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from .feedback_words import _GENERIC, _STOCK_STEMS, _STOP, _split_ident, _stem, _tokens, content_words
+from .words import _GENERIC, _STOCK_STEMS, _STOP, _split_ident, _stem, _tokens, content_words
 
 __all__ = ["MissingClaim", "missing_claims", "presence_claims", "names_missing_element", "singles_out_missing",
            "unsupported_claims", "affirmed_missing", "number_conflicts"]

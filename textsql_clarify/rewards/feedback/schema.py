@@ -3,17 +3,17 @@
 An explanation that blames an existing element as missing is wrong however close it is to the hidden
 knowledge (ABISS §4.2 Stage 8: the explanation must name what is really absent). :func:`_structure`
 reads the database's tables and columns as word stems; :func:`existing_claimed_missing` checks the
-claims of :func:`textsql_clarify.rewards.feedback_claims.missing_claims` against them.
+claims of :func:`textsql_clarify.rewards.feedback.claims.missing_claims` against them.
 """
 from __future__ import annotations
 
 import sqlite3
 from typing import Iterable, Sequence
 
-from ..samples import Sample
-from ..sqlschema import read_schema
-from .feedback_claims import MissingClaim
-from .feedback_words import _split_ident, _stem
+from ...samples import Sample
+from ...sql.schema import read_schema
+from .claims import MissingClaim
+from .words import _split_ident, _stem
 
 __all__ = ["Structure", "existing_claimed_missing"]
 

@@ -5,6 +5,6 @@ nothing is fetched at run time).
 """
 from __future__ import annotations
 
-from ..minilm import load_minilm, minilm_available
+from ...minilm import load_minilm, minilm_available
 
 __all__ = ["minilm_available", "load_minilm"]

@@ -8,9 +8,9 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
-from ..samples import Sample
-from ..sqlschema import read_schema
-from .feedback_verdict import FeedbackVerdict, _check_args, _is_sql
+from ...samples import Sample
+from ...sql.schema import read_schema
+from .verdict import FeedbackVerdict, _check_args, _is_sql
 
 __all__ = ["FeedbackVoter", "council_verdict", "TransformersFeedbackVoter", "CouncilFeedbackJudge"]
 
@@ -68,7 +68,7 @@ class TransformersFeedbackVoter:
 
     def __init__(self, model: Any, device: str | None = "auto"):
         if isinstance(model, str):
-            from ..simulators.hf_models import load_backend
+            from ...simulators.hf_models import load_backend
 
             model = load_backend(model, device=device)
         if not hasattr(model, "score"):

@@ -1,6 +1,6 @@
 """The per-process watchdog thread that interrupts SQLite statements still running at their deadline.
 
-It is the second of the two time-limit checks of :class:`textsql_clarify.database.SQLiteSandbox`
+It is the second of the two time-limit checks of :class:`textsql_clarify.sql.sandbox.SQLiteSandbox`
 (the first is the progress handler). ``sqlite3_interrupt`` is the only way to stop SQLite from
 another thread; wrapping a blocking call in a thread or ``asyncio.wait_for`` cannot.
 
@@ -22,9 +22,9 @@ class _Watchdog:
     ``sqlite3_interrupt`` is noticed at SQLite's next loop step or row, whatever the instruction
     count, so it catches rows whose instructions are each expensive (test_adversarial's
     ``heavy-rows``), which the progress handler sees only every
-    :data:`~textsql_clarify.database.PROGRESS_EVERY` instructions.
+    :data:`~textsql_clarify.sql.sandbox.PROGRESS_EVERY` instructions.
 
-    Protocol (:meth:`textsql_clarify.database.SQLiteSandbox.execute` inlines it): under
+    Protocol (:meth:`textsql_clarify.sql.sandbox.SQLiteSandbox.execute` inlines it): under
     :attr:`lock`, put ``running[key] = (deadline, connection, state)`` and call :meth:`wake` if
     ``deadline`` is earlier than :attr:`wake_at`; when the statement ends, delete the entry under
     :attr:`lock`.

@@ -1,7 +1,7 @@
 """Bounded work per SQLite VM instruction: the sandbox's size limits and its guarded built-ins.
 
-Neither the progress handler nor the watchdog (:mod:`textsql_clarify.sandbox_watchdog`) can stop
-one VM instruction that runs long, so :class:`textsql_clarify.database.SQLiteSandbox` bounds
+Neither the progress handler nor the watchdog (:mod:`textsql_clarify.sql.watchdog`) can stop
+one VM instruction that runs long, so :class:`textsql_clarify.sql.sandbox.SQLiteSandbox` bounds
 what one instruction may cost:
 
 * SQLite limits (:data:`SQLITE_LIMITS`, ``max_value_bytes``, ``max_sql_bytes``, set by
@@ -23,7 +23,7 @@ worst-case pattern costs ~0.17 s, so a 10 KB statement of them could run minutes
 On Python < 3.11 ``Connection.setlimit`` does not exist: SQLite's own limits then stay in force
 (only the guards, the watchdog and the row and byte caps apply).
 
-Everything here is re-exported by :mod:`textsql_clarify.database`, the public import path.
+Everything here is re-exported by :mod:`textsql_clarify.sql.sandbox`, the public import path.
 
 Sources: the issue's sandbox requirements; SQLite's documentation of ``sqlite3_limit`` and of
 ``printf``, ``trim``, ``replace`` and ``instr`` (costs measured as noted at each constant).

@@ -24,7 +24,7 @@ from pathlib import Path
 import sqlglot
 from sqlglot import exp
 
-from .errors import SQLParseError, TextSQLClarifyError
+from ..errors import SQLParseError, TextSQLClarifyError
 
 DIALECT = "sqlite"
 

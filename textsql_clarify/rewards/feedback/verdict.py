@@ -1,7 +1,7 @@
 """The FB verdict and judge protocol, and the checks every FB judge applies first.
 
-Shared by the offline judges (:mod:`textsql_clarify.rewards.feedback_offline`) and the council
-(:mod:`textsql_clarify.rewards.feedback_council`): a judge answers ``judge(sample, feedback,
+Shared by the offline judges (:mod:`textsql_clarify.rewards.feedback.offline`) and the council
+(:mod:`textsql_clarify.rewards.feedback.council`): a judge answers ``judge(sample, feedback,
 schema_identifiers) -> bool`` (ABISS §5.3 FB), and its ``assess`` gives a :class:`FeedbackVerdict`.
 Empty feedback and SQL given as feedback fail before anything is compared.
 """
@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol, runtime_checkable
 
-from ..errors import SQLParseError
-from ..samples import Sample
-from ..sqlschema import parse_sql
+from ...errors import SQLParseError
+from ...samples import Sample
+from ...sql.schema import parse_sql
 
 __all__ = ["FeedbackVerdict", "FeedbackJudge"]
 
@@ -33,7 +33,7 @@ class FeedbackVerdict:
             ``"number:..."`` (a number in conflict with the hidden knowledge) and ``"affirms:..."`` (the
             feedback says the hidden knowledge's missing element is stored or linked).
         added: the stems the feedback adds beyond the question and stock refusal words
-            (:func:`~textsql_clarify.rewards.feedback_words.added_words`); ``()`` for an echo of the question
+            (:func:`~textsql_clarify.rewards.feedback.words.added_words`); ``()`` for an echo of the question
             and for the rules that compare nothing.
     """
 

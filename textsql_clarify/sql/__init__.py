@@ -1,0 +1,10 @@
+"""The SQL execution layer: everything between an SQL string and the rows it returns.
+
+* :mod:`.sandbox`: the read-only SQLite sandbox (:class:`~.sandbox.SQLiteSandbox`, :func:`~.sandbox.get_sandbox`,
+  :class:`~.sandbox.ExecutionResult`), the one place agent and gold SQL execute.
+* :mod:`.guards`: the limits it enforces (time, rows, value bytes, recursion) and the guarded SQL functions.
+* :mod:`.watchdog`: the thread that interrupts a statement past its deadline.
+* :mod:`.schema`: the sqlglot boundary: parsing with size caps, qualification, the schema read from a database.
+
+Nothing here imports the env, the rewards or the simulators (DESIGN.md "Data flows one way").
+"""
