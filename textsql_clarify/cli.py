@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="folder for trajectories.jsonl and metrics.json (default: runs/<dataset kind>-<agent>-<simulator>[-p], "
                         "the agent spec made folder-safe)")
     e.add_argument("--seed", type=int, default=0, help="seed of the first episode (default 0)")
+    e.add_argument("--isolation", default="in_process", choices=["in_process", "process"],
+                   help="where the SQL runs: 'in_process' (default) or 'process' (worker processes killed at the time "
+                        "limit, with a memory cap: for untrusted policies; docs/platform.md, Process isolation)")
     e.add_argument("--simulator", default="rule", help="'rule' (default), 'transformers' (SmolLM2) or 'transformers:<model>[,<model>...]' (local paths or cached hub ids; several make a council)")
     e.add_argument("--preset", default="binary", choices=sorted(PRESETS), help="reward preset (default: binary)")
     e.add_argument("--max-clarifications", type=int, default=3, help="clarification budget (default 3, ABISS §6.1)")
@@ -149,7 +152,7 @@ def _eval(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise ValueError(f"agent {args.agent!r} needs an optional library: {e}") from e
     _, metrics = evaluate(samples, agent, seed=args.seed, out_dir=args.out, progress=not args.no_progress,
-                          simulator=args.simulator, reward_preset=args.preset,
+                          simulator=args.simulator, reward_preset=args.preset, isolation=args.isolation,
                           max_clarifications=args.max_clarifications, category_mode=args.category_mode,
                           protocol=args.protocol, num_envs=args.num_envs, agent_spec=args.agent,
                           include_indistinguishable=args.include_indistinguishable)

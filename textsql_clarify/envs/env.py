@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterable, Sequence
 import gymnasium as gym
 import numpy as np
 
+from ..sql.isolated import WorkerPool, check_isolation
 from ..sql.sandbox import get_sandbox
 from ..errors import ActionError
 from ..rewards.commitments import commitment_set, drift_revision, is_drift
@@ -96,6 +97,11 @@ class TextSQLClarifyEnv(gym.Env):
         detailed_scores: compute cell / column / component / retrieval components on SQL turns (a preset that
             weights one of them, such as ``dense``, needs it: ``ValueError`` otherwise).
         timeout_s: time limit per query, seconds; row_cap: maximum rows fetched per query.
+        isolation: ``"in_process"`` (default: the SQL runs in this process) or ``"process"`` (in worker
+            processes killed at the deadline, with a memory cap: :mod:`textsql_clarify.sql.isolated`,
+            ``docs/platform.md`` "Process isolation"); ``close()`` stops the env's workers.
+        worker_pool: a :class:`~textsql_clarify.sql.isolated.WorkerPool` to share (``isolation="process"``
+            only; the env does not close a pool it was given). Default: the env's own one-worker pool.
         feedback_judge: FB judge (default :func:`textsql_clarify.rewards.feedback.default_judge`).
         max_action_chars: longer actions are malformed.
         ex_options: relaxed EX policy options, a mapping of
@@ -121,7 +127,8 @@ class TextSQLClarifyEnv(gym.Env):
                  schema_tables: SchemaTablesHook | None = None, detailed_scores: bool = True,
                  timeout_s: float = 5.0, row_cap: int = 10_000, feedback_judge: FeedbackJudge | None = None,
                  max_action_chars: int = MAX_ACTION_CHARS, render_mode: str | None = None, ex_options: Any = None,
-                 db_root: str | None = None, validate: bool = True, exclude_flags: Sequence[str] = ()):
+                 db_root: str | None = None, validate: bool = True, exclude_flags: Sequence[str] = (),
+                 isolation: str = "in_process", worker_pool: WorkerPool | None = None):
         self.samples: list[Sample] = episode_samples(dataset, samples, limit, db_root=db_root, validate=validate,
                                                      exclude_flags=exclude_flags)
         if not self.samples:
@@ -158,6 +165,12 @@ class TextSQLClarifyEnv(gym.Env):
         if schema_tables is not None and not callable(schema_tables):
             raise ValueError("schema_tables must be a callable (sample, table_names) -> table names")
         self.timeout_s, self.row_cap = float(timeout_s), int(row_cap)
+        self.isolation = check_isolation(isolation)
+        if worker_pool is not None and (isolation != "process" or not isinstance(worker_pool, WorkerPool)):
+            raise ValueError("worker_pool must be a WorkerPool, given only with isolation='process'")
+        self._own_pool = isolation == "process" and worker_pool is None
+        #: the worker processes of ``isolation="process"`` (None in-process); started on first use
+        self.worker_pool = WorkerPool(size=1) if self._own_pool else worker_pool
         self.weights = resolve_preset(reward_preset)
         self._gold_csets: dict[tuple, frozenset | None] = {}  # gold pairs' commitment sets, across episodes
         needs_detail = sorted(k for k, w in self.weights.items() if w and k in DETAIL_KEYS)
@@ -263,7 +276,10 @@ class TextSQLClarifyEnv(gym.Env):
 
     def _build_static(self, s: Sample) -> tuple:
         """Per-sample content that does not change during an episode, computed once per env."""
-        sandbox = get_sandbox(s.db_path, timeout_s=self.timeout_s, row_cap=self.row_cap)
+        if self._own_pool and self.worker_pool.closed:  # a reset after close(): new workers, as sandboxes reopen
+            self.worker_pool = WorkerPool(size=1)
+        sandbox = (get_sandbox(s.db_path, timeout_s=self.timeout_s, row_cap=self.row_cap) if self.worker_pool is None
+                   else self.worker_pool.sandbox(s.db_path, timeout_s=self.timeout_s, row_cap=self.row_cap))
         if self.schema_tables is not None:
             offered = sorted({t.lower() for t in self.schema_tables(s, list(render.table_names(s.db_path)))})
             schema = render.schema_text(s.db_path, offered)
@@ -401,7 +417,11 @@ class TextSQLClarifyEnv(gym.Env):
         return render.history_text(self._history)
 
     def close(self) -> None:
-        """Nothing to release: sandboxes are shared per process (``database.get_sandbox``)."""
+        """Nothing to release: sandboxes are shared per process (``database.get_sandbox``); with
+        ``isolation="process"`` the env's own worker pool is shut down (its processes exit)."""
+        if getattr(self, "_own_pool", False):
+            self.worker_pool.close()
+            self._static = {}  # its sandboxes belonged to the closed pool
 
     # ------------------------------------------------------------------ turn handlers
     def _refusal(self, act: Action) -> str | None:

@@ -80,12 +80,23 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
                                  exclude_flags=exclude_flags)
         user = make_simulator(simulator)
         judge = feedback_judge or default_judge()
+        # isolation="process": one worker pool for the sub-envs (they step one after another), closed by close()
+        self._worker_pool = None
+        if env_kwargs.get("isolation") == "process" and env_kwargs.get("worker_pool") is None:
+            from ..sql.isolated import WorkerPool
+            self._worker_pool = env_kwargs["worker_pool"] = WorkerPool(size=1)
         make_one = functools.partial(TextSQLClarifyEnv, samples=shared, simulator=user,
                                      feedback_judge=judge, **env_kwargs)
         super().__init__([make_one] * int(num_envs), copy=copy, autoreset_mode=autoreset_mode)
         #: ``respond`` calls made by :meth:`step` and the requests they carried (for logs and benchmarks).
         self.respond_calls = 0
         self.requests_answered = 0
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Close the sub-envs (as ``SyncVectorEnv``), then the worker pool they share under ``isolation="process"``."""
+        super().close_extras(**kwargs)
+        if getattr(self, "_worker_pool", None) is not None:
+            self._worker_pool.close()
 
     def _add_info(self, vector_infos: dict[str, Any], env_info: dict[str, Any], env_num: int) -> dict[str, Any]:
         """Gymnasium's info merging (``infos[key][i]`` plus the ``infos["_key"]`` mask), made safe for
