@@ -19,6 +19,7 @@ from ..rewards.components import score_components
 from ..rewards.dense import score_partial
 from ..rewards.execution import EXOptions, gold_is_ordered, score_execution
 from ..rewards.retrieval import score_retrieval, tables_read
+from ..sql.schema import shared_analysis
 
 
 def _ordered(gold_sql: str) -> bool:
@@ -103,7 +104,21 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
 
     Returns:
         A :class:`SQLTurnScore`. Never raises for bad SQL.
+
+    Cost: the scorers share one parse and one qualify of ``pred_sql`` (and one preparation for the component
+    sets) through :func:`~textsql_clarify.sql.schema.shared_analysis`, opened here unless the caller opened
+    one (the env does, so that drift commitments share it too); issue 12, item 2.
     """
+    with shared_analysis():
+        return _score_sql_turn(pred_sql, gold_sql, sandbox, gold_key=gold_key, detailed=detailed,
+                               offered_tables=offered_tables, ex_options=ex_options, gold_withheld=gold_withheld,
+                               other_readings=other_readings)
+
+
+def _score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, *, gold_key: str, detailed: bool,
+                    offered_tables: Iterable[str] | None, ex_options: EXOptions | None, gold_withheld: bool,
+                    other_readings: Sequence[tuple[str, str]]) -> SQLTurnScore:
+    """:func:`score_sql_turn` inside its analysis scope."""
     pred = sandbox.execute(pred_sql)
     comps: dict[str, Any] = {"ex": None, "ex_strict": None}
     flags = {"pred_truncated": pred.truncated, "gold_truncated": False, "keyless": False,

@@ -45,7 +45,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
 from ..errors import SQLParseError, TextSQLClarifyError
-from ..sql.schema import Schema, analysis_errors, parse_for_analysis, qualify_sql
+from ..sql.schema import Schema, analysis_errors, qualified_for_analysis
 
 __all__ = [
     "CellPolicy",
@@ -162,7 +162,8 @@ def column_origins(sql: str, schema: Schema | dict | None) -> tuple[str | None, 
             expanded (no schema, or an unknown table) so the number of output columns is unknown, or sqlglot
             fails on it (any exception, with the reason).
     """
-    tree = qualify_sql(parse_for_analysis(sql), schema)
+    # parsed and qualified once per env step, shared with the other scorers (read only here; issue 12)
+    tree = qualified_for_analysis(sql, schema)
     if not isinstance(tree, exp.Query):
         raise SQLParseError(sql, f"not a query: {type(tree).__name__}")
     with analysis_errors(sql, "column origins"):

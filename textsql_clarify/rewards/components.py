@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from ..sql.schema import analysis_errors
+from ..sql.schema import active_memo, analysis_errors
 from .sql_canonical import (  # re-exported: the preparation used to live here
-    PreparedQuery, canonical_sql, conjuncts, immediate_subqueries, prepare_sql,
+    PreparedQuery, canonical_sql, conjuncts, immediate_subqueries, prepare_sql, prepared_for_analysis,
 )
 
 __all__ = [
@@ -91,14 +91,47 @@ def _limit_rows(limit: exp.Expression) -> int | None:
     return None
 
 
-def _strip_agent_limit(tree: exp.Expression, policy: ComponentPolicy) -> None:
+def _has_agent_limit(tree: exp.Expression, policy: ComponentPolicy) -> bool:
+    """The outermost query ends in ``LIMIT n`` with ``n >= agent_limit_min_rows`` (a pagination cap)."""
     limit = _root_limit(tree)
     if limit is None:
-        return
+        return False
     rows = _limit_rows(limit)
-    if rows is not None and rows >= policy.agent_limit_min_rows:
+    return rows is not None and rows >= policy.agent_limit_min_rows
+
+
+def _strip_agent_limit(tree: exp.Expression, policy: ComponentPolicy) -> None:
+    if _has_agent_limit(tree, policy):
         tree.set("limit", None)
         tree.set("offset", None)
+
+
+def _query_sets(sql: str, schema: Mapping | None, policy: ComponentPolicy, strip: bool) -> dict[str, frozenset[str]]:
+    """Component sets of ``sql``, without its agent LIMIT when ``strip`` (and the policy's cap applies).
+
+    Inside one env step (:func:`~textsql_clarify.sql.schema.shared_analysis`) the preparation is shared and
+    the sets of each (text, schema, LIMIT dropped or not) are worked out once: the dense reward and the
+    component scores ask for the same prediction's sets (issue 12)."""
+    if active_memo() is None:
+        tree = prepare_sql(sql, schema).tree
+        with analysis_errors(sql, "component sets"):
+            if strip:
+                _strip_agent_limit(tree, policy)
+            return _sets_of(tree)
+    prepared = prepared_for_analysis(sql, schema)  # shared: read only (``_sets_of`` does not mutate)
+    with analysis_errors(sql, "component sets"):
+        strip = strip and _has_agent_limit(prepared.tree, policy)
+
+    def compute() -> dict[str, frozenset[str]]:
+        with analysis_errors(sql, "component sets"):
+            if not strip:
+                return _sets_of(prepared.tree)
+            tree = prepared.tree.copy()
+            _strip_agent_limit(tree, policy)
+            return _sets_of(tree)
+
+    # the shared preparation lives as long as the memo, so its identity names the text and schema
+    return active_memo().get(("component sets", id(prepared), strip), compute)
 
 
 def _is_join_equality(c: exp.Expression) -> bool:
@@ -112,13 +145,30 @@ def _is_join_equality(c: exp.Expression) -> bool:
     return not left.table or not right.table or left.table.lower() != right.table.lower()
 
 
+#: node kinds :func:`_sets_of` reads, gathered in one walk of the tree (as six ``find_all`` walks would find them)
+_GATHERED = (exp.CTE, exp.Table, exp.Select, exp.AggFunc, exp.Order, (exp.Limit, exp.Offset))
+
+
+def _gather(tree: exp.Expression) -> list[list[exp.Expression]]:
+    """The nodes of each kind of :data:`_GATHERED`, in ``find_all``'s (breadth-first) order, from one walk."""
+    found: list[list[exp.Expression]] = [[] for _ in _GATHERED]
+    for node in tree.walk():
+        for k, kind in enumerate(_GATHERED):
+            if isinstance(node, kind):
+                found[k].append(node)
+    return found
+
+
 def _sets_of(tree: exp.Expression) -> dict[str, frozenset[str]]:
+    """The six component sets of a prepared tree (which is only read). One walk gathers the nodes; they are
+    then read in the order the six ``find_all`` walks used to give them, so a failing fragment is the same."""
     sets: dict[str, set[str]] = {name: set() for name in COMPONENT_SETS}
-    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
-    for t in tree.find_all(exp.Table):
+    cte_nodes, tables, selects, aggs, orders, windows = _gather(tree)
+    ctes = {c.alias_or_name.lower() for c in cte_nodes}
+    for t in tables:
         if t.name and t.name.lower() not in ctes:
             sets["tables"].add(t.name.lower())
-    for sel in tree.find_all(exp.Select):
+    for sel in selects:
         conds = conjuncts(sel.args.get("where"))
         for j in sel.args.get("joins") or []:
             conds += conjuncts(j.args.get("on"))
@@ -129,14 +179,14 @@ def _sets_of(tree: exp.Expression) -> dict[str, frozenset[str]]:
         group = sel.args.get("group")
         for g in group.expressions if group is not None else []:
             sets["group_by"].add(canonical_sql(g))
-    for agg in tree.find_all(exp.AggFunc):
+    for agg in aggs:
         sets["aggregations"].add(canonical_sql(agg))
-    for order in tree.find_all(exp.Order):
+    for order in orders:
         if isinstance(order.parent, exp.Window):
             continue
         for o in order.expressions:
             sets["order_by"].add(canonical_sql(o if isinstance(o, exp.Ordered) else exp.Ordered(this=o.copy())))
-    for node in tree.find_all(exp.Limit, exp.Offset):
+    for node in windows:
         word = "LIMIT" if isinstance(node, exp.Limit) else "OFFSET"
         sets["order_by"].add(f"{word} {canonical_sql(node.args['expression'])}")
     return {name: frozenset(v) for name, v in sets.items()}
@@ -164,11 +214,7 @@ def component_sets(sql: str, schema: Mapping | None = None, policy: ComponentPol
     """
     if not isinstance(policy, ComponentPolicy):
         raise TypeError(f"policy must be a ComponentPolicy, got {type(policy).__name__}")
-    tree = prepare_sql(sql, schema).tree
-    with analysis_errors(sql, "component sets"):
-        if agent and policy.ignore_agent_limit:
-            _strip_agent_limit(tree, policy)
-        return _sets_of(tree)
+    return dict(_query_sets(sql, schema, policy, agent and policy.ignore_agent_limit))
 
 
 def precision_recall(predicted: frozenset | set, gold: frozenset | set) -> tuple[float | None, float | None]:
@@ -220,11 +266,7 @@ def score_components(pred_sql: str, gold_sql: str, schema: Mapping | None = None
     if not isinstance(policy, ComponentPolicy):
         raise TypeError(f"policy must be a ComponentPolicy, got {type(policy).__name__}")
     gold, gold_limit = _gold_side(gold_sql, _schema_key(schema))
-    pred_tree = prepare_sql(pred_sql, schema).tree
-    with analysis_errors(pred_sql, "component sets"):
-        if policy.ignore_agent_limit and gold_limit is None:
-            _strip_agent_limit(pred_tree, policy)
-        pred = _sets_of(pred_tree)
+    pred = _query_sets(pred_sql, schema, policy, policy.ignore_agent_limit and gold_limit is None)
     out: dict[str, dict[str, float | None]] = {}
     for name in COMPONENT_SETS:
         p, r = precision_recall(pred[name], gold[name])

@@ -30,17 +30,19 @@ from dataclasses import dataclass
 from typing import Callable
 
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ErrorLevel, UnsupportedError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.optimizer.scope import traverse_scope
 
 from ..errors import SQLParseError
 from ..sql.schema import (
-    DIALECT, Schema, analysis_errors, is_star, ordinal_references, parse_for_analysis, qualify_sql,
+    DIALECT, Schema, active_memo, analysis_errors, is_star, ordinal_references, parse_for_analysis,
+    qualified_for_analysis, qualify_sql, schema_fingerprint,
 )
 
 __all__ = [
-    "PreparedQuery", "prepare_sql", "canonical_sql", "normalise_predicates", "conjuncts", "immediate_subqueries",
+    "PreparedQuery", "prepare_sql", "prepared_for_analysis", "canonical_sql", "normalise_predicates", "conjuncts", "immediate_subqueries",
     "GENERIC_SUBQUERY",
 ]
 
@@ -83,8 +85,8 @@ def _check_schema(schema: object) -> Schema | None:
     return out
 
 
-def _double_quoted_literals(tree: exp.Expression, sql: str, schema: Schema | None) -> None:
-    """Turn ``"Kyle"`` into the string ``'Kyle'`` where SQLite would (in place).
+def _double_quoted_literals(tree: exp.Expression, sql: str, schema: Schema | None) -> int:
+    """Turn ``"Kyle"`` into the string ``'Kyle'`` where SQLite would (in place); returns how many were turned.
 
     SQLite reads a double-quoted token that resolves to no column as a string literal (Spider writes
     ``name = "Kyle"``). With a schema the rule is SQLite's: no column of that name anywhere. Without one, a
@@ -93,6 +95,7 @@ def _double_quoted_literals(tree: exp.Expression, sql: str, schema: Schema | Non
     """
     known = {c for cols in schema.values() for c in cols} if schema is not None else None
     aliases = {a.alias.lower() for a in tree.find_all(exp.Alias) if a.alias}
+    turned = 0
     for col in list(tree.find_all(exp.Column)):
         ident = col.this
         if col.table or not isinstance(ident, exp.Identifier) or not ident.args.get("quoted"):
@@ -110,6 +113,8 @@ def _double_quoted_literals(tree: exp.Expression, sql: str, schema: Schema | Non
                        or (isinstance(parent, exp.Between) and col.arg_key in ("low", "high")))
         if literal:
             col.replace(exp.Literal.string(name))
+            turned += 1
+    return turned
 
 
 def _infer_schema(tree: exp.Expression) -> Schema:
@@ -280,9 +285,13 @@ def _resolve_star_ordinals(tree: exp.Expression, schema: Schema | None) -> None:
                     break
 
 
-def _qualify_with_fallback(tree: exp.Expression, merged: Schema) -> tuple[exp.Expression, str | None]:
-    """Qualify with the schema; else without it; else only normalise identifiers (the degraded paths)."""
+def _qualify_with_fallback(tree: exp.Expression, merged: Schema,
+                           first: Callable[[], exp.Expression] | None = None) -> tuple[exp.Expression, str | None]:
+    """Qualify with the schema; else without it; else only normalise identifiers (the degraded paths).
+    ``first``: the first attempt, already worked out for this step (:func:`prepare_sql`)."""
     try:
+        if first is not None:
+            return first(), None
         return qualify_sql(tree, merged or None, expand_stars=False), None
     except SQLParseError as e:
         if isinstance(e.__cause__, RecursionError):
@@ -325,17 +334,57 @@ def prepare_sql(sql: str, schema: Mapping | None = None) -> PreparedQuery:
             deeply, or any failure inside sqlglot that no degraded path avoids.
         TypeError: ``schema`` is not a ``{table: {column: type}}`` mapping.
     """
+    p = prepared_for_analysis(sql, schema)
+    return PreparedQuery(p.tree.copy(), p.qualified, p.fallback) if active_memo() is not None else p
+
+
+def prepared_for_analysis(sql: str, schema: Mapping | None = None) -> PreparedQuery:
+    """:func:`prepare_sql`, done once per text and schema inside one env step
+    (:func:`~textsql_clarify.sql.schema.shared_analysis`), where the result is shared: the caller must not
+    mutate its tree (copy it first, as :func:`prepare_sql` does). Outside a step, a fresh preparation.
+
+    Source: issue 12, item 2 (components, the dense reward and commitments share one preparation).
+
+    Raises:
+        SQLParseError, TypeError: as :func:`prepare_sql`.
+    """
     given = _check_schema(schema)
+    memo = active_memo()
+    if memo is not None and isinstance(sql, str):
+        return memo.get(("prepare", sql, given is None, schema_fingerprint(given)), lambda: _prepare(sql, given))
+    return _prepare(sql, given)
+
+
+def _has_star_item(tree: exp.Expression) -> bool:
+    """A ``*`` / ``t.*`` select item anywhere (``COUNT(*)`` is not one)."""
+    return any(is_star(e) for sel in tree.find_all(exp.Select) for e in sel.expressions)
+
+
+def _prepare(sql: str, given: Schema | None) -> PreparedQuery:
+    """:func:`prepare_sql` of a checked schema, without the step memo."""
     tree = parse_for_analysis(sql)
     if not isinstance(tree, exp.Query):
         raise SQLParseError(sql, f"not a query: {type(tree).__name__} statement")
     with analysis_errors(sql, "preparation"):
-        _double_quoted_literals(tree, sql, given)
-        merged = {t: cols for t, cols in _infer_schema(tree).items() if cols}
-        if given:
-            merged.update(given)
+        turned = _double_quoted_literals(tree, sql, given)
+        ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+        read = {t.name.lower() for t in tree.find_all(exp.Table) if t.name and t.name.lower() not in ctes}
+        if given is not None and read <= given.keys():
+            # every table the query reads is in the schema: the merge below would give the schema itself
+            # (the schema's columns replace the inferred ones table by table), so inferring is skipped
+            merged = given
+        else:
+            merged = {t: cols for t, cols in _infer_schema(tree).items() if cols}
+            if given:
+                merged.update(given)
         _resolve_star_ordinals(tree, given)
-        tree, fallback = _qualify_with_fallback(tree, merged)
+        first = None
+        if active_memo() is not None and merged is given and given and not turned and not _has_star_item(tree):
+            # the tree is still the parse of ``sql`` and has no star to expand, so qualify gives what the cells'
+            # column origins get (stars expanded or not): do it once per step and take a copy
+            def first() -> exp.Expression:
+                return qualified_for_analysis(sql, given).copy()
+        tree, fallback = _qualify_with_fallback(tree, merged, first)
         _canonical_qualifiers(tree)
         _expand_references(tree)
     return PreparedQuery(tree, fallback is None, fallback)
@@ -359,6 +408,8 @@ _PRECEDENCE: dict[type, int] = {
     exp.Add: 7, exp.Sub: 7, exp.Mul: 8, exp.Div: 8, exp.Mod: 8, exp.IntDiv: 8, exp.DPipe: 9,
     exp.Neg: 10, exp.BitwiseNot: 10,
 }
+#: the SQLite dialect object every canonical text is generated with (built once, not per fragment)
+_SQLITE = Dialect.get_or_raise(DIALECT)
 #: label rendered for a masked subquery when the caller gave none
 GENERIC_SUBQUERY = "SELECT …"
 
@@ -584,13 +635,13 @@ def _text(n: exp.Expression) -> str:
     of BIRD's ``TO_CHAR(x, 'YYYY')``), that function is spelled as a plain call with all its arguments,
     so that two different trees never share one text."""
     try:
-        return n.sql(dialect=DIALECT, unsupported_level=ErrorLevel.RAISE)
+        return n.sql(dialect=_SQLITE, unsupported_level=ErrorLevel.RAISE)
     except UnsupportedError:
         pass
     for f in reversed(list(n.walk(bfs=False))):
         if isinstance(f, exp.Func) and not isinstance(f, exp.Anonymous):
             try:
-                f.sql(dialect=DIALECT, unsupported_level=ErrorLevel.RAISE)
+                f.sql(dialect=_SQLITE, unsupported_level=ErrorLevel.RAISE)
             except UnsupportedError:
                 args = [a for v in f.args.values() for a in (v if isinstance(v, list) else [v])
                         if isinstance(a, exp.Expression)]
@@ -599,7 +650,7 @@ def _text(n: exp.Expression) -> str:
                     n = plain
                 else:
                     f.replace(plain)
-    return n.sql(dialect=DIALECT, unsupported_level=ErrorLevel.IGNORE)
+    return n.sql(dialect=_SQLITE, unsupported_level=ErrorLevel.IGNORE)
 
 
 #: nodes whose truth value :func:`normalise_predicates` rewrites (parentheses around them are redundant)

@@ -15,11 +15,13 @@ The analysis boundary (used by the metric modules: components, commitments, cell
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -135,12 +137,22 @@ def parse_for_analysis(sql: str, *, max_chars: int = MAX_ANALYSIS_CHARS, max_nod
         max_depth: deepest AST nesting accepted (:data:`MAX_ANALYSIS_DEPTH`).
 
     Returns:
-        The sqlglot AST (a fresh tree, the caller may mutate it).
+        The sqlglot AST (a fresh tree, the caller may mutate it). Inside :func:`shared_analysis` (one env step)
+        the text is parsed once and every later call gets a copy of that parse (issue 12).
 
     Raises:
         SQLParseError: everything :func:`parse_sql` raises; and ``"too long to analyse: ..."`` (characters),
             ``"too large to analyse: ..."`` (nodes) or ``"nested too deeply to analyse: ..."`` (depth).
     """
+    memo = _ACTIVE.get()
+    if memo is not None and isinstance(sql, str):
+        return memo.get(("parse", sql, max_chars, max_nodes, max_depth),
+                        lambda: _parse_bounded(sql, max_chars, max_nodes, max_depth)).copy()
+    return _parse_bounded(sql, max_chars, max_nodes, max_depth)
+
+
+def _parse_bounded(sql: str, max_chars: int, max_nodes: int, max_depth: int) -> exp.Expression:
+    """:func:`parse_for_analysis` without the step memo."""
     if isinstance(sql, str) and len(sql) > max_chars:
         raise SQLParseError(sql, f"too long to analyse: {len(sql):,} characters > {max_chars:,}")
     tree = parse_sql(sql)
@@ -256,13 +268,20 @@ def qualify_sql(tree: exp.Expression, schema: Schema | None, *, expand_stars: bo
         SQLParseError: sqlglot cannot resolve the query (unknown column, ambiguous reference), or raises
             anything else (:func:`analysis_errors`).
     """
+    return _qualify(tree, schema, expand_stars=expand_stars, copy=True)
+
+
+def _qualify(tree: exp.Expression, schema: Schema | None, *, expand_stars: bool, copy: bool) -> exp.Expression:
+    """:func:`qualify_sql`; ``copy=False`` qualifies ``tree`` itself (a tree the caller owns and gives up)."""
     from sqlglot.optimizer.qualify import qualify
 
     with analysis_errors(tree, "cannot qualify"):
-        t = tree.copy()
+        t = tree.copy() if copy else tree
         masked = _mask_unresolvable_ordinals(t)
-        out = qualify(t, schema=schema or None, dialect=DIALECT, validate_qualify_columns=False,
+        ms = mapping_schema(schema)
+        out = qualify(t, schema=ms, dialect=DIALECT, validate_qualify_columns=False,
                       identify=False, quote_identifiers=False, expand_stars=expand_stars)
+        _trim_schema_caches(ms)
         return _unmask_ordinals(out) if masked else out
 
 
@@ -272,3 +291,144 @@ def _safe_sql(tree: exp.Expression) -> str:
         return tree.sql(dialect=DIALECT)
     except Exception:  # noqa: BLE001 - only used to label an error
         return f"<{type(tree).__name__} node>"
+
+
+# ------------------------------------------------------------------------- caching and per-step sharing
+# issue 12, item 2: sqlglot's schema object is built once per database schema, and inside one env step
+# (``shared_analysis``) the prediction is parsed once and qualified once, whichever scorer asks first.
+
+#: most sqlglot ``MappingSchema`` objects kept (one per distinct database schema seen).
+MAPPING_SCHEMA_CACHE = 256
+#: entries a cached ``MappingSchema``'s own lookup memos may hold before they are emptied: they are keyed by
+#: table expressions (aliases included), so a stream of novel predictions would otherwise grow them forever.
+MAPPING_SCHEMA_MEMO_CAP = 4096
+
+
+def schema_fingerprint(schema: Mapping | None) -> tuple | None:
+    """A hashable copy of ``{table: {column: type}}`` that keeps table and column order (``None`` for ``None``
+    or an empty schema). Two schemas with one fingerprint are the same mapping, in the same order.
+
+    Raises:
+        TypeError: ``schema`` is not such a mapping, or holds unhashable names or types.
+    """
+    if not schema:
+        return None
+    fp = tuple((t, tuple(cols.items())) for t, cols in schema.items())
+    hash(fp)
+    return fp
+
+
+@functools.lru_cache(maxsize=MAPPING_SCHEMA_CACHE)
+def _mapping_schema_cached(fp: tuple) -> Any:
+    from sqlglot.schema import MappingSchema
+
+    return MappingSchema({t: dict(cols) for t, cols in fp}, dialect=DIALECT)
+
+
+def mapping_schema(schema: Mapping | Any | None) -> Any:
+    """sqlglot's ``MappingSchema`` for ``{table: {column: type}}``, built once per distinct schema (content and
+    order) and shared: building it normalises every name and was a fifth of a detailed step's cost (issue 12).
+
+    Args:
+        schema: the mapping, ``None`` / empty (returns ``None``: qualify without a schema), or an object that is
+            already a sqlglot ``Schema`` (returned as is).
+
+    Returns:
+        What sqlglot's ``qualify(schema=...)`` accepts; the same object for equal schemas. qualify only reads it.
+    """
+    from sqlglot.schema import Schema as SqlglotSchema
+
+    if isinstance(schema, SqlglotSchema):
+        return schema
+    try:
+        fp = schema_fingerprint(schema)
+    except (TypeError, AttributeError):
+        return schema or None  # let sqlglot build (and reject) what this cache cannot key
+    return None if fp is None else _mapping_schema_cached(fp)
+
+
+def _trim_schema_caches(ms: Any) -> None:
+    """Empty the lookup memos of a shared ``MappingSchema`` once they hold more than
+    :data:`MAPPING_SCHEMA_MEMO_CAP` entries (they only memoise lookups; emptying changes no result)."""
+    for name in ("_find_cache", "_normalized_table_cache", "_normalized_name_cache"):
+        memo = getattr(ms, name, None)
+        if isinstance(memo, dict) and len(memo) > MAPPING_SCHEMA_MEMO_CAP:
+            memo.clear()
+
+
+class AnalysisMemo:
+    """What one env step has worked out about its SQL texts, keyed by the text and every input that matters
+    (:func:`shared_analysis`). A failure is remembered too, and raised again to every later caller."""
+
+    __slots__ = ("_values", "calls")
+
+    def __init__(self) -> None:
+        self._values: dict[tuple, tuple[bool, Any]] = {}
+        #: how many times each kind of work (``key[0]``) was really done, e.g. ``{"parse": 1}``
+        self.calls: dict[str, int] = {}
+
+    def get(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """The value under ``key``, computed by ``compute()`` on first use (its exception, if it raised,
+        is raised again to every caller). Values are shared: callers copy what they mutate."""
+        hit = self._values.get(key)
+        if hit is None:
+            self.calls[key[0]] = self.calls.get(key[0], 0) + 1
+            try:
+                hit = (True, compute())
+            except SQLParseError as e:
+                hit = (False, e)
+            self._values[key] = hit
+        ok, value = hit
+        if ok:
+            return value
+        raise value
+
+
+_ACTIVE: contextvars.ContextVar[AnalysisMemo | None] = contextvars.ContextVar("textsql_analysis_memo", default=None)
+
+
+@contextlib.contextmanager
+def shared_analysis() -> Iterator[AnalysisMemo]:
+    """Context manager for one env step: inside it, :func:`parse_for_analysis` parses each text once,
+    :func:`qualified_for_analysis` qualifies it once per schema, and the metric modules share their
+    per-text work (:func:`active_memo`); on exit it is all dropped (nothing is cached across steps). Nested
+    use joins the scope already open. Results are the same as without it (``tests/test_step_sharing.py``).
+
+    Source: issue 12, item 2 (one parse and one qualify of the prediction per step).
+
+    Yields:
+        The step's :class:`AnalysisMemo`.
+    """
+    memo = _ACTIVE.get()
+    if memo is not None:
+        yield memo
+        return
+    memo = AnalysisMemo()
+    token = _ACTIVE.set(memo)
+    try:
+        yield memo
+    finally:
+        _ACTIVE.reset(token)
+
+
+def active_memo() -> AnalysisMemo | None:
+    """The open :func:`shared_analysis` memo, or ``None`` outside one."""
+    return _ACTIVE.get()
+
+
+def qualified_for_analysis(sql: str, schema: Schema | None) -> exp.Expression:
+    """``qualify_sql(parse_for_analysis(sql), schema)`` (stars expanded), done once per text and schema inside
+    :func:`shared_analysis`. The tree returned there is shared: the caller must not mutate it (copy first).
+
+    Raises:
+        SQLParseError: as :func:`parse_for_analysis` and :func:`qualify_sql`.
+    """
+    memo = _ACTIVE.get()
+    if memo is None:
+        return qualify_sql(parse_for_analysis(sql), schema)
+    try:
+        fp = schema_fingerprint(schema)
+    except (TypeError, AttributeError):
+        return qualify_sql(parse_for_analysis(sql), schema)
+    return memo.get(("qualify", sql, fp),
+                    lambda: _qualify(parse_for_analysis(sql), schema, expand_stars=True, copy=False))
