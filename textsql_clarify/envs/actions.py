@@ -10,7 +10,14 @@ Text outside the one action tag (an LLM's reasoning) is ignored, and so is every
 ``<think>…</think>`` block, action tags included. Anything else is
 malformed and raises :class:`~textsql_clarify.errors.ActionError` with a reason the env shows back to
 the agent: empty input, no action, two actions, an action nested in another, an empty body, invalid
-JSON, an unknown type, or input longer than ``max_chars``. The parser never raises anything else.
+JSON, an unknown type, text that is not valid Unicode (a lone surrogate, raw or written as a JSON
+``\\ud83d`` escape, in the content or in any other string of the JSON object), a NUL character, or input
+longer than ``max_chars``. The parser never raises anything else, and it takes time linear in the input's
+length whatever the input (issue 12: unclosed ``<think>`` tags and unclosed code fences were quadratic).
+
+Invalid text is refused, not repaired: a repaired content would not be what the agent sent, and the
+refusal follows the malformed-action contract (error observation, ``format`` component, one retry, then
+abstention; TIDE App. D). A leading byte-order mark (U+FEFF) is an encoding artefact and is dropped.
 
 An action tag written inside the body (``<sql>SELECT '<sql>'</sql>``) reads as a nested action and is
 refused; send such SQL as JSON (``{"type": "sql", "content": "SELECT '<sql>'"}``), whose content is taken
@@ -20,9 +27,11 @@ from __future__ import annotations
 
 import json
 import re
+import reprlib
 from dataclasses import dataclass
 
 from ..errors import ActionError
+from ..text import valid_unicode
 
 ACTION_KINDS = ("sql", "clarify", "feedback", "classify")
 _TAG_TO_KIND = {"sql": "sql", "clarify": "clarify", "feedback": "feedback", "category": "classify"}
@@ -31,8 +40,23 @@ _KIND_TO_TAG = {v: k for k, v in _TAG_TO_KIND.items()}
 MAX_ACTION_CHARS = 65_536
 
 _OPEN_OR_CLOSE = re.compile(r"<\s*(/?)\s*(sql|clarify|feedback|category)\s*>", re.IGNORECASE)
-_THINK = re.compile(r"<\s*think\s*>.*?<\s*/\s*think\s*>", re.IGNORECASE | re.DOTALL)
-_CODE_FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
+#: one ``<think>`` or ``</think>`` tag; :func:`strip_think` pairs them in one pass.
+_THINK_TAG = re.compile(r"<\s*(?:(/)\s*)?think\s*>", re.IGNORECASE)
+_FENCE_LANG = re.compile(r"[a-zA-Z]*")
+_BOM = "\ufeff"
+#: at most this many characters of a malformed action are kept in its trajectory turn.
+RECORD_CHARS = 2000
+
+
+def _bounded_repr(**limits: int) -> reprlib.Repr:
+    r = reprlib.Repr()  # keyword limits need Python 3.12; set them as attributes
+    for k, v in limits.items():
+        setattr(r, k, v)
+    return r
+
+
+_SHORT_REPR = _bounded_repr(maxlevel=2, maxstring=40, maxother=40, maxlist=4, maxdict=4)
+_RECORD_REPR = _bounded_repr(maxlevel=3, maxstring=RECORD_CHARS, maxother=RECORD_CHARS)
 
 
 @dataclass(frozen=True)
@@ -53,12 +77,114 @@ class Action:
         return f"<{tag}>{self.content}</{tag}>"
 
 
+def strip_think(text: str) -> str:
+    """Replace every ``<think>…</think>`` block of ``text`` with one space, in time linear in ``len(text)``.
+
+    Blocks pair as a lazy regex pairs them: an opening tag ends at the first closing tag after it (an
+    opening tag inside a block is part of the block), a closing tag outside any block is kept, and an
+    opening tag that is never closed is kept with everything after it. Tags are case-insensitive and may
+    hold spaces (``< / THINK >``).
+
+    Args:
+        text: the action string.
+    Returns:
+        ``text`` without its closed think blocks.
+
+    Source: issue 12 (the former ``<think>.*?</think>`` regex took 9.1 s on ``"<think>" * 9362``).
+    """
+    if "<" not in text:
+        return text
+    out: list[str] = []
+    keep_from = 0          # text[keep_from:] is not yet copied to ``out``
+    block_start = -1       # start of the open block, -1 outside any block
+    for tag in _THINK_TAG.finditer(text):
+        if tag.group(1) is None:            # <think>
+            if block_start < 0:
+                block_start = tag.start()
+        elif block_start >= 0:              # </think> closing the open block
+            out.append(text[keep_from:block_start])
+            out.append(" ")
+            keep_from, block_start = tag.end(), -1
+    if not out:
+        return text
+    out.append(text[keep_from:])
+    return "".join(out)
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be an action's text, or ``None`` when it can.
+
+    Refused: a NUL character (U+0000: C APIs such as SQLite's read it as the end of the string) and a
+    surrogate code point (U+D800..U+DFFF, alone or paired: a Python ``str`` holding one cannot be encoded
+    as UTF-8, which crashed tokenizers, the MiniLM judge and JSON writers). Other control characters are
+    allowed. Linear time.
+
+    Args:
+        text: any string.
+    Returns:
+        a short reason naming the first bad character and its position, or ``None``.
+
+    Source: issue 12 (``{"type": "feedback", "content": "Sorry \\ud83d"}`` crashed ``step()``).
+    """
+    nul = text.find("\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        if nul < 0 or e.start < nul:
+            return f"is not valid Unicode: lone surrogate U+{ord(text[e.start]):04X} at character {e.start}"
+    if nul >= 0:
+        return f"contains a NUL character (U+0000) at character {nul}"
+    return None
+
+
+def record_text(raw: object, limit: int = RECORD_CHARS) -> str:
+    """A malformed action as its trajectory turn records it: at most ``limit`` characters, always valid
+    UTF-8 (surrogates become U+FFFD), never raising (a non-string is shown by a bounded ``repr``).
+
+    Args:
+        raw: what the agent sent.
+        limit: most characters kept.
+    Returns:
+        The text to record.
+    """
+    if isinstance(raw, str):
+        text = raw[:limit]
+    elif isinstance(raw, (bytes, bytearray)):
+        text = repr(bytes(raw[:limit]))[:limit]
+    else:
+        try:
+            text = _RECORD_REPR.repr(raw)[:limit]
+        except Exception:  # a broken __repr__ must not break the step
+            text = f"<{type(raw).__name__} object>"
+    return valid_unicode(text)
+
+
+def _check_strings(obj: dict) -> None:
+    """Refuse a decoded JSON action any of whose strings (keys and values, at any depth) is bad text.
+    The reason names the top-level field (``'content'``) and never quotes the bad text itself."""
+    stack: list[tuple[object, str]] = []
+    for k, v in obj.items():
+        plain = isinstance(k, str) and k.isascii() and k.isidentifier() and len(k) <= 20
+        stack += [(k, "field name"), (v, f"'{k}'" if plain else "field")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, str):
+            problem = text_problem(value)
+            if problem:
+                raise ActionError(f"the JSON action's {where} {problem}")
+        elif isinstance(value, dict):
+            stack += [(x, where) for kv in value.items() for x in kv]
+        elif isinstance(value, list):
+            stack += [(x, where) for x in value]
+
+
 def _clean_body(kind: str, body: str) -> str:
     body = body.strip()
-    if kind == "sql":
-        m = _CODE_FENCE.match(body)
-        if m:
-            body = m.group(1).strip()
+    if kind == "sql" and len(body) >= 6 and body.startswith("```") and body.endswith("```"):
+        # a Markdown code fence with an optional language word: ```sql\n...\n``` (string operations: the
+        # former ``^```[a-zA-Z]*\s*\n?(.*?)\n?```$`` regex was quadratic on "```" + spaces)
+        inner = body[3:-3]
+        body = inner[_FENCE_LANG.match(inner).end():].strip()
     return body
 
 
@@ -70,9 +196,11 @@ def _parse_json(text: str) -> Action:
         raise ActionError(f"invalid JSON action: {msg}") from None
     if not isinstance(obj, dict):
         raise ActionError("a JSON action must be an object with 'type' and 'content'")
+    _check_strings(obj)  # JSON escapes (\\ud83d, \\u0000) decode to text the raw check never saw
     kind, content = obj.get("type"), obj.get("content")
     if not isinstance(kind, str) or kind.strip().lower() not in ACTION_KINDS:
-        raise ActionError(f"unknown action type {kind!r}; expected one of {list(ACTION_KINDS)}")
+        shown = _SHORT_REPR.repr(kind)  # bounded: a huge or deep JSON value must not flood the message
+        raise ActionError(f"unknown action type {shown}; expected one of {list(ACTION_KINDS)}")
     if not isinstance(content, str):
         raise ActionError("a JSON action's 'content' must be a string")
     kind = kind.strip().lower()
@@ -86,8 +214,8 @@ def parse_action(raw: object, *, max_chars: int = MAX_ACTION_CHARS) -> Action:
     """Parse one action string.
 
     Args:
-        raw: the agent's output (anything; non-strings are malformed).
-        max_chars: longer inputs are refused without parsing.
+        raw: the agent's output: a ``str``, or UTF-8 ``bytes``; anything else is malformed.
+        max_chars: longer inputs (characters) are refused without parsing.
 
     Returns:
         The :class:`Action`.
@@ -104,11 +232,10 @@ def parse_action(raw: object, *, max_chars: int = MAX_ACTION_CHARS) -> Action:
         raise ActionError(f"an action must be a string, got {type(raw).__name__}")
     if len(raw) > max_chars:
         raise ActionError(f"action too long: {len(raw)} characters (limit {max_chars})")
-    try:
-        raw.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ActionError("action is not valid Unicode (lone surrogate)") from None
-    text = _THINK.sub(" ", raw).strip()
+    problem = text_problem(raw)
+    if problem:
+        raise ActionError(f"action {problem}")
+    text = strip_think(raw.lstrip(_BOM)).strip()
     if not text:
         raise ActionError("empty action")
     if text.startswith("{"):

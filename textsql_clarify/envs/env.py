@@ -53,7 +53,7 @@ from ..simulators.base import UserReply, UserRequest
 from ..taxonomy import SUBCATEGORIES
 from ..trajectory import Trajectory, Turn
 from . import render
-from .actions import MAX_ACTION_CHARS, Action, parse_action
+from .actions import MAX_ACTION_CHARS, Action, parse_action, record_text
 from .scoring import DETAIL_KEYS, score_sql_turn
 from .spaces import PHASES, UnicodeText, clip_text, observation_space
 
@@ -212,9 +212,30 @@ class TextSQLClarifyEnv(gym.Env):
         ``options``: ``{"sample_id": id}`` or ``{"index": i}`` choose the sample; otherwise it is drawn
         from the env's seeded generator (the same seed gives the same sample).
 
+        All or nothing (issue 12): the new sample's sandbox, schema and prompts are built before anything
+        changes, and a reset that raises leaves the env as it was: the episode that was running (if any)
+        goes on, with its sample, dialogue and RNG state; the RNG is neither reseeded nor advanced.
+
         Raises:
             KeyError: unknown ``sample_id``; IndexError: ``index`` out of range; ValueError: bad options.
+            FileNotFoundError: the sample's database file is missing; DatabaseOpenError: it is not a
+                readable SQLite database; or whatever a ``schema_tables`` hook raises. These carry a note
+                naming the sample (``docs/platform.md``, "Action strings and episode state").
         """
+        snap = self.snapshot(rng=False)
+        gen = self._np_random
+        rng = (gen, self._np_random_seed, gen.bit_generator.state if gen is not None else None)
+        try:
+            return self._start_episode(seed, options)
+        except BaseException:
+            self.restore(snap)
+            self._np_random, self._np_random_seed = rng[0], rng[1]
+            if gen is not None:
+                gen.bit_generator.state = rng[2]
+            raise
+
+    def _start_episode(self, seed: int | None, options: dict | None):
+        """The body of :meth:`reset`, which undoes it when it raises."""
         super().reset(seed=seed)
         options = dict(options or {})
         unknown = set(options) - {"sample_id", "index"}
@@ -236,11 +257,16 @@ class TextSQLClarifyEnv(gym.Env):
         else:
             idx = int(self.np_random.integers(len(self.samples)))
         s = self.samples[idx]
-        self._sample = s
-        self._pending = None
         static = self._static.get(s.id)
         if static is None:
-            static = self._static[s.id] = self._build_static(s)
+            try:
+                static = self._build_static(s)  # first, so that a missing or corrupt database changes nothing
+            except Exception as e:
+                e.add_note(f"reset(): sample {s.id!r} (index {idx}) cannot start; the env is left as it was")
+                raise
+            self._static[s.id] = static
+        self._sample = s
+        self._pending = None
         self._sandbox, self._offered, self._schema, self._schema_ids, self._static_obs, self._system = static
         self._phase = "classification" if self.classification_phase else (
             "interactive" if self.max_clarifications > 0 else "final")
@@ -436,8 +462,7 @@ class TextSQLClarifyEnv(gym.Env):
     def _malformed(self, raw: Any, act: Action | None, error: str):
         self._invalid_streak += 1
         comps = {"format": -1.0}
-        content = raw if isinstance(raw, str) else repr(raw)
-        turn = Turn(index=self._turn - 1, phase=self._phase, action_type="invalid", content=content[:2000],
+        turn = Turn(index=self._turn - 1, phase=self._phase, action_type="invalid", content=record_text(raw),
                     error=error, reward_components=comps)
         reward = scalar_reward(comps, self.weights)
         turn.reward = reward

@@ -6,10 +6,11 @@ many environments (ABISS §5.2, TIDE §4.2).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, Sequence, runtime_checkable
 
 from ..samples import Sample
+from ..text import valid_unicode
 
 RELEVANCY_LABELS = ("relevant", "technical", "irrelevant")
 ROUTES = ("amb", "loc", "una")
@@ -45,6 +46,21 @@ class UserRequest:
     schema_identifiers: frozenset[str] = frozenset()
     l1_resolved: bool = False
     gold_sql: str | None = None
+
+
+def valid_request(req: UserRequest) -> UserRequest:
+    """``req`` with surrogate code points in its clarification and history replaced by U+FFFD
+    (:func:`textsql_clarify.text.valid_unicode`); ``req`` itself when its text is valid. The users apply it
+    on entry, so a caller's ``"Sorry \\ud83d"`` is answered instead of crashing a tokenizer (issue 12).
+    A non-string clarification is left for the user's own type check."""
+    clar = req.clarification
+    fixed = valid_unicode(clar) if isinstance(clar, str) else clar
+    turns = req.history if isinstance(req.history, (tuple, list)) else ()
+    history = [(t[0], valid_unicode(t[1])) if isinstance(t, tuple) and len(t) == 2 and isinstance(t[1], str) else t
+               for t in turns]
+    if fixed is clar and all(a is b or a[1] is b[1] for a, b in zip(history, turns)):
+        return req
+    return replace(req, clarification=fixed, history=tuple(history) if turns is req.history else req.history)
 
 
 #: how a system turn that answered only with SQL reads to the simulated user (:func:`dialogue_said`).

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from ..errors import TextSQLClarifyError
+from ..text import valid_unicode
 
 __all__ = [
     "DEFAULT_MODEL", "SMALL_MODEL_PARAMS", "ModelLoadError", "ModelSource", "LoadedModel", "GenerationBackend",
@@ -525,6 +526,7 @@ class HFBackend:
     def _encode(self, text: str, first: bool) -> list[int]:
         tok = self.lm.tokenizer
         bos = tok.bos_token
+        text = valid_unicode(text)  # the tokenizer raises TypeError on a lone surrogate (issue 12)
         add = first and not (bos and text.startswith(bos))
         return list(tok(text, add_special_tokens=add).input_ids)
 

@@ -77,7 +77,7 @@ from sqlglot import exp
 from ..errors import SQLParseError
 from ..samples import Chain, Sample
 from ..sql.schema import parse_sql
-from .base import ALLOWED_LABELS, UserReply, UserRequest, said_before, with_dialogue
+from .base import ALLOWED_LABELS, UserReply, UserRequest, said_before, valid_request, with_dialogue
 from .fragments import Fragment, gold_fragments, technical_topic, vague_text
 from .leakage import is_identifier_probe, leakage_reasons
 
@@ -598,7 +598,7 @@ class RuleBasedUser:
             if not isinstance(req.clarification, str):
                 raise TypeError(f"respond: batch[{i}].clarification must be a string, "
                                 f"got {type(req.clarification).__name__}")
-            out.append(self._one(req))
+            out.append(self._one(valid_request(req)))  # lone surrogates become U+FFFD (issue 12)
         return out
 
     # -- stage 1 + 2 for one request

@@ -54,7 +54,7 @@ from typing import Any, Sequence
 
 from ..errors import SQLParseError
 from ..sql.schema import read_schema
-from .base import ALLOWED_LABELS, UserReply, UserRequest, dialogue_said, with_dialogue
+from .base import ALLOWED_LABELS, UserReply, UserRequest, dialogue_said, valid_request, with_dialogue
 from .fragments import Fragment, gold_fragments, technical_topic, vague_text
 from .grounding import Grounder, best_matches, default_grounder, split_facts
 from .hf_models import DEFAULT_MODEL, GenerationBackend, load_backend
@@ -240,6 +240,7 @@ class TransformersUserSimulator:
             if r.sample.group not in ALLOWED_LABELS:
                 raise ValueError(f"batch[{k}]: sample {r.sample.id!r} has group {r.sample.group!r}; "
                                  f"expected one of {list(ALLOWED_LABELS)}")
+            batch[k] = valid_request(r)  # lone surrogates become U+FFFD: tokenizers refuse them (issue 12)
         works = [self._prepare(k, r) for k, r in enumerate(batch)]
         for w in works:
             if w.req.sample.group == "unanswerable":

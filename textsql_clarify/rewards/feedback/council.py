@@ -9,6 +9,7 @@ import sqlite3
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 from ...samples import Sample
+from ...text import valid_unicode
 from ...sql.schema import read_schema
 from .verdict import FeedbackVerdict, _check_args, _is_sql
 
@@ -135,6 +136,7 @@ class CouncilFeedbackJudge:
             TypeError: ``sample`` is not a Sample or ``feedback`` not a string.
         """
         _check_args(sample, feedback)
+        feedback = valid_unicode(feedback)  # lone surrogates become U+FFFD (issue 12)
         return [bool(v.vote(sample, feedback)) for v in self.voters]
 
     def assess(self, sample: Sample, feedback: str, schema_identifiers: Iterable[str] = ()) -> FeedbackVerdict:
