@@ -4,6 +4,9 @@
   :class:`~.sandbox.ExecutionResult`), the one place agent and gold SQL execute.
 * :mod:`.guards`: the limits it enforces (time, rows, value bytes, recursion) and the guarded SQL functions.
 * :mod:`.watchdog`: the thread that interrupts a statement past its deadline.
+* :mod:`.isolated`: the optional process-isolated executor (``isolation="process"``): worker processes with
+  memory and CPU limits, killed and replaced at the deadline (:class:`~.isolated.ProcessSandbox`,
+  :func:`~.isolated.make_sandbox`).
 * :mod:`.schema`: the sqlglot boundary: parsing with size caps, qualification, the schema read from a database.
 
 Nothing here imports the env, the rewards or the simulators (DESIGN.md "Data flows one way").
