@@ -74,7 +74,8 @@ Layout (this module is the public import path; every name below is importable fr
   protocol and the checks every judge applies first.
 * :mod:`~textsql_clarify.rewards.feedback.minilm`: :func:`minilm_available`, :func:`load_minilm`.
 * :mod:`~textsql_clarify.rewards.feedback.offline`: the rule above, :class:`LexicalFeedbackJudge`,
-  :class:`SemanticFeedbackJudge` and their thresholds.
+  :class:`SemanticFeedbackJudge` and their thresholds; :func:`judge_many` (a batch of judgements with any
+  judge) and the judges' caches (``docs/platform.md`` "Feedback judge speed").
 * :mod:`~textsql_clarify.rewards.feedback.council`: :class:`CouncilFeedbackJudge` and its voters.
 """
 from __future__ import annotations
@@ -83,7 +84,8 @@ from .claims import (MissingClaim, affirmed_missing, missing_claims, names_missi
                               number_conflicts, presence_claims, singles_out_missing, unsupported_claims)
 from .council import CouncilFeedbackJudge, FeedbackVoter, TransformersFeedbackVoter, council_verdict
 from .minilm import load_minilm, minilm_available
-from .offline import LEXICAL_THRESHOLD, MINILM_THRESHOLD, LexicalFeedbackJudge, SemanticFeedbackJudge
+from .offline import (LEXICAL_THRESHOLD, MINILM_THRESHOLD, LexicalFeedbackJudge, SemanticFeedbackJudge,
+                      clear_feedback_caches, judge_many)
 from .schema import Structure, existing_claimed_missing  # noqa: F401  (Structure: a type alias)
 from .verdict import FeedbackJudge, FeedbackVerdict
 from .words import STOCK_WORDS, added_words, content_words, lexical_recall, novel_recall, residual_text
@@ -96,7 +98,7 @@ __all__ = [
     "affirmed_missing", "number_conflicts",
     "content_words", "lexical_recall", "council_verdict", "MINILM_THRESHOLD", "LEXICAL_THRESHOLD",
     "singles_out_missing", "unsupported_claims", "added_words", "novel_recall", "residual_text", "STOCK_WORDS",
-    "has_rationale",
+    "has_rationale", "judge_many", "clear_feedback_caches",
 ]
 
 

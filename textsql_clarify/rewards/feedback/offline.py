@@ -4,22 +4,37 @@
 cosine similarity (falling back to the lexical judge when MiniLM cannot load). Both apply the rule set
 out in :mod:`textsql_clarify.rewards.feedback`, with the thresholds calibrated on
 ``tests/fixtures/probe_feedback.jsonl`` (``docs/simulator.md``, "Feedback judge").
+
+Speed (issue 12, ``docs/platform.md`` "Feedback judge speed"): what does not depend on the feedback is
+computed once and kept in bounded LRU caches shared by every judge of the process: the database's
+structure per (file, identifiers), the hidden knowledge's missing-claims and residual text per (hidden
+knowledge, question, schema words), and, per encoder, the embedding of each hidden-knowledge residual
+(and of recent feedback residuals). A judgement then embeds only its feedback, on one torch thread;
+:meth:`SemanticFeedbackJudge.judge_many` embeds the feedbacks of a whole vector step in one encode call,
+and :meth:`~SemanticFeedbackJudge.prepare` (called by the env when it first meets a sample) fills the
+caches before the first feedback arrives.
 """
 from __future__ import annotations
 
+import os
+import threading
 import warnings
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Hashable, Iterable, Sequence
 
 from ...samples import Sample
-from .claims import (affirmed_missing, missing_claims, names_missing_element, number_conflicts,
-                              singles_out_missing, unsupported_claims)
-from .minilm import load_minilm
-from .schema import _structure, existing_claimed_missing
+from ...text import valid_unicode
+from .claims import (MissingClaim, affirmed_missing, missing_claims, names_missing_element, number_conflicts,
+                     singles_out_missing, unsupported_claims)
+from .minilm import load_minilm, torch_threads
+from .schema import Structure, _structure, existing_claimed_missing
 from .verdict import FeedbackVerdict, _check_args, _is_sql
 from .words import added_words, novel_recall, residual_text
 
-__all__ = ["LexicalFeedbackJudge", "SemanticFeedbackJudge", "MINILM_THRESHOLD", "LEXICAL_THRESHOLD"]
+__all__ = ["LexicalFeedbackJudge", "SemanticFeedbackJudge", "MINILM_THRESHOLD", "LEXICAL_THRESHOLD", "judge_many",
+           "clear_feedback_caches", "CACHE_SIZES"]
 
 #: Cosine-similarity threshold of :class:`SemanticFeedbackJudge` (MiniLM, unit-normalised embeddings).
 #: Calibrated on ``tests/fixtures/probe_feedback.jsonl``; see ``docs/simulator.md`` "Feedback judge".
@@ -27,34 +42,237 @@ MINILM_THRESHOLD = 0.35
 #: Content-word recall threshold of :class:`LexicalFeedbackJudge`, calibrated the same way.
 LEXICAL_THRESHOLD = 0.225
 
+#: Entries each LRU cache keeps (issue 12): database structures, hidden-knowledge sides, and per encoder
+#: the hidden-knowledge and the feedback embeddings (384 float32 each: 8,192 embeddings are about 12 MB).
+CACHE_SIZES = {"structure": 256, "hidden_knowledge": 4096, "hk_embedding": 4096, "feedback_embedding": 4096}
 
-def _assess(sample: Sample, feedback: str, schema_identifiers: Iterable[str], judge: str,
-            score_fn: Callable[[str, str, str, frozenset[str]], float], threshold: float) -> FeedbackVerdict:
-    """The shared rule of the offline judges (module doc); ``score_fn(feedback, hk, question, schema_words)`` is the
-    similarity of what the feedback adds beyond the question and the schema's names to what the hidden knowledge
-    adds (0 when the feedback adds nothing)."""
+
+class _LRU:
+    """A bounded, thread-safe least-recently-used map (``get`` returns ``None`` for a miss)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._d: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> Any:
+        with self._lock:
+            v = self._d.get(key)
+            if v is not None:
+                self._d.move_to_end(key)
+            return v
+
+    def put(self, key: Hashable, value: Any) -> None:
+        with self._lock:
+            self._d[key] = value
+            self._d.move_to_end(key)
+            while len(self._d) > self.size:
+                self._d.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._d.clear()
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+@dataclass(frozen=True)
+class _Struct:
+    """A database's structure as the rule reads it (:func:`~.schema._structure`) and its schema words."""
+
+    tables: Structure
+    idents: frozenset[tuple[str, ...]]
+    schema_words: frozenset[str]
+
+
+@dataclass(frozen=True)
+class _HKSide:
+    """What the rule needs of a hidden knowledge, given the question and the schema words."""
+
+    claims: tuple[MissingClaim, ...]
+    residual: str
+
+
+_STRUCTURES = _LRU(CACHE_SIZES["structure"])
+_HK_SIDES = _LRU(CACHE_SIZES["hidden_knowledge"])
+#: encoder -> {"hk": _LRU, "feedback": _LRU} of embeddings by text; an encoder that takes no weak
+#: reference gets no shared cache (:func:`_embedding_caches`).
+_EMBEDDINGS: "weakref.WeakKeyDictionary[Any, dict[str, _LRU]]" = weakref.WeakKeyDictionary()
+_EMB_LOCK = threading.Lock()
+
+
+def clear_feedback_caches() -> None:
+    """Empty every cache of the offline judges (structures, hidden-knowledge sides, embeddings).
+
+    Needed only when a database file is rewritten in place within the same second and size, or to measure
+    the uncached cost (``bench/bench_feedback_judge.py``); a changed file is otherwise seen through its
+    modification time and size.
+    """
+    _STRUCTURES.clear()
+    _HK_SIDES.clear()
+    with _EMB_LOCK:
+        for caches in _EMBEDDINGS.values():
+            for c in caches.values():
+                c.clear()
+
+
+def _structure_of(sample: Sample, schema_identifiers: Iterable[str]) -> _Struct:
+    """:func:`~.schema._structure` of the sample's database and identifiers, cached per (file, its
+    modification time and size, identifiers)."""
+    ids = frozenset(s for s in schema_identifiers if isinstance(s, str))
+    try:
+        st = os.stat(sample.db_path) if sample.db_path else None
+        stamp = (st.st_mtime_ns, st.st_size) if st is not None else None
+    except OSError:
+        stamp = None
+    key = (sample.db_path, stamp, ids)
+    hit = _STRUCTURES.get(key)
+    if hit is None:
+        tables, idents = _structure(sample, ids)
+        hit = _Struct(tables, frozenset(idents), frozenset(w for ident in idents for w in ident))
+        _STRUCTURES.put(key, hit)
+    return hit
+
+
+def _hk_side(hk: str, question: str, struct: _Struct) -> _HKSide:
+    """The hidden knowledge's missing-claims and its residual text (cached)."""
+    key = (hk, question, struct.schema_words)
+    hit = _HK_SIDES.get(key)
+    if hit is None:
+        hit = _HKSide(tuple(missing_claims(hk)), residual_text(hk, question, struct.schema_words))
+        _HK_SIDES.put(key, hit)
+    return hit
+
+
+@dataclass
+class _Pending:
+    """A verdict whose similarity score is still to compute (:func:`_partial`)."""
+
+    named: bool
+    contra: tuple[str, ...]
+    added: tuple[str, ...]
+    feedback: str
+    hk: str
+    question: str
+    struct: _Struct
+    side: _HKSide
+
+
+def _partial(sample: Sample, feedback: str, schema_identifiers: Iterable[str], judge: str,
+             cached: bool = True) -> FeedbackVerdict | _Pending:
+    """The rule of the module doc up to the score: a final verdict, or a :class:`_Pending` one. ``cached``:
+    take the database's structure and the hidden knowledge's side from the caches (else compute them).
+
+    Raises:
+        TypeError: ``sample`` is not a Sample or ``feedback`` not a string.
+    """
     _check_args(sample, feedback)
+    feedback = valid_unicode(feedback)  # a caller's lone surrogate is judged as U+FFFD, not a crash (issue 12)
     if not feedback.strip():
         return FeedbackVerdict(False, judge, "empty")
     if _is_sql(feedback):
         return FeedbackVerdict(False, judge, "sql")
-    tables, idents = _structure(sample, schema_identifiers)
+    if cached:
+        struct = _structure_of(sample, schema_identifiers)
+    else:
+        tables, flat = _structure(sample, schema_identifiers)
+        struct = _Struct(tables, frozenset(flat), frozenset(w for ident in flat for w in ident))
+    tables, idents = struct.tables, struct.idents
     fb_claims = missing_claims(feedback)
     contra = existing_claimed_missing(fb_claims, tables, idents)
     hk = sample.hidden_knowledge.strip()
     if not hk:
         return FeedbackVerdict(not contra, judge, "no_rationale", contradictions=tuple(contra))
-    hk_claims = missing_claims(hk)
+    side = (_hk_side(hk, sample.question, struct) if cached
+            else _HKSide(tuple(missing_claims(hk)), residual_text(hk, sample.question, struct.schema_words)))
+    hk_claims = list(side.claims)
     contra += [f"number:{n}" for n in number_conflicts(feedback, hk, sample.question)]
     contra += [f"affirms:{w}" for w in affirmed_missing(feedback, hk_claims, idents)]
     contra += [f"unsupported:{h}" for h in unsupported_claims(fb_claims, hk, sample.question)]
     named = (names_missing_element(fb_claims, hk_claims, idents, sample.question)
              or singles_out_missing(feedback, fb_claims, hk_claims, idents, sample.question))
-    schema_words = frozenset(w for ident in idents for w in ident)
-    added = added_words(feedback, sample.question, schema_words)
-    score = float(score_fn(feedback, hk, sample.question, schema_words)) if added else 0.0
-    ok = (score >= threshold or named) and not contra
-    return FeedbackVerdict(ok, judge, "hidden_knowledge", score, named, tuple(contra), tuple(sorted(added)))
+    added = added_words(feedback, sample.question, struct.schema_words)
+    return _Pending(named, tuple(contra), tuple(sorted(added)), feedback, hk, sample.question, struct, side)
+
+
+def _finish(p: _Pending, judge: str, score: float, threshold: float) -> FeedbackVerdict:
+    ok = (score >= threshold or p.named) and not p.contra
+    return FeedbackVerdict(ok, judge, "hidden_knowledge", score, p.named, p.contra, p.added)
+
+
+def _assess(sample: Sample, feedback: str, schema_identifiers: Iterable[str], judge: str,
+            score_fn: Callable[[str, str, str, frozenset[str]], float], threshold: float,
+            cached: bool = True) -> FeedbackVerdict:
+    """The shared rule of the offline judges (module doc); ``score_fn(feedback, hk, question, schema_words)`` is the
+    similarity of what the feedback adds beyond the question and the schema's names to what the hidden knowledge
+    adds (0 when the feedback adds nothing). ``cached``: as for :func:`_partial`."""
+    p = _partial(sample, feedback, schema_identifiers, judge, cached)
+    if isinstance(p, FeedbackVerdict):
+        return p
+    score = float(score_fn(p.feedback, p.hk, p.question, p.struct.schema_words)) if p.added else 0.0
+    return _finish(p, judge, score, threshold)
+
+
+def _check_batch(samples: Sequence[Sample], feedbacks: Sequence[str],
+                 schema_identifiers_list: Sequence[Iterable[str]] | None) -> list[Iterable[str]]:
+    """The identifiers of each item (``()`` when the list is ``None``).
+
+    Raises:
+        ValueError: the three sequences differ in length.
+    """
+    samples, feedbacks = list(samples), list(feedbacks)
+    ids = [()] * len(samples) if schema_identifiers_list is None else list(schema_identifiers_list)
+    if not len(samples) == len(feedbacks) == len(ids):
+        raise ValueError(f"judge_many: {len(samples)} samples, {len(feedbacks)} feedbacks and {len(ids)} "
+                         "schema identifier sets; give one of each per judgement")
+    return ids
+
+
+def judge_many(judge: Any, samples: Sequence[Sample], feedbacks: Sequence[str],
+               schema_identifiers_list: Sequence[Iterable[str]] | None = None) -> list[bool]:
+    """``judge.judge_many(...)`` when the judge has one, else one ``judge.judge(...)`` per item (issue 12).
+
+    Args:
+        judge: any :class:`~textsql_clarify.rewards.feedback.FeedbackJudge`.
+        samples, feedbacks, schema_identifiers_list: as for :meth:`SemanticFeedbackJudge.judge_many`.
+    Returns:
+        One bool per item, in order.
+    Raises:
+        ValueError: the sequences differ in length (or the judge's ``judge_many`` returned another count);
+        TypeError: a sample is not a Sample or a feedback not a string.
+    """
+    ids = _check_batch(samples, feedbacks, schema_identifiers_list)
+    many = getattr(judge, "judge_many", None)
+    if callable(many):
+        out = [bool(v) for v in many(list(samples), list(feedbacks), ids)]
+        if len(out) != len(ids):
+            raise ValueError(f"{type(judge).__name__}.judge_many returned {len(out)} verdicts for {len(ids)} items")
+        return out
+    return [bool(judge.judge(s, f, i)) for s, f, i in zip(samples, feedbacks, ids)]
+
+
+_MANY_DOC = """{what} for many judgements at once (issue 12: the vector env's step judges the feedback of all its
+        sub-envs in one call).
+
+        Contract: item ``k`` of the result is exactly ``{single}(samples[k], feedbacks[k],
+        schema_identifiers_list[k])`` (same rule, same thresholds; the MiniLM score equal up to float32
+        rounding, see ``docs/platform.md`` "Feedback judge speed"), in input order; the items are
+        independent (no item's verdict depends on another's); nothing is written to the samples. The
+        whole call raises before any item is judged when an argument is bad, so a caller can fall back
+        to one call per item.
+
+        Args:
+            samples: the unanswerable samples (list of :class:`~textsql_clarify.samples.Sample`).
+            feedbacks: the agents' explanations (list of str), one per sample.
+            schema_identifiers_list: one iterable of table and column names per sample (any case), or
+                ``None`` for none.
+        Returns:
+            A list of {returns}, one per item.
+        Raises:
+            ValueError: the three sequences differ in length.
+            TypeError: a sample is not a Sample or a feedback not a string.
+        """
 
 
 @dataclass(frozen=True)
@@ -90,6 +308,50 @@ class LexicalFeedbackJudge:
         """
         return self.assess(sample, feedback, schema_identifiers).correct
 
+    def assess_many(self, samples: Sequence[Sample], feedbacks: Sequence[str],
+                    schema_identifiers_list: Sequence[Iterable[str]] | None = None) -> list[FeedbackVerdict]:
+        ids = _check_batch(samples, feedbacks, schema_identifiers_list)
+        for s, f in zip(samples, feedbacks):
+            _check_args(s, f)
+        return [self.assess(s, f, i) for s, f, i in zip(samples, feedbacks, ids)]
+
+    def judge_many(self, samples: Sequence[Sample], feedbacks: Sequence[str],
+                   schema_identifiers_list: Sequence[Iterable[str]] | None = None) -> list[bool]:
+        return [v.correct for v in self.assess_many(samples, feedbacks, schema_identifiers_list)]
+
+    assess_many.__doc__ = _MANY_DOC.format(what="The full verdicts", single="assess", returns=":class:`FeedbackVerdict`")
+    judge_many.__doc__ = _MANY_DOC.format(what="The verdicts", single="judge", returns="bool")
+
+    def prepare(self, sample: Sample, schema_identifiers: Iterable[str] = ()) -> None:
+        """Compute and cache what the judgement of a feedback on ``sample`` needs beyond the feedback (the
+        database's structure, the hidden knowledge's claims); the env calls it when it first meets a sample.
+
+        Raises:
+            TypeError: ``sample`` is not a Sample.
+        """
+        _prepare(sample, schema_identifiers)
+
+
+def _prepare(sample: Sample, schema_identifiers: Iterable[str]) -> tuple[_Struct, _HKSide] | None:
+    _check_args(sample, "")
+    struct = _structure_of(sample, schema_identifiers)
+    hk = sample.hidden_knowledge.strip()
+    return (struct, _hk_side(hk, sample.question, struct)) if hk else None
+
+
+def _embedding_caches(model: Any) -> dict[str, _LRU] | None:
+    """The embedding caches of ``model`` (shared by every judge of the process that uses it), or ``None``
+    when the model takes no weak reference."""
+    with _EMB_LOCK:
+        try:
+            caches = _EMBEDDINGS.get(model)
+            if caches is None:
+                caches = _EMBEDDINGS[model] = {"hk": _LRU(CACHE_SIZES["hk_embedding"]),
+                                               "feedback": _LRU(CACHE_SIZES["feedback_embedding"])}
+        except TypeError:
+            return None
+    return caches
+
 
 @dataclass
 class SemanticFeedbackJudge:
@@ -103,13 +365,22 @@ class SemanticFeedbackJudge:
         threshold: cosine similarity (-1..1) at or above which the feedback matches
             (:data:`MINILM_THRESHOLD`, calibrated on the probe set).
         model: a preloaded ``SentenceTransformer`` (or anything with ``encode(list[str],
-            normalize_embeddings=True)`` returning unit vectors); ``None`` loads MiniLM.
+            normalize_embeddings=True, show_progress_bar=False)`` returning unit vectors); ``None`` loads MiniLM.
         fallback: the judge used when MiniLM is unavailable.
+        cache: keep the hidden knowledge's side (structure, claims, embedding) and recent feedback
+            embeddings in the process's LRU caches and embed only what is not there (issue 12). ``False``
+            is the path before issue 12: every judgement parses both sides and embeds the pair in one
+            encode call.
+        num_threads: torch threads for each encode call (:func:`~textsql_clarify.minilm.torch_threads`:
+            set for the call, restored after it; process-wide while it runs). ``1`` (the default) is the
+            fastest for short sentences and on a loaded machine; ``None`` leaves torch's setting alone.
     """
 
     threshold: float = MINILM_THRESHOLD
     model: Any = None
     fallback: LexicalFeedbackJudge = field(default_factory=LexicalFeedbackJudge)
+    cache: bool = True
+    num_threads: int | None = 1
     used: str = field(default="minilm", init=False)
     name: str = field(default="minilm", init=False)
 
@@ -123,16 +394,20 @@ class SemanticFeedbackJudge:
                 self.used = "lexical"
         return self.model if self.used == "minilm" else None
 
+    def _encode(self, texts: list[str]):
+        texts = [valid_unicode(t) for t in texts]  # the tokenizer refuses lone surrogates (issue 12)
+        with torch_threads(self.num_threads):
+            return self.model.encode(texts, normalize_embeddings=True, show_progress_bar=False)
+
     def similarity(self, a: str, b: str) -> float:
-        """Cosine similarity of the MiniLM embeddings of two texts.
+        """Cosine similarity of the MiniLM embeddings of two texts (embedded together, nothing cached).
 
         Raises:
             RuntimeError: MiniLM is unavailable.
         """
-        m = self._model()
-        if m is None:
+        if self._model() is None:
             raise RuntimeError("MiniLM is unavailable")
-        va, vb = m.encode([a, b], normalize_embeddings=True, show_progress_bar=False)
+        va, vb = self._encode([a, b])
         return float((va * vb).sum())
 
     def assess(self, sample: Sample, feedback: str, schema_identifiers: Iterable[str] = ()) -> FeedbackVerdict:
@@ -143,13 +418,90 @@ class SemanticFeedbackJudge:
         """
         if self._model() is None:
             return self.fallback.assess(sample, feedback, schema_identifiers)
-        return _assess(sample, feedback, schema_identifiers, "minilm", self.residual_similarity, self.threshold)
+        if not self.cache:
+            return _assess(sample, feedback, schema_identifiers, "minilm", self.residual_similarity, self.threshold,
+                           cached=False)
+        return self.assess_many([sample], [feedback], [schema_identifiers])[0]
+
+    def assess_many(self, samples: Sequence[Sample], feedbacks: Sequence[str],
+                    schema_identifiers_list: Sequence[Iterable[str]] | None = None) -> list[FeedbackVerdict]:
+        ids = _check_batch(samples, feedbacks, schema_identifiers_list)
+        for s, f in zip(samples, feedbacks):
+            _check_args(s, f)
+        if self._model() is None:
+            return self.fallback.assess_many(samples, feedbacks, ids)
+        if not self.cache:
+            return [self.assess(s, f, i) for s, f, i in zip(samples, feedbacks, ids)]
+        parts = [_partial(s, f, i, "minilm") for s, f, i in zip(samples, feedbacks, ids)]
+        pairs: list[tuple[str, str] | None] = []  # (feedback residual, hidden-knowledge residual) per pending item
+        for p in parts:
+            pair = None
+            if isinstance(p, _Pending) and p.added:
+                a = residual_text(p.feedback, p.question, p.struct.schema_words)
+                if a and p.side.residual:
+                    pair = (a, p.side.residual)
+            pairs.append(pair)
+        vecs = self._embed({"feedback": {a for pr in pairs if pr for a in pr[:1]},
+                            "hk": {b for pr in pairs if pr for b in pr[1:]}})
+        out = []
+        for p, pr in zip(parts, pairs):
+            if isinstance(p, FeedbackVerdict):
+                out.append(p)
+                continue
+            score = float((vecs["feedback"][pr[0]] * vecs["hk"][pr[1]]).sum()) if pr else 0.0
+            out.append(_finish(p, "minilm", score, self.threshold))
+        return out
+
+    def _embed(self, wanted: dict[str, set[str]]) -> dict[str, dict[str, Any]]:
+        """``{"feedback"|"hk": {text: unit vector}}`` for the wanted texts: cached ones from the caches, the
+        others in one encode call (then cached)."""
+        caches = _embedding_caches(self.model)
+        got: dict[str, dict[str, Any]] = {k: {} for k in wanted}
+        todo: list[tuple[str, str]] = []
+        for kind, texts in wanted.items():
+            for t in sorted(texts):
+                v = caches[kind].get(t) if caches is not None else None
+                if v is None:
+                    todo.append((kind, t))
+                else:
+                    got[kind][t] = v
+        if todo:
+            vecs = self._encode([t for _, t in todo])
+            for (kind, t), v in zip(todo, vecs):
+                v = v.copy() if hasattr(v, "copy") else v  # a row of the batch: keep it alone, not the batch
+                got[kind][t] = v
+                if caches is not None:
+                    caches[kind].put(t, v)
+        return got
+
+    def judge_many(self, samples: Sequence[Sample], feedbacks: Sequence[str],
+                   schema_identifiers_list: Sequence[Iterable[str]] | None = None) -> list[bool]:
+        return [v.correct for v in self.assess_many(samples, feedbacks, schema_identifiers_list)]
+
+    assess_many.__doc__ = _MANY_DOC.format(what="The full verdicts", single="assess", returns=":class:`FeedbackVerdict`") + """
+        The MiniLM judge embeds the residual texts of all the feedbacks (and of any hidden knowledge not
+        yet cached) in one encode call."""
+    judge_many.__doc__ = _MANY_DOC.format(what="The verdicts", single="judge", returns="bool")
+
+    def prepare(self, sample: Sample, schema_identifiers: Iterable[str] = ()) -> None:
+        """Compute and cache what judging a feedback on ``sample`` needs beyond the feedback: the database's
+        structure, the hidden knowledge's claims, residual text and embedding (loading MiniLM on first use).
+        The env calls it when it first meets a sample, so a judgement embeds only its feedback. Does
+        nothing more with ``cache=False`` or without MiniLM (the lexical fallback's part is still cached).
+
+        Raises:
+            TypeError: ``sample`` is not a Sample.
+        """
+        prep = _prepare(sample, schema_identifiers)
+        if prep is None or not self.cache or self._model() is None or not prep[1].residual:
+            return
+        self._embed({"hk": {prep[1].residual}})
 
     def residual_similarity(self, feedback: str, hidden_knowledge: str, question: str,
                             exclude: frozenset[str] = frozenset()) -> float:
         """Cosine similarity of what the feedback and the hidden knowledge each say beyond the question
         and the ``exclude`` stems (:func:`~textsql_clarify.rewards.feedback.words.residual_text`); 0.0 when
-        either says nothing more.
+        either says nothing more. Both texts are embedded together; nothing is cached.
 
         Raises:
             RuntimeError: MiniLM is unavailable.
