@@ -54,6 +54,7 @@ from ..taxonomy import SUBCATEGORIES
 from ..trajectory import Trajectory, Turn
 from . import render
 from .actions import MAX_ACTION_CHARS, Action, parse_action, record_text
+from ..sql.schema import shared_analysis
 from .scoring import DETAIL_KEYS, score_sql_turn
 from .spaces import PHASES, UnicodeText, clip_text, observation_space
 
@@ -565,6 +566,11 @@ class TextSQLClarifyEnv(gym.Env):
         return self._finish(reward, comps, terminated=True, truncated=False, error=None)
 
     def _sql(self, act: Action):
+        # one analysis scope per step: the scorers and the drift commitments share the prediction's parse (issue 12)
+        with shared_analysis():
+            return self._sql_scored(act)
+
+    def _sql_scored(self, act: Action):
         s = self._sample
         post = self._drift_done
         # the other readings of an ambiguous question, before any drift: an answer that matches two different
