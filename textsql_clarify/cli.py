@@ -51,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--protocol", default="f", choices=["f", "p"], help="chain protocol (TIDE §4.1)")
     e.add_argument("--num-envs", type=int, default=1,
                    help="episodes played at once; their clarifications reach the simulated user in one batch (default 1)")
+    e.add_argument("--ray", default=None, metavar="ADDRESS",
+                   help="play the episodes on a pool of Ray actors (the 'ray' extra): 'local' (a new instance on this "
+                        "machine), 'auto' (the cluster a 'ray start' here joined), 'host:port' or 'ray://host:10001' "
+                        "(docs/platform.md, section Ray); --num-envs then counts envs per actor")
+    e.add_argument("--ray-actors", type=int, default=None, metavar="N",
+                   help="with --ray: actors in the pool (default: one per cluster CPU)")
     e.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     e.add_argument("--json", action="store_true", help="print metrics.json to stdout instead of the table")
     e.add_argument("--include-indistinguishable", action="store_true",
@@ -140,6 +146,8 @@ def _eval(args: argparse.Namespace) -> int:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
     if args.num_envs < 1:
         raise ValueError(f"--num-envs must be >= 1, got {args.num_envs}")
+    if args.ray_actors is not None and (args.ray is None or args.ray_actors < 1):
+        raise ValueError(f"--ray-actors needs --ray and must be >= 1, got {args.ray_actors}")
     samples = load_dataset(args.dataset, limit=args.limit, db_root=args.db_root, validate=not args.no_validate)
     if args.out is None:
         protocol = "-p" if args.protocol == "p" else ""
@@ -155,7 +163,9 @@ def _eval(args: argparse.Namespace) -> int:
                           simulator=args.simulator, reward_preset=args.preset, isolation=args.isolation,
                           max_clarifications=args.max_clarifications, category_mode=args.category_mode,
                           protocol=args.protocol, num_envs=args.num_envs, agent_spec=args.agent,
-                          include_indistinguishable=args.include_indistinguishable)
+                          include_indistinguishable=args.include_indistinguishable,
+                          backend="local" if args.ray is None else "ray", ray_address=args.ray,
+                          ray_actors=args.ray_actors)
     if args.json:
         print(json.dumps(metrics, indent=2, default=str))
     else:

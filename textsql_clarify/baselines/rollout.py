@@ -174,7 +174,8 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
 
 def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: str | os.PathLike | None = None,
              progress: bool = True, num_envs: int = 1, agent_spec: str | None = None,
-             include_indistinguishable: bool = False, **env_kwargs: Any) -> tuple[list[Trajectory], dict]:
+             include_indistinguishable: bool = False, backend: str = "local", ray_address: str | None = None,
+             ray_actors: int | None = None, **env_kwargs: Any) -> tuple[list[Trajectory], dict]:
     """Run ``agent`` once on every sample, in order, and aggregate.
 
     Args:
@@ -193,12 +194,21 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
         include_indistinguishable: keep samples flagged ``indistinguishable`` in the metrics' means
             (:func:`~textsql_clarify.rewards.metrics.aggregate`); by default they are played and written to
             ``trajectories.jsonl`` but left out of every mean and counted in ``excluded_indistinguishable``.
+        backend: ``"local"`` (this process) or ``"ray"``: a pool of Ray actors plays the episodes
+            (:func:`~textsql_clarify.baselines.ray_runner.run_ray`; ``num_envs`` then counts envs per actor);
+            the trajectories come back in sample order and the metrics are computed here, the same as the
+            local runner's for a deterministic agent (issue 12; ``docs/platform.md``, section Ray).
+        ray_address: ``backend="ray"``: ``"local"``, ``"auto"``, ``"host:port"`` or ``"ray://host:10001"``
+            (``None``: ``RAY_ADDRESS``, else a new local instance); unused when Ray is already initialised.
+        ray_actors: ``backend="ray"``: actors in the pool (``None``: one per cluster CPU).
         env_kwargs: passed to :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` (``limit`` keeps the first
             ``limit`` samples).
 
     Raises:
         FileExistsError: ``out_dir`` is an existing file (checked before any episode runs).
-        ValueError: ``num_envs`` below 1.
+        ValueError: ``num_envs`` below 1, an unknown ``backend``.
+        RayUnavailableError: ``backend="ray"`` without Ray installed (``pip install 'textsql-clarify[ray]'``).
+        RayEpisodeError: ``backend="ray"`` and an episode raised in an actor (the message names the sample).
 
     Returns:
         ``(trajectories, metrics)`` where metrics is :func:`textsql_clarify.rewards.metrics.aggregate`'s dict
@@ -208,6 +218,11 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
     from ..envs.env import TextSQLClarifyEnv, episode_samples
 
     samples = episode_samples("", samples, env_kwargs.pop("limit", None))
+    if backend not in ("local", "ray"):
+        raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
+    if backend == "ray":
+        from .ray_runner import import_ray
+        import_ray()  # a missing Ray fails before any folder is made
     created: list[Path] = []
     if out_dir is not None:  # fail before the run, not after it
         if Path(out_dir).exists() and not Path(out_dir).is_dir():
@@ -218,7 +233,11 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
     bar = tqdm(total=len(samples), desc=f"eval {getattr(agent, 'name', 'agent')}", unit="ep", disable=not progress)
     try:
         with bar:
-            if num_envs > 1:
+            if backend == "ray":
+                from .ray_runner import run_ray
+                trajs = run_ray(samples, agent, seed=seed, num_envs=num_envs, bar=bar, address=ray_address,
+                                num_actors=ray_actors, **env_kwargs)
+            elif num_envs > 1:
                 trajs = run_lockstep(samples, agent, num_envs=num_envs, seed=seed, bar=bar, **env_kwargs)
             else:
                 env = TextSQLClarifyEnv(samples=samples, **env_kwargs)
