@@ -137,6 +137,33 @@ def test_construction_raises_what_the_in_process_sandbox_raises(tmp_path, toy, p
     assert sb.schema == SQLiteSandbox(toy).schema == {"t": {"x": "INTEGER", "y": "TEXT"}}
 
 
+def test_the_caller_opens_no_sqlite_connection_and_sets_no_heap_limit(toy):
+    """SQLite's heap limit is process-wide: with isolation the trainer's own SQLite use stays unlimited."""
+    import subprocess
+    import sys
+
+    code = ("import sqlite3, sys\n"
+            "from textsql_clarify.sql.isolated import WorkerPool\n"
+            "if __name__ == '__main__':\n"
+            "    with WorkerPool(size=1) as p:\n"
+            "        sb = p.sandbox(sys.argv[1], timeout_s=1.0)\n"
+            "        assert sb.execute('SELECT count(*) FROM t').rows == ((50,),)\n"
+            "        assert sb.schema\n"
+            "        print(sqlite3.connect(':memory:').execute('PRAGMA hard_heap_limit').fetchone()[0])\n")
+    out = subprocess.run([sys.executable, "-c", code, str(toy)], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "0"
+    # while the in-process sandbox sets one
+    code_in = ("import sqlite3, sys\nfrom textsql_clarify.sql.sandbox import SQLiteSandbox\n"
+               "SQLiteSandbox(sys.argv[1]).execute('SELECT 1')\n"
+               "print(sqlite3.connect(':memory:').execute('PRAGMA hard_heap_limit').fetchone()[0])\n")
+    out_in = subprocess.run([sys.executable, "-c", code_in, str(toy)], capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert out_in.returncode == 0, out_in.stderr[-2000:]
+    assert int(out_in.stdout.strip()) > 0
+
+
 # -- same results as in-process --------------------------------------------------------------------
 def _embedded_golds(samples) -> list[tuple[str, str]]:
     golds = []
@@ -255,8 +282,9 @@ def test_interrupt_kills_the_running_statement(toy):
 
 def test_memory_cap_holds_and_the_callers_memory_does_not_grow(toy):
     with WorkerPool(size=1, max_memory_bytes=32 << 20) as small, WorkerPool(size=1) as big:
-        assert big.sandbox(toy, max_result_bytes=128 << 20).execute(WIDE_ROW).ok  # ~80 MB: fine under 1 GiB
-        sb = small.sandbox(toy, max_result_bytes=128 << 20)
+        settings = {"max_result_bytes": 128 << 20, "max_value_bytes": 2 << 20}  # whatever the defaults become
+        assert big.sandbox(toy, **settings).execute(WIDE_ROW).ok  # ~80 MB: fine under 1 GiB
+        sb = small.sandbox(toy, **settings)
         assert sb.execute("SELECT 1").ok
         (limit,) = {w.limits.get("RLIMIT_AS") for w in small._idle}
         assert limit and limit > 32 << 20

@@ -151,9 +151,11 @@ def _worker_main(conn, max_memory_bytes: int, keep: int) -> None:
     """Body of one worker process: set the limits, report ready, then run statements until told to stop.
 
     Messages in: ``("x", db_path, settings, sql, cpu_budget_s)``, a statement to run in the sandbox
-    for ``db_path`` opened with ``settings`` (``SQLiteSandbox`` keywords); ``("q",)`` to stop. Out:
-    ``("ready", pid, limits)`` once; then per statement ``("ok", ExecutionResult)``, ``("mem", message)``
-    (out of memory: the parent replaces the worker) or ``("err", type name, message)``.
+    for ``db_path`` opened with ``settings`` (``SQLiteSandbox`` keywords); ``("p", db_path, settings)``,
+    open that sandbox (checking the settings) and report its ``timeout_s`` and ``row_cap``;
+    ``("q",)`` to stop. Out: ``("ready", pid, limits)`` once; then per message ``("ok", ExecutionResult
+    or {setting: value})``, ``("mem", message)`` (out of memory: the parent replaces the worker) or
+    ``("err", type name, message, extra)`` (``extra``: a ``DatabaseOpenError``'s ``(path, reason)``).
     """
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the parent, which ends the pool
@@ -171,9 +173,13 @@ def _worker_main(conn, max_memory_bytes: int, keep: int) -> None:
             msg = conn.recv()
         except (EOFError, OSError):
             break
-        if msg[0] != "x":
+        if msg[0] not in ("x", "p"):
             break
-        _, path, settings, sql, cpu_budget = msg
+        if msg[0] == "p":
+            _, path, settings = msg
+            sql, cpu_budget = None, STARTUP_TIMEOUT_S
+        else:
+            _, path, settings, sql, cpu_budget = msg
         _set_limit("RLIMIT_CPU", int(math.ceil(time.process_time() + cpu_budget)))
         try:
             key = (path, settings)
@@ -184,14 +190,19 @@ def _worker_main(conn, max_memory_bytes: int, keep: int) -> None:
                     sandboxes.popitem(last=False)[1].close()
             else:
                 sandboxes.move_to_end(key)
-            res = sb.execute(sql)
-            reply: tuple = ("ok", res)
-            if res.error_kind is not None and res.error_message in ("MemoryError", "out of memory"):
+            if sql is None:  # a probe
+                res = None
+                reply: tuple = ("ok", {"timeout_s": sb.timeout_s, "row_cap": sb.row_cap, "db_path": sb.db_path})
+            else:
+                res = sb.execute(sql)
+                reply = ("ok", res)
+            if res is not None and res.error_kind is not None and res.error_message in ("MemoryError", "out of memory"):
                 reply = ("mem", f"out of memory in the worker process: {res.error_message}")
         except MemoryError as e:
             reply = ("mem", f"out of memory in the worker process: {e or 'MemoryError'}")
-        except Exception as e:  # a database that vanished, a bug: reported, never fatal to the caller
-            reply = ("err", type(e).__name__, str(e))
+        except Exception as e:  # bad settings, a database that vanished, a bug: reported, never fatal here
+            extra = (e.path, e.reason) if isinstance(e, _sandbox.DatabaseOpenError) else None
+            reply = ("err", type(e).__name__, str(e), extra)
         try:
             conn.send(reply)
         except MemoryError:
@@ -285,6 +296,11 @@ def _exit_text(process) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
+
+
+#: Errors a worker's probe re-raises here by name (others: RuntimeError).
+_PROBE_ERRORS: dict[str, type] = {"FileNotFoundError": FileNotFoundError, "ValueError": ValueError,
+                                  "TypeError": TypeError, "SandboxClosedError": SandboxClosedError}
 
 
 class WorkerPool:
@@ -415,6 +431,41 @@ class WorkerPool:
                     self._idle.append(worker)
             self._cond.notify()
 
+    def probe(self, db_path: str, settings: tuple) -> dict[str, Any]:
+        """Open the sandbox for ``db_path`` and ``settings`` in a worker (so the settings are checked
+        where they apply, and this process opens no SQLite connection and sets no SQLite heap limit).
+
+        Returns:
+            dict: the worker sandbox's ``timeout_s``, ``row_cap`` and ``db_path``.
+
+        Raises:
+            FileNotFoundError, DatabaseOpenError, ValueError, TypeError: as ``SQLiteSandbox(db_path, **settings)``.
+            RuntimeError: no worker could start, or the worker died while opening.
+            SandboxClosedError: the pool is closed.
+        """
+        worker = self._acquire()
+        healthy = False
+        try:
+            try:
+                worker.conn.send(("p", db_path, settings))
+                msg = worker.conn.recv() if worker.conn.poll(self.startup_timeout_s) else None
+            except (EOFError, OSError, ValueError) as e:
+                raise RuntimeError(f"the SQL worker process died while opening {db_path} "
+                                   f"({_exit_text(worker.process)}; {type(e).__name__})") from None
+            if msg is None:
+                raise RuntimeError(f"the SQL worker process did not open {db_path} within {self.startup_timeout_s:g} s")
+            if msg[0] == "mem":
+                raise RuntimeError(f"{msg[1]} while opening {db_path}")
+            healthy = True
+            if msg[0] == "ok":
+                return msg[1]
+            _, name, message, extra = msg
+            if name == "DatabaseOpenError" and extra is not None:
+                raise _sandbox.DatabaseOpenError(*extra)
+            raise _PROBE_ERRORS.get(name, RuntimeError)(message)
+        finally:
+            self._release(worker, healthy)
+
     def run(self, db_path: str, settings: tuple, sql: str, timeout_s: float, grace_s: float,
             inflight: set | None = None) -> ExecutionResult:
         """Run one statement in a worker and wait at most ``timeout_s + grace_s`` seconds for it.
@@ -538,8 +589,9 @@ class ProcessSandbox:
     """A drop-in for :class:`~textsql_clarify.sql.sandbox.SQLiteSandbox` whose statements run in a
     :class:`WorkerPool`'s worker processes.
 
-    The settings are checked, and the file opened once, by a probe ``SQLiteSandbox`` here (closed at
-    once), so construction raises what ``SQLiteSandbox`` raises. Results of ordinary statements are
+    The settings are checked, and the file opened, by a worker (:meth:`WorkerPool.probe`), so
+    construction raises what ``SQLiteSandbox`` raises, and this process opens no SQLite connection of
+    its own (nor sets SQLite's process-wide heap limit); ``schema`` is read here, read-only. Results of ordinary statements are
     the in-process sandbox's (columns, rows, truncation, error kind and message); ``elapsed_s`` is the
     caller's wall time. Gold results are cached in this handle as ``SQLiteSandbox`` caches them
     (timeouts, dead workers and busy/locked errors are not cached).
@@ -554,27 +606,30 @@ class ProcessSandbox:
     Raises:
         FileNotFoundError, DatabaseOpenError, ValueError, TypeError: as ``SQLiteSandbox``.
         SandboxClosedError: ``pool`` is closed.
+        RuntimeError: no worker process could start.
 
     Source: issue 12 item 1.
     """
 
     def __init__(self, db_path: str | os.PathLike, *, pool: WorkerPool | None = None, grace_s: float | None = None,
                  **settings: Any) -> None:
-        probe = SQLiteSandbox(db_path, **settings)
-        probe.close()
-        self.db_path = probe.db_path
-        self.timeout_s = probe.timeout_s
-        self.row_cap = probe.row_cap
-        self.settings = dict(settings)
-        self._settings = tuple(sorted(settings.items()))
-        if grace_s is None:
-            grace_s = GRACE_FRACTION * self.timeout_s + GRACE_S
-        if isinstance(grace_s, bool) or not isinstance(grace_s, (int, float)) or not 0 <= grace_s < math.inf:
+        from pathlib import Path
+
+        if not Path(db_path).is_file():
+            raise FileNotFoundError(f"database file not found: {db_path}")
+        if grace_s is not None and (isinstance(grace_s, bool) or not isinstance(grace_s, (int, float))
+                                    or not 0 <= grace_s < math.inf):
             raise ValueError(f"grace_s must be a number of seconds >= 0, got {grace_s!r}")
-        self.grace_s = float(grace_s)
         self.pool = pool if pool is not None else default_pool()
         if self.pool.closed:
             raise SandboxClosedError("the worker pool is closed")
+        self._settings = tuple(sorted(settings.items()))
+        opened = self.pool.probe(str(Path(db_path).resolve()), self._settings)
+        self.db_path = opened["db_path"]
+        self.timeout_s = float(opened["timeout_s"])
+        self.row_cap = int(opened["row_cap"])
+        self.settings = dict(settings)
+        self.grace_s = float(GRACE_FRACTION * self.timeout_s + GRACE_S if grace_s is None else grace_s)
         self._gold_cache: dict[tuple[str, str], ExecutionResult] = {}
         self._schema: Schema | None = None
         self._inflight: set[_Worker] = set()
