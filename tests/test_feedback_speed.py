@@ -91,6 +91,18 @@ def test_prepare_embeds_the_hidden_knowledge_once_and_a_judgement_only_its_feedb
     assert j.assess(s, "I cannot answer: " + s.question, ids).score == 0.0 and len(enc.calls) == 2
 
 
+def test_prepare_never_loads_the_encoder(emb, ids, monkeypatch):
+    def no_load():
+        raise AssertionError("prepare loaded MiniLM")
+
+    monkeypatch.setattr(offline, "load_minilm", no_load)
+    j = SemanticFeedbackJudge()
+    j.prepare(emb["uni-missext-002"], ids)
+    assert j.model is None and len(offline._HK_SIDES) == 1 and len(offline._STRUCTURES) == 1
+    j.prepare(emb["uni-missext-002"], ids)
+    assert len(offline._HK_SIDES) == 1
+
+
 def test_judge_many_embeds_all_feedbacks_in_one_call_and_matches_judge(emb, ids):
     enc = CountingEncoder()
     j = SemanticFeedbackJudge(model=enc)
@@ -304,3 +316,25 @@ def test_minilm_cached_and_batched_verdicts_equal_uncached_on_the_spider_unanswe
     assert scored >= 6 and worst <= SCORE_TOL  # 8 reach the encoder on main
     v = SemanticFeedbackJudge().assess_many([singer] * 3, [it[1] for it in items[78:81]], [items[78][2]] * 3)
     assert [x.correct for x in v] == [True, False, False] and {x.rule for x in v} == {"no_rationale"}
+
+
+def test_env_prepares_the_judge_once_per_sample_and_judges_with_it(emb):
+    import gymnasium as gym
+
+    import textsql_clarify  # noqa: F401  (registers the env)
+
+    enc = CountingEncoder()
+    judge = SemanticFeedbackJudge(model=enc)
+    s = emb["uni-missext-002"]
+    env = gym.make("TextSQLClarify-v0", samples=[s], feedback_judge=judge).unwrapped
+    env.reset(options={"sample_id": s.id})
+    assert enc.calls == [["euros euro exchange rate convert"]]  # the hidden knowledge, embedded at reset
+    env.reset(options={"sample_id": s.id})
+    assert len(enc.calls) == 1
+    _, _, term, _, info = env.step("<feedback>Sorry, the conversion factor to other currencies is not known.</feedback>")
+    assert term and enc.calls[1:] == [["conversion factor currencies"]]  # the step embeds only the feedback
+    assert info["scores"]["fb"] in (0.0, 1.0)
+    solvable = next(x for x in emb.values() if x.group == "answerable")
+    env2 = gym.make("TextSQLClarify-v0", samples=[solvable], feedback_judge=judge).unwrapped
+    env2.reset()
+    assert len(enc.calls) == 2  # nothing to prepare on a solvable sample

