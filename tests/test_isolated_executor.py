@@ -238,8 +238,9 @@ def test_heavy_row_is_stopped_at_the_deadline_and_the_worker_replaced(toy):
         assert p.worker_pids() and p.worker_pids() != before
 
 
-def test_a_worker_that_cannot_answer_is_killed_at_the_deadline(toy):
-    with WorkerPool(size=1) as p:
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_a_worker_that_cannot_answer_is_killed_at_the_deadline(toy, start_method):
+    with WorkerPool(size=1, start_method=start_method) as p:
         sb = p.sandbox(toy, timeout_s=0.3)
         assert sb.execute("SELECT 1").ok
         (pid,) = p.worker_pids()
@@ -251,8 +252,9 @@ def test_a_worker_that_cannot_answer_is_killed_at_the_deadline(toy):
         assert 0.3 <= wall <= 0.3 * 1.1 + 1.0, wall
         assert p.killed == 1
         assert _gone([pid])
-        assert sb.execute("SELECT count(*) FROM t").rows == ((50,),)
+        assert sb.execute("SELECT count(*) FROM t").rows == ((50,),)  # the replacement (started by a thread) serves
         assert p.worker_pids() and pid not in p.worker_pids()
+        assert p.started == 2 and sb.execute("SELECT 3").rows == ((3,),)
 
 
 def test_a_worker_that_dies_gives_a_result_not_an_exception(toy):
@@ -266,6 +268,10 @@ def test_a_worker_that_dies_gives_a_result_not_an_exception(toy):
         assert not res.ok and res.error_kind in ("resource", "runtime")
         assert "worker process died" in res.error_message and "SIGKILL" in res.error_message
         assert sb.execute("SELECT max(x) FROM t").rows == ((50,),)
+        (idle,) = p.worker_pids()
+        os.kill(idle, signal.SIGKILL)  # dies while idle: the next statement gets a new worker, not an error
+        assert _gone([idle])
+        assert sb.execute("SELECT min(x) FROM t").rows == ((1,),)
 
 
 def test_interrupt_kills_the_running_statement(toy):
@@ -295,6 +301,32 @@ def test_memory_cap_holds_and_the_callers_memory_does_not_grow(toy):
         assert "memory" in res.error_message.lower() or "died" in res.error_message
         assert grew < 16 << 20, grew
         assert sb.execute("SELECT count(*) FROM t").rows == ((50,),)
+
+
+def _pool_in_forked_child(db: str, q) -> None:
+    try:
+        with WorkerPool(size=1) as p:
+            q.put(p.sandbox(db).execute("SELECT count(*) FROM t").rows)
+    except BaseException as e:  # reported to the parent
+        q.put(repr(e))
+
+
+def test_a_pool_works_in_a_process_forked_after_the_forkserver_started(toy, pool):
+    """E.g. an AsyncVectorEnv worker (forked) of a trainer that already used isolation="process"."""
+    import multiprocessing
+
+    assert pool.sandbox(toy).execute("SELECT 1").ok  # this process's forkserver runs
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    child = ctx.Process(target=_pool_in_forked_child, args=(str(toy), q))
+    child.start()
+    try:
+        assert q.get(timeout=60) == ((50,),)
+    finally:
+        child.join(10)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
 
 
 # -- wiring: env, vector env, close ----------------------------------------------------------------
@@ -340,6 +372,40 @@ def test_vector_env_shares_one_pool_and_close_leaves_no_process():
     assert pids
     envs.close()
     assert subs[0].worker_pool.closed and _gone(pids)
+
+
+def _descendants(root: int) -> set[int]:
+    """Process ids below ``root`` (children, their children ...), from /proc."""
+    parent = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    found, todo = set(), [root]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        found.update(kids)
+        todo += kids
+    return found
+
+
+def test_async_vector_env_with_process_isolation_steps_and_leaves_no_process():
+    """Gymnasium's async workers are daemonic processes; their SQL workers start anyway and end with them."""
+    before = _descendants(os.getpid())
+    envs = gym.make_vec("TextSQLClarify-v0", num_envs=2, vectorization_mode="async", isolation="process",
+                        max_clarifications=0)
+    try:
+        envs.reset(seed=0)
+        _, reward, term, _, _ = envs.step(["<sql>SELECT 1</sql>", "<sql>SELECT 2</sql>"])
+        assert term.all() and list(reward) == [0.0, 0.0]
+        started = _descendants(os.getpid()) - before
+        assert len(started) >= 4  # 2 gym workers, and below them forkservers and SQL workers
+    finally:
+        envs.close()
+    assert _gone(sorted(started))
 
 
 def test_cli_eval_isolation_flag(tmp_path, capsys):

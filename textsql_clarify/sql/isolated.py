@@ -147,7 +147,7 @@ def _die_with_parent() -> None:
             pass
 
 
-def _worker_main(conn, max_memory_bytes: int, keep: int) -> None:
+def _worker_main(conn, max_memory_bytes: int, keep: int, die_with_parent: bool) -> None:
     """Body of one worker process: set the limits, report ready, then run statements until told to stop.
 
     Messages in: ``("x", db_path, settings, sql, cpu_budget_s)``, a statement to run in the sandbox
@@ -156,8 +156,13 @@ def _worker_main(conn, max_memory_bytes: int, keep: int) -> None:
     ``("q",)`` to stop. Out: ``("ready", pid, limits)`` once; then per message ``("ok", ExecutionResult
     or {setting: value})``, ``("mem", message)`` (out of memory: the parent replaces the worker) or
     ``("err", type name, message, extra)`` (``extra``: a ``DatabaseOpenError``'s ``(path, reason)``).
+
+    ``die_with_parent``: ask for SIGKILL when the parent dies; only for ``forkserver`` workers, whose
+    parent is the forkserver's main thread (Linux sends it when the parent *thread* ends, and a
+    ``spawn`` worker's may be a short-lived one).
     """
-    _die_with_parent()
+    if die_with_parent:
+        _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the parent, which ends the pool
     _set_limit("RLIMIT_CORE", 0)  # a worker the kernel ends for CPU time leaves no core file
     limits: dict[str, int] = {}
@@ -224,10 +229,13 @@ class _Worker:
 
     def __init__(self, ctx, max_memory_bytes: int) -> None:
         parent_end, child_end = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=_worker_main, args=(child_end, max_memory_bytes, WORKER_SANDBOXES),
-                                   name="textsql-clarify-sql-worker", daemon=True)
-        self.process.start()
-        child_end.close()
+        forkserver = ctx.get_start_method() == "forkserver"
+        self.process = ctx.Process(target=_worker_main, name="textsql-clarify-sql-worker", daemon=True,
+                                   args=(child_end, max_memory_bytes, WORKER_SANDBOXES, forkserver))
+        try:
+            _start_even_from_a_daemon(self.process)
+        finally:
+            child_end.close()
         self.conn = parent_end
         self.pid = self.process.pid
         self.ready = False
@@ -275,6 +283,29 @@ class _Worker:
         self.kill()
 
 
+_START_LOCK = threading.Lock()
+
+
+def _start_even_from_a_daemon(process) -> None:
+    """``process.start()``, also from a daemonic process (a Gymnasium ``AsyncVectorEnv`` worker), which
+    ``multiprocessing`` refuses because it ends daemons abruptly: the flag is lifted for the call. Such
+    workers still end with their caller: the pipe closes, ``RLIMIT_CPU`` ends a busy one, and under
+    ``forkserver`` the forkserver (which exits when its last client does) takes them along by
+    ``PR_SET_PDEATHSIG``."""
+    import multiprocessing.process as mp_process
+
+    config = getattr(mp_process.current_process(), "_config", None)
+    if not isinstance(config, dict) or not config.get("daemon"):
+        process.start()
+        return
+    with _START_LOCK:
+        config["daemon"] = False
+        try:
+            process.start()
+        finally:
+            config["daemon"] = True
+
+
 def _stop_workers(idle: list, busy: set, owner_pid: int) -> None:
     """Kill the busy workers and stop the idle ones (a pool's close, or its finalizer); not in a forked copy."""
     if os.getpid() != owner_pid:
@@ -284,6 +315,20 @@ def _stop_workers(idle: list, busy: set, owner_pid: int) -> None:
         w.kill()
     for w in workers:
         w.stop()
+
+
+def _forget_inherited_forkserver() -> bool:
+    """Drop the forkserver state this process inherited through ``fork`` (``multiprocessing.forkserver``
+    keeps it at module level), so the next start launches a forkserver of its own; ``False`` when this
+    Python keeps that state differently."""
+    from multiprocessing import forkserver
+
+    fs = getattr(forkserver, "_forkserver", None)
+    if fs is None or not all(hasattr(fs, a) for a in ("_forkserver_pid", "_forkserver_address",
+                                                      "_forkserver_alive_fd")):
+        return False
+    fs._forkserver_pid = fs._forkserver_address = fs._forkserver_alive_fd = None
+    return True
 
 
 def _exit_text(process) -> str:
@@ -365,22 +410,30 @@ class WorkerPool:
     # -- workers ------------------------------------------------------------------------------
     def _acquire(self) -> _Worker:
         """A ready worker for this caller alone, or :class:`RuntimeError` saying why none could start."""
-        with self._cond:
-            while True:
-                if self._closed or os.getpid() != self._owner_pid:
-                    raise SandboxClosedError("the worker pool is closed")
-                if self._idle:
-                    worker = self._idle.pop()
-                    self._busy.add(worker)
-                    break
-                if len(self._busy) + self._starting < self.size:
-                    self._starting += 1
-                    worker = None
-                    break
-                self._cond.wait()
+        dead: list[_Worker] = []
+        try:
+            with self._cond:
+                while True:
+                    if self._closed or os.getpid() != self._owner_pid:
+                        raise SandboxClosedError("the worker pool is closed")
+                    if self._idle:
+                        worker = self._idle.pop()
+                        if worker.process.exitcode is not None:  # died while idle: never hand it out
+                            dead.append(worker)
+                            continue
+                        self._busy.add(worker)
+                        break
+                    if len(self._busy) + self._starting < self.size:
+                        self._starting += 1
+                        worker = None
+                        break
+                    self._cond.wait()
+        finally:
+            for w in dead:
+                w.kill()  # reap it and close its pipe
         if worker is None:
             try:
-                worker = _Worker(self._ctx, self.max_memory_bytes)
+                worker = self._new_worker()
             except BaseException:
                 with self._cond:
                     self._starting -= 1
@@ -400,6 +453,17 @@ class WorkerPool:
             raise RuntimeError(f"SQL worker process {worker.pid} did not start: {why}")
         return worker
 
+    def _new_worker(self) -> _Worker:
+        """Start one worker. In a process forked from one that had started the forkserver, the
+        inherited forkserver is not this process's child (``ChildProcessError``): forget it once, so a
+        new one starts here."""
+        try:
+            return _Worker(self._ctx, self.max_memory_bytes)
+        except ChildProcessError:
+            if self.start_method != "forkserver" or not _forget_inherited_forkserver():
+                raise
+            return _Worker(self._ctx, self.max_memory_bytes)
+
     def _release(self, worker: _Worker, healthy: bool) -> None:
         """Give ``worker`` back (``healthy``) or kill it; a killed worker is replaced on demand."""
         with self._cond:
@@ -418,7 +482,7 @@ class WorkerPool:
                 return
             self._starting += 1
         try:
-            worker = _Worker(self._ctx, self.max_memory_bytes)
+            worker = self._new_worker()
         except Exception:
             worker = None
         with self._cond:
