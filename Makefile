@@ -25,3 +25,4 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/bench_step.py
 	$(VENV)/bin/python bench/bench_scoring.py
 	$(VENV)/bin/python bench/bench_sandbox_limits.py
+	$(VENV)/bin/python bench/bench_isolation.py

@@ -109,7 +109,8 @@ def bound(spider: Path, timeouts: list[float]) -> None:
             bar = timeout_s * 1.1 + 0.5
             print(f"  limit {timeout_s:g} s, value cap {cap:,} B: in-process {ta:6.3f} s ({ta / timeout_s:5.1f}x the "
                   f"limit, {ra.error_kind}{', OVER THE BAR' if ta > bar else ''}); process {tb:6.3f} s "
-                  f"({tb / timeout_s:4.2f}x, {rb.error_kind}, killed {pool.killed}{', OVER THE BAR' if tb > bar else ''});"
+                  f"({tb / timeout_s:4.2f}x, {rb.error_kind}, killed {pool.killed}"
+                  f"{', OVER THE BAR' if tb > bar else ''});"
                   f" next statement {tn:.3f} s (ok={nxt.ok})")
         a.close()
     with WorkerPool(size=1) as pool:  # a worker that cannot answer at all (SIGSTOP): the kill alone bounds it

@@ -147,6 +147,12 @@ def _die_with_parent() -> None:
             pass
 
 
+def _is_memory_error(message: str | None) -> bool:
+    """Whether a sandbox error message says memory ran out (SQLite's heap limit, or ``MemoryError``
+    under the worker's ``RLIMIT_AS``)."""
+    return bool(message) and ("out of memory" in message.lower() or message == "MemoryError")
+
+
 def _worker_main(conn, max_memory_bytes: int, keep: int, die_with_parent: bool) -> None:
     """Body of one worker process: set the limits, report ready, then run statements until told to stop.
 
@@ -201,8 +207,8 @@ def _worker_main(conn, max_memory_bytes: int, keep: int, die_with_parent: bool) 
             else:
                 res = sb.execute(sql)
                 reply = ("ok", res)
-            if res is not None and res.error_kind is not None and res.error_message in ("MemoryError", "out of memory"):
-                reply = ("mem", f"out of memory in the worker process: {res.error_message}")
+            if res is not None and res.error_kind is not None and _is_memory_error(res.error_message):
+                reply = ("mem", f"out of memory in the worker process: {res.error_message}")  # then replaced
         except MemoryError as e:
             reply = ("mem", f"out of memory in the worker process: {e or 'MemoryError'}")
         except Exception as e:  # bad settings, a database that vanished, a bug: reported, never fatal here
@@ -655,8 +661,8 @@ class ProcessSandbox:
 
     The settings are checked, and the file opened, by a worker (:meth:`WorkerPool.probe`), so
     construction raises what ``SQLiteSandbox`` raises, and this process opens no SQLite connection of
-    its own (nor sets SQLite's process-wide heap limit); ``schema`` is read here, read-only. Results of ordinary statements are
-    the in-process sandbox's (columns, rows, truncation, error kind and message); ``elapsed_s`` is the
+    its own (nor sets SQLite's process-wide heap limit); ``schema`` is read here, read-only. Results
+    of ordinary statements are the in-process sandbox's (columns, rows, truncation, error kind and message); ``elapsed_s`` is the
     caller's wall time. Gold results are cached in this handle as ``SQLiteSandbox`` caches them
     (timeouts, dead workers and busy/locked errors are not cached).
 
@@ -782,7 +788,7 @@ def _cacheable(res: ExecutionResult) -> bool:
     if res.error_kind in ("timeout", "resource"):
         return False
     msg = (res.error_message or "").lower()
-    return not (msg.startswith(("the sql worker process died", "sql worker process"))
+    return not (msg.startswith(("the sql worker process died", "sql worker process", "out of memory in the worker"))
                 or any(m in msg for m in _TRANSIENT_MARKERS))
 
 
