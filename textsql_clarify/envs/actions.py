@@ -25,6 +25,7 @@ verbatim.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import reprlib
@@ -40,8 +41,9 @@ _KIND_TO_TAG = {v: k for k, v in _TAG_TO_KIND.items()}
 MAX_ACTION_CHARS = 65_536
 
 _OPEN_OR_CLOSE = re.compile(r"<\s*(/?)\s*(sql|clarify|feedback|category)\s*>", re.IGNORECASE)
-#: one ``<think>`` or ``</think>`` tag; :func:`strip_think` pairs them in one pass.
-_THINK_TAG = re.compile(r"<\s*(?:(/)\s*)?think\s*>", re.IGNORECASE)
+#: the ``<think>`` and ``</think>`` tags; :func:`strip_think` pairs them in one forward pass.
+_THINK_OPEN = re.compile(r"<\s*think\s*>", re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"<\s*/\s*think\s*>", re.IGNORECASE)
 _FENCE_LANG = re.compile(r"[a-zA-Z]*")
 _BOM = "\ufeff"
 #: at most this many characters of a malformed action are kept in its trajectory turn.
@@ -92,22 +94,17 @@ def strip_think(text: str) -> str:
 
     Source: issue 12 (the former ``<think>.*?</think>`` regex took 9.1 s on ``"<think>" * 9362``).
     """
-    if "<" not in text:
-        return text
     out: list[str] = []
-    keep_from = 0          # text[keep_from:] is not yet copied to ``out``
-    block_start = -1       # start of the open block, -1 outside any block
-    for tag in _THINK_TAG.finditer(text):
-        if tag.group(1) is None:            # <think>
-            if block_start < 0:
-                block_start = tag.start()
-        elif block_start >= 0:              # </think> closing the open block
-            out.append(text[keep_from:block_start])
-            out.append(" ")
-            keep_from, block_start = tag.end(), -1
+    pos = 0                                  # text[pos:] is not yet copied to ``out``
+    while (opening := _THINK_OPEN.search(text, pos)) is not None:
+        closing = _THINK_CLOSE.search(text, opening.end())
+        if closing is None:                  # never closed: kept, with everything after it
+            break
+        out += [text[pos:opening.start()], " "]
+        pos = closing.end()
     if not out:
         return text
-    out.append(text[keep_from:])
+    out.append(text[pos:])
     return "".join(out)
 
 
@@ -241,13 +238,14 @@ def parse_action(raw: object, *, max_chars: int = MAX_ACTION_CHARS) -> Action:
     if text.startswith("{"):
         return _parse_json(text)
 
-    tokens = list(_OPEN_OR_CLOSE.finditer(text))
-    if not tokens:
+    tokens = _OPEN_OR_CLOSE.finditer(text)  # lazily: a nested or unmatched tag stops the scan
+    first = next(tokens, None)
+    if first is None:
         raise ActionError("no action found: wrap it in <sql>, <clarify>, <feedback> or <category> tags, "
                           "or send JSON {\"type\": ..., \"content\": ...}")
     actions: list[tuple[str, str]] = []
     open_tag: tuple[str, int] | None = None
-    for tok in tokens:
+    for tok in itertools.chain((first,), tokens):
         closing, tag = tok.group(1) == "/", tok.group(2).lower()
         if not closing:
             if open_tag is not None:
