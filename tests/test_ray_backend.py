@@ -188,3 +188,15 @@ def test_cli_ray_actors_needs_ray(tmp_path, capsys):
 
     assert main(["eval", "--ray-actors", "2", "--no-progress", "--out", str(tmp_path / "r")]) == 2
     assert "--ray-actors needs --ray" in capsys.readouterr().err
+
+
+def test_cli_ray_alone_reads_ray_address(monkeypatch):
+    from textsql_clarify.baselines.ray_runner import _starts_local
+    from textsql_clarify.cli import _parser
+
+    assert _parser().parse_args(["eval", "--ray"]).ray == ""  # -> ray_address=None
+    assert _parser().parse_args(["eval", "--ray", "auto", "--ray-actors", "3"]).ray_actors == 3
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert _starts_local(None) and _starts_local("local") and not _starts_local("auto")
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert not _starts_local(None) and not _starts_local("ray://10.0.0.1:10001")

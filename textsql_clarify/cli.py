@@ -51,10 +51,11 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--protocol", default="f", choices=["f", "p"], help="chain protocol (TIDE §4.1)")
     e.add_argument("--num-envs", type=int, default=1,
                    help="episodes played at once; their clarifications reach the simulated user in one batch (default 1)")
-    e.add_argument("--ray", default=None, metavar="ADDRESS",
+    e.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="play the episodes on a pool of Ray actors (the 'ray' extra): 'local' (a new instance on this "
-                        "machine), 'auto' (the cluster a 'ray start' here joined), 'host:port' or 'ray://host:10001' "
-                        "(docs/platform.md, section Ray); --num-envs then counts envs per actor")
+                        "machine), 'auto' (the cluster a 'ray start' here joined), 'host:port' or 'ray://host:10001'; "
+                        "--ray alone: $RAY_ADDRESS, else local (docs/platform.md, section Ray); --num-envs then counts "
+                        "envs per actor")
     e.add_argument("--ray-actors", type=int, default=None, metavar="N",
                    help="with --ray: actors in the pool (default: one per cluster CPU)")
     e.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -164,7 +165,7 @@ def _eval(args: argparse.Namespace) -> int:
                           max_clarifications=args.max_clarifications, category_mode=args.category_mode,
                           protocol=args.protocol, num_envs=args.num_envs, agent_spec=args.agent,
                           include_indistinguishable=args.include_indistinguishable,
-                          backend="local" if args.ray is None else "ray", ray_address=args.ray,
+                          backend="local" if args.ray is None else "ray", ray_address=args.ray or None,
                           ray_actors=args.ray_actors)
     if args.json:
         print(json.dumps(metrics, indent=2, default=str))

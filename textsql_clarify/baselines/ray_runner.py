@@ -87,7 +87,8 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> bool
     """Connect to Ray, or start a local instance; does nothing when Ray is already initialised.
 
     Args:
-        address: ``"local"`` (a new instance on this machine, offline: loopback address, no dashboard),
+        address: ``"local"`` (a new instance on this machine, offline: loopback address, no dashboard,
+            token authentication as is Ray's default),
             ``"auto"`` (the cluster a ``ray start`` on this machine runs), ``"host:port"`` (a head
             node's GCS address), ``"ray://host:10001"`` (Ray Client), or ``None`` (``RAY_ADDRESS`` when
             set, else ``"local"``), as ``ray.init`` reads them.
@@ -110,7 +111,16 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> bool
             kwargs["num_cpus"] = num_cpus
     else:
         kwargs["address"] = address
-    ray.init(**kwargs)
+    import logging
+
+    # Ray >= 2.5x enables token authentication on a new local instance and says so in a warning: keep it quiet
+    notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    level = notice.level
+    notice.setLevel(logging.ERROR)
+    try:
+        ray.init(**kwargs)
+    finally:
+        notice.setLevel(level)
     return True
 
 
