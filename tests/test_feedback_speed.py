@@ -119,6 +119,20 @@ def test_judge_many_embeds_all_feedbacks_in_one_call_and_matches_judge(emb, ids)
     assert fbm.judge_many(j, unans, fbs, [ids] * len(unans)) == [v.correct for v in many]
 
 
+def test_judge_embeds_only_when_the_score_decides(emb, ids):
+    enc = CountingEncoder()
+    j = SemanticFeedbackJudge(model=enc)
+    s = emb["uni-missrel-001"]  # nothing links a professor to the courses they teach
+    named = "There is no table connecting professors to the courses they teach, so no teaching record."
+    blames = "The database has no professors table, and no teaching record."
+    assert j.judge(s, named, ids) is True and j.judge(s, blames, ids) is False
+    assert enc.calls == []  # named / contradicting: the verdict does not depend on the score
+    assert j.judge_many([s, s], [named, blames], [ids, ids]) == [True, False] and enc.calls == []
+    full = j.assess_many([s, s], [named, blames], [ids, ids])
+    assert [(v.correct, v.names_missing, bool(v.contradictions)) for v in full] == [(True, True, False), (False, False, True)]
+    assert len(enc.calls) == 1 and all(v.score is not None for v in full)  # assess gives the score: it embeds
+
+
 def test_uncached_path_embeds_the_pair_each_time(emb, ids):
     enc = CountingEncoder()
     j = SemanticFeedbackJudge(model=enc, cache=False)
@@ -272,11 +286,14 @@ def _compare_paths(items) -> tuple[int, float]:
     for s, _, i in items:
         new.prepare(s, i)
     runs["prepared"] = [new.assess(*it) for it in items]
+    offline.clear_feedback_caches()
     runs["judge_many"] = new.judge_many(*map(list, zip(*items)))
+    offline.clear_feedback_caches()
+    runs["judge"] = [new.judge(*it) for it in items]
     worst = 0.0
     for name, vs in runs.items():
-        if name == "judge_many":
-            assert vs == [v.correct for v in ref]
+        if name in ("judge_many", "judge"):
+            assert vs == [v.correct for v in ref], name
             continue
         bad = {k: _same(a, b) for k, (a, b) in enumerate(zip(ref, vs)) if _same(a, b)}
         assert bad == {}, (name, bad)

@@ -425,18 +425,26 @@ class SemanticFeedbackJudge:
 
     def assess_many(self, samples: Sequence[Sample], feedbacks: Sequence[str],
                     schema_identifiers_list: Sequence[Iterable[str]] | None = None) -> list[FeedbackVerdict]:
+        return self._many(samples, feedbacks, schema_identifiers_list, full=True)
+
+    def _many(self, samples: Sequence[Sample], feedbacks: Sequence[str],
+              schema_identifiers_list: Sequence[Iterable[str]] | None, full: bool) -> list:
+        """Full verdicts (``full``), or only their ``correct`` flags: then a feedback whose verdict the rule
+        decides without the score (it contradicts the schema or the hidden knowledge, or it names the
+        missing element) is not embedded, since ``(score >= threshold or named) and not contradictions`` is
+        then ``not contradictions`` whatever the score."""
         ids = _check_batch(samples, feedbacks, schema_identifiers_list)
         for s, f in zip(samples, feedbacks):
             _check_args(s, f)
-        if self._model() is None:
-            return self.fallback.assess_many(samples, feedbacks, ids)
-        if not self.cache:
-            return [self.assess(s, f, i) for s, f, i in zip(samples, feedbacks, ids)]
+        if self._model() is None or not self.cache:
+            vs = (self.fallback.assess_many(samples, feedbacks, ids) if self._model() is None
+                  else [self.assess(s, f, i) for s, f, i in zip(samples, feedbacks, ids)])
+            return vs if full else [v.correct for v in vs]
         parts = [_partial(s, f, i, "minilm") for s, f, i in zip(samples, feedbacks, ids)]
         pairs: list[tuple[str, str] | None] = []  # (feedback residual, hidden-knowledge residual) per pending item
         for p in parts:
             pair = None
-            if isinstance(p, _Pending) and p.added:
+            if isinstance(p, _Pending) and p.added and (full or not (p.contra or p.named)):
                 a = residual_text(p.feedback, p.question, p.struct.schema_words)
                 if a and p.side.residual:
                     pair = (a, p.side.residual)
@@ -446,10 +454,13 @@ class SemanticFeedbackJudge:
         out = []
         for p, pr in zip(parts, pairs):
             if isinstance(p, FeedbackVerdict):
-                out.append(p)
-                continue
-            score = float((vecs["feedback"][pr[0]] * vecs["hk"][pr[1]]).sum()) if pr else 0.0
-            out.append(_finish(p, "minilm", score, self.threshold))
+                out.append(p if full else p.correct)
+            elif not full and (p.contra or p.named):
+                out.append(not p.contra)  # decided without the score (see above)
+            else:
+                score = float((vecs["feedback"][pr[0]] * vecs["hk"][pr[1]]).sum()) if pr else 0.0
+                v = _finish(p, "minilm", score, self.threshold)
+                out.append(v if full else v.correct)
         return out
 
     def _embed(self, wanted: dict[str, set[str]]) -> dict[str, dict[str, Any]]:
@@ -476,12 +487,15 @@ class SemanticFeedbackJudge:
 
     def judge_many(self, samples: Sequence[Sample], feedbacks: Sequence[str],
                    schema_identifiers_list: Sequence[Iterable[str]] | None = None) -> list[bool]:
-        return [v.correct for v in self.assess_many(samples, feedbacks, schema_identifiers_list)]
+        return self._many(samples, feedbacks, schema_identifiers_list, full=False)
 
     assess_many.__doc__ = _MANY_DOC.format(what="The full verdicts", single="assess", returns=":class:`FeedbackVerdict`") + """
         The MiniLM judge embeds the residual texts of all the feedbacks (and of any hidden knowledge not
         yet cached) in one encode call."""
-    judge_many.__doc__ = _MANY_DOC.format(what="The verdicts", single="judge", returns="bool")
+    judge_many.__doc__ = _MANY_DOC.format(what="The verdicts", single="judge", returns="bool") + """
+        Only the feedbacks whose verdict depends on the similarity score are embedded (one encode call):
+        one that contradicts the schema or the hidden knowledge fails, and one that names the missing
+        element passes, whatever its score."""
 
     def prepare(self, sample: Sample, schema_identifiers: Iterable[str] = ()) -> None:
         """Compute and cache what judging a feedback on ``sample`` needs beyond the feedback: the database's
@@ -516,9 +530,12 @@ class SemanticFeedbackJudge:
         return self.similarity(a, b)
 
     def judge(self, sample: Sample, feedback: str, schema_identifiers: Iterable[str] = ()) -> bool:
-        """True when ``feedback`` explains the sample's unanswerability (module doc rule).
+        """True when ``feedback`` explains the sample's unanswerability (module doc rule); ``assess(...).correct``,
+        without embedding the feedback where the rule decides without the score (:meth:`judge_many`).
 
         Raises:
             TypeError: ``sample`` is not a Sample or ``feedback`` not a string.
         """
-        return self.assess(sample, feedback, schema_identifiers).correct
+        if not self.cache or self._model() is None:
+            return self.assess(sample, feedback, schema_identifiers).correct
+        return self.judge_many([sample], [feedback], [schema_identifiers])[0]
