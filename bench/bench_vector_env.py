@@ -1,27 +1,49 @@
-"""Benchmark: whole evaluations with the transformers user, one episode at a time versus N at once.
+"""Benchmark: the vector envs against a plain loop over one env, side by side in one run (issue 12).
 
-``evaluate(..., num_envs=N)`` plays N episodes in lockstep and sends the clarifications of each turn to
-the shared simulated user in one ``respond(batch)`` (``textsql_clarify/envs/vector.py`` does the same
-for RL rollouts). This script runs the same evaluation with every ``--num-envs`` value in one process,
-side by side: the oracle agent on the embedded dataset's ambiguous samples (it asks one clarification
-per sample, two on chain samples), the transformers user with SmolLM2-135M on the CPU by default. It
-prints episodes/s, clarification replies/s, the mean batch the user saw, and the ratio to one env.
-It also checks that every setting gives the same EX and the same labels (greedy decoding), so the
-speed-up does not change what is measured.
+Workloads (Spider dev, 1,034 golds, one episode per sample: the seeded draw of the env, then one action):
+
+* ``sql``: the gold SQL with EX only (``detailed_scores=False``, preset ``binary``): the cheapest step, where
+  any per-step overhead of a vector env shows most;
+* ``sql-detailed``: the same with the article's detailed scores on (the env's default).
+
+Settings, each timed on a fresh env over the same number of episodes, all through ``gym.make`` /
+``gym.make_vec``:
+
+* ``loop``: ``gym.make("TextSQLClarify-v0")``, ``reset()`` then ``step(gold)`` per episode (the baseline);
+* ``sync N``: ``gym.make_vec(..., num_envs=N)`` (:class:`~textsql_clarify.envs.vector.TextSQLClarifyVectorEnv`),
+  autoreset ``next_step``: one step answers, the next one resets; the agent reads ``info["sample_id"]``;
+* ``async N``: ``gym.make_vec(..., num_envs=N, vectorization_mode="async")`` (Gymnasium's ``AsyncVectorEnv``,
+  shared memory on, a worker process per sub-env; start-up not timed).
+
+Each round times every setting once, in order (so load drifts hit all of them); the ratio is episodes/s
+over the loop's in the same round, and the table gives the median over ``--rounds``. For the loop and the
+sync settings it also gives the ratio of CPU seconds of this process (``time.process_time``), which a
+loaded machine disturbs less than wall-clock time (an async env's work is in its workers: wall only). Targets (issue 12):
+sync >= 1.0x the loop for every N on these workloads (the SQL step has nothing to batch), async with 2
+workers >= 1.7x the loop on 2 idle cores.
+
+Two more workloads show what batching buys where the user batches (not run by default):
+
+* ``--clarify-ms X``: every episode asks one clarification first, to a rule-based user that costs
+  ``X`` ms per ``respond`` call (a model server's round trip, simulated with ``time.sleep``) however many
+  requests the call carries; sync N answers the N sub-envs' clarifications in one call.
+* ``--transformers``: the old whole-evaluation comparison with the transformers user (SmolLM2-135M on the
+  CPU by default): ``evaluate(..., num_envs=N)`` on the embedded ambiguous samples.
 
 Usage::
 
-    python bench/bench_vector_env.py                          # num_envs 1,8,16 on the CPU
-    python bench/bench_vector_env.py --num-envs 1,16,64 --device cuda --repeat 4
+    python bench/bench_vector_env.py                                   # sql + sql-detailed, 3 rounds
+    python bench/bench_vector_env.py --episodes 4000 --rounds 5 --json out.json
+    python bench/bench_vector_env.py --workloads sql --clarify-ms 5
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,76 +51,193 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+SPIDER = REPO.parent / "shared" / "data" / "spider_dev"
+WORKLOADS = {"sql": {"detailed_scores": False, "reward_preset": "binary"},
+             "sql-detailed": {"detailed_scores": True, "reward_preset": "binary"}}
+TARGETS = {"sync": 1.0, "async": 1.7}
 
 
-class CountingUser:
-    """Wraps a simulator; counts ``respond`` calls and requests."""
+class SlowUser:
+    """The rule-based user plus a fixed cost per ``respond`` call (``time.sleep(ms / 1000)``), whatever the
+    batch size: a stand-in for a model server's round trip."""
 
-    def __init__(self, inner):
-        self.inner = inner
-        self.calls = 0
-        self.requests = 0
+    def __init__(self, ms: float):
+        from textsql_clarify.simulators.rule_based import RuleBasedUser
+
+        self.inner, self.ms, self.calls = RuleBasedUser(), ms, 0
 
     def respond(self, batch):
         self.calls += 1
-        self.requests += len(batch)
+        time.sleep(self.ms / 1000)
         return self.inner.respond(batch)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--num-envs", default="1,8,16", help="comma-separated env counts; 1 is the baseline")
-    ap.add_argument("--device", default="cpu", help="cpu | cuda | auto")
-    ap.add_argument("--dtype", default=None)
-    ap.add_argument("--model", action="append", default=None, help="model spec (repeat for a council)")
-    ap.add_argument("--repeat", type=int, default=1, help="copies of the ambiguous samples (ids suffixed)")
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args(argv)
-    counts = sorted({int(x) for x in args.num_envs.split(",") if x.strip()} | {1})
-    if counts[0] < 1:
-        ap.error("--num-envs needs positive integers")
+def _golds(samples) -> dict[str, str]:
+    return {s.id: f"<sql>{s.gold_sql}</sql>" for s in samples}
+
+
+def run_loop(env_id: str, kwargs: dict, golds: dict, episodes: int, clarify: bool) -> tuple[float, float]:
+    """Wall-clock and CPU seconds (this process) for ``episodes`` episodes of one env (``reset`` + [clarify +]
+    gold SQL)."""
+    import gymnasium as gym
+
+    env = gym.make(env_id, **kwargs)
+    t0, c0 = time.perf_counter(), time.process_time()
+    _, info = env.reset(seed=0)
+    for _ in range(episodes):
+        if clarify:
+            env.step("<clarify>Which one do you mean?</clarify>")
+        env.step(golds[info["sample_id"]])
+        _, info = env.reset()
+    secs, cpu = time.perf_counter() - t0, time.process_time() - c0
+    env.close()
+    return secs, cpu
+
+
+def run_vector(env_id: str, kwargs: dict, golds: dict, episodes: int, n: int, mode: str,
+               clarify: bool) -> tuple[float, float]:
+    """Wall-clock and CPU seconds (this process only: not an async env's workers) for ``episodes`` finished
+    episodes of a vector env (autoreset next_step; start-up not timed)."""
+    import gymnasium as gym
+
+    envs = gym.make_vec(env_id, num_envs=n, vectorization_mode=None if mode == "sync" else mode, **kwargs)
+    try:
+        _, info = envs.reset(seed=0)
+        done = 0
+        t0, c0 = time.perf_counter(), time.process_time()
+        while done < episodes:
+            if clarify:
+                envs.step(["<clarify>Which one do you mean?</clarify>"] * n)
+            _, _, term, trunc, info = envs.step([golds[sid] for sid in info["sample_id"]])
+            done += int(term.sum() + trunc.sum())
+            _, _, _, _, info = envs.step([""] * n)  # the autoreset step: actions ignored
+        return ((time.perf_counter() - t0) * episodes / done, (time.process_time() - c0) * episodes / done)
+    finally:
+        envs.close()
+
+
+def bench_workloads(args) -> dict:
+    """Time every setting per round; ratios to the loop of the same round."""
+    import textsql_clarify  # noqa: F401  (registers the env)
+    from textsql_clarify import ENV_ID
+    from textsql_clarify.datasets import load_dataset
+
+    spec = f"spider:{args.spider}"
+    samples = load_dataset(spec)
+    golds = _golds(samples)
+    settings = [("loop", 1)] + [("sync", n) for n in args.sync] + [("async", n) for n in args.async_]
+    out = {}
+    for name in args.workloads:
+        kwargs = dict(WORKLOADS[name], dataset=spec)
+        if args.clarify_ms is not None:
+            kwargs["simulator"] = SlowUser(args.clarify_ms)
+        clarify = args.clarify_ms is not None
+        # warm the process-level caches (sandboxes, schema statements, gold results) for every setting alike
+        run_loop(ENV_ID, kwargs, golds, min(args.episodes, len(samples)), False)
+        secs: dict[str, list[tuple[float, float]]] = {f"{m} {n}" if m != "loop" else m: [] for m, n in settings}
+        for _ in range(args.rounds):
+            for mode, n in settings:
+                key = f"{mode} {n}" if mode != "loop" else mode
+                if mode == "loop":
+                    secs[key].append(run_loop(ENV_ID, kwargs, golds, args.episodes, clarify))
+                else:
+                    secs[key].append(run_vector(ENV_ID, kwargs, golds, args.episodes, n, mode, clarify))
+        rows = []
+        for key, ts in secs.items():
+            ratios = [loop[0] / t[0] for loop, t in zip(secs["loop"], ts)]
+            mode = key.split()[0]
+            cpu = None if mode == "async" else statistics.median(loop[1] / t[1] for loop, t in zip(secs["loop"], ts))
+            rows.append({"setting": key, "episodes_per_s": round(args.episodes / statistics.median(t[0] for t in ts), 1),
+                         "ratio": round(statistics.median(ratios), 2), "ratios": [round(r, 2) for r in ratios],
+                         "cpu_ratio": None if cpu is None else round(cpu, 2), "target": TARGETS.get(mode)})
+        out[name + (f"+clarify{args.clarify_ms:g}ms" if clarify else "")] = rows
+    return out
+
+
+def bench_transformers(args) -> dict:
+    """The whole-evaluation comparison with the transformers user (one episode at a time vs N in lockstep)."""
+    from dataclasses import replace
 
     import torch
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     from textsql_clarify.baselines.agents import OracleAgent
     from textsql_clarify.baselines.rollout import evaluate
     from textsql_clarify.datasets import load_dataset
     from textsql_clarify.simulators.transformers_user import TransformersUserSimulator
 
+    class CountingUser:
+        def __init__(self, inner):
+            self.inner, self.calls, self.requests = inner, 0, 0
+
+        def respond(self, batch):
+            self.calls += 1
+            self.requests += len(batch)
+            return self.inner.respond(batch)
+
+    counts = sorted({1, *args.sync})
     amb = [s for s in load_dataset("embedded") if s.group == "ambiguous"]
-    samples = [replace(s, id=f"{s.id}#{r}") if r else s for r in range(max(1, args.repeat)) for s in amb]
-    sim = TransformersUserSimulator(args.model, device=args.device, dtype=args.dtype)
+    sim = TransformersUserSimulator(None, device=args.device)
     user = CountingUser(sim)
-    evaluate(samples[: max(counts)], OracleAgent(), progress=False, num_envs=max(counts), simulator=user)  # warm-up
+    evaluate(amb[: max(counts)], OracleAgent(), progress=False, num_envs=max(counts), simulator=user)  # warm-up
     rows, reference = [], None
     for n in counts:
         user.calls = user.requests = 0
         t0 = time.perf_counter()
-        trajs, metrics = evaluate(samples, OracleAgent(), progress=False, num_envs=n, simulator=user,
-                                  detailed_scores=False)
+        trajs, metrics = evaluate(amb, OracleAgent(), progress=False, num_envs=n, simulator=user, detailed_scores=False)
         secs = time.perf_counter() - t0
         labels = [c.user_reply["label"] for t in trajs for c in t.clarifications]
         same = reference is None or (metrics["overall"]["EX"], labels) == reference
         reference = reference or (metrics["overall"]["EX"], labels)
-        rows.append({"num_envs": n, "seconds": round(secs, 2), "episodes_per_s": round(len(samples) / secs, 3),
-                     "replies_per_s": round(user.requests / secs, 3), "respond_calls": user.calls,
-                     "mean_batch": round(user.requests / max(user.calls, 1), 2), "same_results": same,
-                     "EX": metrics["overall"]["EX"]})
-    base = rows[0]["replies_per_s"]
+        rows.append({"setting": f"lockstep {n}", "seconds": round(secs, 2), "replies_per_s": user.requests / secs,
+                     "mean_batch": round(user.requests / max(user.calls, 1), 2), "same_results": same})
     for r in rows:
-        r["ratio"] = round(r["replies_per_s"] / base, 2)
-    lm = sim.backends[0].lm
-    result = {"episodes": len(samples), "models": sim.model_names, "device": lm.device, "dtype": str(lm.dtype),
-              "torch_threads": torch.get_num_threads(), "rows": rows}
-    print(f"evaluation with the transformers user: {result['models']} on {result['device']} ({result['dtype']}, "
-          f"{result['torch_threads']} threads), oracle agent, {len(samples)} ambiguous episodes per setting")
-    print(f"{'envs':>5} {'seconds':>8} {'episodes/s':>11} {'replies/s':>10} {'mean batch':>11} {'x 1 env':>8} same")
-    for r in rows:
-        print(f"{r['num_envs']:>5} {r['seconds']:>8.2f} {r['episodes_per_s']:>11.3f} {r['replies_per_s']:>10.3f} "
-              f"{r['mean_batch']:>11.2f} {r['ratio']:>8.2f} {r['same_results']}")
+        r["ratio"] = round(r.pop("replies_per_s") / (user.requests / rows[0]["seconds"]), 2) if rows else None
+    return {"transformers": rows, "torch_threads": torch.get_num_threads()}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--spider", type=Path, default=SPIDER, help="Spider root (dev.json, database/)")
+    ap.add_argument("--workloads", default="sql,sql-detailed", help=f"comma-separated: {', '.join(WORKLOADS)}")
+    ap.add_argument("--sync", default="1,2,4,16", help="sync vector env sizes")
+    ap.add_argument("--async", dest="async_", default="2", help="async vector env sizes ('' for none)")
+    ap.add_argument("--episodes", type=int, default=2000, help="episodes per setting and round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--clarify-ms", type=float, default=None, help="one clarification per episode, to a user "
+                    "costing this many ms per respond call")
+    ap.add_argument("--transformers", action="store_true", help="also the transformers-user evaluation")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    args.sync = [int(x) for x in args.sync.split(",") if x.strip()]
+    args.async_ = [int(x) for x in args.async_.split(",") if x.strip()]
+    args.workloads = [w for w in args.workloads.split(",") if w.strip()]
+    bad = [w for w in args.workloads if w not in WORKLOADS]
+    if bad or min(args.sync + args.async_ + [1]) < 1 or args.episodes < 1 or args.rounds < 1:
+        ap.error(f"unknown workloads {bad} or non-positive sizes / episodes / rounds")
+    if not (args.spider / "dev.json").is_file():
+        ap.error(f"no Spider dev at {args.spider} (give --spider)")
+    result = {"episodes": args.episodes, "rounds": args.rounds, "cpus": os.cpu_count(),
+              "loadavg_1min": round(os.getloadavg()[0], 2), "workloads": bench_workloads(args)}
+    print(f"vector envs vs a loop over one env: Spider dev, {args.episodes} episodes per setting, median of "
+          f"{args.rounds} rounds, {result['cpus']} CPUs, load average {result['loadavg_1min']} at start")
+    for name, rows in result["workloads"].items():
+        print(f"\n{name}")
+        print(f"{'setting':>10} {'episodes/s':>11} {'x loop':>7} {'target':>7} {'x loop CPU':>11}  per round (wall)")
+        for r in rows:
+            target = "" if r["target"] is None else f">={r['target']:.1f}"
+            cpu = "" if r["cpu_ratio"] is None else f"{r['cpu_ratio']:.2f}"
+            print(f"{r['setting']:>10} {r['episodes_per_s']:>11.1f} {r['ratio']:>7.2f} {target:>7} {cpu:>11}  "
+                  f"{r['ratios']}")
+    if args.transformers:
+        result["transformers"] = bench_transformers(args)
+        print("\nevaluation with the transformers user (lockstep, ratio of replies/s)")
+        for r in result["transformers"]["transformers"]:
+            print(f"{r['setting']:>12} {r['seconds']:>8.2f}s  mean batch {r['mean_batch']:>5.2f}  x1 {r['ratio']:.2f}  "
+                  f"same {r['same_results']}")
+    result["loadavg_1min_end"] = round(os.getloadavg()[0], 2)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2, default=str))
     return result

@@ -56,6 +56,7 @@ from . import render
 from .actions import MAX_ACTION_CHARS, Action, parse_action, record_text
 from ..sql.schema import shared_analysis
 from .scoring import DETAIL_KEYS, score_sql_turn
+from .infos import resolve_info_format, typed_info
 from .spaces import PHASES, UnicodeText, clip_text, observation_space
 
 #: attributes that make up a running episode (what :meth:`TextSQLClarifyEnv.snapshot` saves by reference)
@@ -114,6 +115,9 @@ class TextSQLClarifyEnv(gym.Env):
             ``gold_nondeterministic``, left out of EX like an empty gold), ``max_extra_columns`` (3) and
             ``max_extra_columns_single_row`` (1): the column-superset bound, ``constant_columns`` (``True``).
             E.g. ``gym.make("TextSQLClarify-v0", ex_options={"limit_ties": False})``.
+        info_format: ``"python"`` (undefined components ``None``), ``"typed"`` (reward components and scores
+            as ``float``, ``NaN`` = undefined, so that any Gymnasium vector env can merge the infos) or ``"auto"``
+            (default: ``typed`` in a Gymnasium ``AsyncVectorEnv`` worker, else ``python``); see :mod:`.infos`.
 
     Raises:
         ValueError: bad option values; DatasetError: the dataset cannot be loaded.
@@ -129,7 +133,8 @@ class TextSQLClarifyEnv(gym.Env):
                  timeout_s: float = 5.0, row_cap: int = 10_000, feedback_judge: FeedbackJudge | None = None,
                  max_action_chars: int = MAX_ACTION_CHARS, render_mode: str | None = None, ex_options: Any = None,
                  db_root: str | None = None, validate: bool = True, exclude_flags: Sequence[str] = (),
-                 isolation: str = "in_process", worker_pool: WorkerPool | None = None):
+                 isolation: str = "in_process", worker_pool: WorkerPool | None = None,
+                 info_format: str = "auto"):
         self.samples: list[Sample] = episode_samples(dataset, samples, limit, db_root=db_root, validate=validate,
                                                      exclude_flags=exclude_flags)
         if not self.samples:
@@ -182,6 +187,8 @@ class TextSQLClarifyEnv(gym.Env):
         self.simulator = make_simulator(simulator)
         self.feedback_judge = feedback_judge or default_judge()
         self.ex_options = EXOptions.from_mapping(ex_options)
+        self.info_format = info_format
+        self._typed_info = resolve_info_format(info_format) == "typed"  # ValueError for an unknown format
         self.max_action_chars = max_action_chars
         # worst case: classification (+retry), (malformed + clarify) x budget, final (+retry), twice with drift
         self.max_turns = 2 * (2 * (max_clarifications + 1) + 2) + 2
@@ -348,8 +355,8 @@ class TextSQLClarifyEnv(gym.Env):
         """
         out = self.begin_step(action)
         if isinstance(out, UserRequest):
-            return answer_clarifications(self.simulator, [(self, out)])[0]
-        return out
+            out = answer_clarifications(self.simulator, [(self, out)])[0]
+        return (*out[:4], typed_info(out[4])) if self._typed_info else out
 
     def begin_step(self, action: Any):
         """First half of :meth:`step`: apply ``action`` up to the point where the simulated user must answer.

@@ -1,31 +1,44 @@
-"""A vector env whose sub-envs share one simulated user and put their clarifications in one batch.
+"""A vector env whose sub-envs share one simulated user, one FB judge and one per-sample cache, and put
+their clarifications (and feedback judgements) in one batch.
 
 Gymnasium's ``SyncVectorEnv`` steps its sub-envs one after the other, so each clarification reaches
 the simulated user alone (``respond([request])``). RL rollouts ask the user thousands of times, and a
 transformers user answers a batch in one padded ``generate`` per stage (ABISS §5.2's two stages), so
 :class:`TextSQLClarifyVectorEnv` steps in three phases:
 
-1. every sub-env applies its action up to the point where the user must answer
-   (:meth:`TextSQLClarifyEnv.begin_step`);
-2. the clarifications of all sub-envs go to the one shared simulator in a single ``respond(batch)``;
-3. each sub-env records its reply (:meth:`TextSQLClarifyEnv.complete_step`); then the other sub-envs
-   step. If the simulator fails, the clarifications are undone and nothing else has stepped.
+1. the feedback judgements of the step are made in one batch per judge (``judge_many(samples, feedbacks,
+   schema_identifiers_list)`` where the judge has it, one ``judge`` call each otherwise);
+2. every clarifying sub-env applies its action up to the point where the user must answer
+   (:meth:`TextSQLClarifyEnv.begin_step`), and the clarifications of all sub-envs go to the one shared
+   simulator in a single ``respond(batch)``; each sub-env then records its reply
+   (:meth:`TextSQLClarifyEnv.complete_step`);
+3. the other sub-envs step (or autoreset). If anything fails, every sub-env is put back as it was.
 
-Everything else is ``SyncVectorEnv``'s: spaces, seeding (``reset(seed=s)`` seeds sub-env ``i`` with
-``s + i``), info merging and the three autoreset modes. With a deterministic simulator the
-trajectories are those of ``SyncVectorEnv`` over the same sub-envs. The sub-envs also share one
-sample list and one FB judge, so the dataset is loaded, and a model is held, once per process.
+Seeding (``reset(seed=s)`` seeds sub-env ``i`` with ``s + i``), spaces and the three autoreset modes are
+``SyncVectorEnv``'s, and so is the layout of the results: each text field a tuple of ``num_envs`` strings,
+each counter an ``int64`` array, infos merged per key with the ``_key`` masks. With a deterministic
+simulator the trajectories are those of ``SyncVectorEnv`` over the same sub-envs.
+
+What makes it no slower than a loop over one env (issue 12, ``bench/bench_vector_env.py``): the sub-envs
+share the samples, the simulator, the judge and the static per-sample cache (question, schema text,
+sandbox, system prompt: built once per sample, not once per sample and sub-env); observations are
+batched field by field without Gymnasium's ``concatenate`` and never deep-copied (the strings are
+immutable, the counter arrays are new each step); infos are merged in one pass over the sub-envs, each
+key's type decided once (:func:`merge_infos`), not value by value.
 
 ``gym.make_vec("TextSQLClarify-v0", num_envs=N)`` builds it (the registration's
-``vector_entry_point``); ``vectorization_mode="sync"`` still gives a plain ``SyncVectorEnv``.
+``vector_entry_point``); ``vectorization_mode="sync"`` still gives a plain ``SyncVectorEnv`` and
+``vectorization_mode="async"`` Gymnasium's ``AsyncVectorEnv`` (one process per sub-env; the text
+observations travel through shared memory, :mod:`.spaces`, and the infos in the typed format,
+:mod:`.infos`). ``docs/platform.md`` ("Vector and async envs") says which to choose.
 """
 from __future__ import annotations
 
 import functools
-from copy import deepcopy
 from typing import Any, Sequence
 
 import numpy as np
+from gymnasium import spaces as gym_spaces
 from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import concatenate
 from gymnasium.vector.vector_env import AutoresetMode
@@ -35,8 +48,9 @@ from ..samples import Sample
 from ..simulators import make_simulator
 from ..simulators.base import UserRequest
 from .env import TextSQLClarifyEnv, episode_samples, fetch_replies
+from .infos import resolve_info_format, typed_info
 
-__all__ = ["TextSQLClarifyVectorEnv", "as_float"]
+__all__ = ["TextSQLClarifyVectorEnv", "as_float", "merge_infos"]
 
 _MODE_NAMES = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_STEP,
                "disabled": AutoresetMode.DISABLED}
@@ -50,16 +64,23 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
         dataset, samples, limit, db_root, validate, exclude_flags: as :class:`TextSQLClarifyEnv`; the samples are
             loaded once and shared.
         simulator: as :class:`TextSQLClarifyEnv`; built once (one model per process) and shared.
-        feedback_judge: as :class:`TextSQLClarifyEnv`; one judge shared by the sub-envs.
+        feedback_judge: as :class:`TextSQLClarifyEnv`; one judge shared by the sub-envs, asked once per step
+            for all the step's feedback actions (``judge_many`` where it has one).
         autoreset_mode: an ``AutoresetMode`` or its name: ``"next_step"`` (Gymnasium's default),
             ``"same_step"``, ``"disabled"`` (Gymnasium's ``"NextStep"`` spellings work too).
-        copy: return copies of the batched observations (as ``SyncVectorEnv``).
-        env_kwargs: every other :class:`TextSQLClarifyEnv` option (reward preset, budget, modes ...).
+        copy: kept for ``SyncVectorEnv`` compatibility; both values return observations that later steps do
+            not change (text fields are tuples of immutable strings, counters new arrays every step), so no
+            deep copy is ever made.
+        env_kwargs: every other :class:`TextSQLClarifyEnv` option (reward preset, budget, modes,
+            ``info_format`` ...); with ``isolation="process"`` the sub-envs share one worker pool, shut down
+            by :meth:`close`.
 
-    Observations are the sub-envs' dicts batched by ``gymnasium.vector.utils.concatenate`` (each text
-    field a tuple of ``num_envs`` strings, each counter an ``int64`` array of shape ``(num_envs,)``);
-    rewards ``float64 (num_envs,)``; terminated / truncated ``bool (num_envs,)``; infos merged per key
-    with the ``_key`` masks of Gymnasium's vector API.
+    Observations are the sub-envs' dicts batched per field (each text field a tuple of ``num_envs``
+    strings, each counter an ``int64`` array of shape ``(num_envs,)``, as ``gymnasium.vector.utils.concatenate``
+    gives them); rewards ``float64 (num_envs,)``; terminated / truncated ``bool (num_envs,)``; infos merged
+    per key with the ``_key`` masks of Gymnasium's vector API (:func:`merge_infos`). With
+    ``info_format="typed"`` the sub-envs' infos are first put in the typed format (:mod:`.infos`), so
+    reward components and scores merge into ``float64`` arrays (``NaN`` = undefined).
 
     Raises:
         ValueError: ``num_envs`` below 1, an unknown autoreset mode, or any :class:`TextSQLClarifyEnv`
@@ -88,9 +109,26 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
         make_one = functools.partial(TextSQLClarifyEnv, samples=shared, simulator=user,
                                      feedback_judge=judge, **env_kwargs)
         super().__init__([make_one] * int(num_envs), copy=copy, autoreset_mode=autoreset_mode)
+        # one static per-sample cache (sandbox, schema text, system prompt ...) for every sub-env: they share
+        # the samples and every option that goes into it, so each sample's entry is built once, not N times
+        # (not with isolation="process" and a worker pool per sub-env: a cached sandbox belongs to one pool)
+        if len({id(getattr(env, "worker_pool", None)) for env in self.envs}) == 1:
+            for env in self.envs[1:]:
+                env._static = self.envs[0]._static
+        self._typed = resolve_info_format(getattr(self.envs[0], "info_format", "python")) == "typed"
+        self._batch_obs = _observation_batcher(self.single_observation_space, self.num_envs)
         #: ``respond`` calls made by :meth:`step` and the requests they carried (for logs and benchmarks).
         self.respond_calls = 0
         self.requests_answered = 0
+        #: feedback-judge calls made by :meth:`step` (``judge_many`` or one per feedback) and the feedbacks judged.
+        self.judge_calls = 0
+        self.feedbacks_judged = 0
+
+    @property
+    def static_cache(self) -> dict:
+        """The per-sample cache of sub-env 0, which every sub-env shares (``{sample id: static entry}``); held by
+        the sub-envs only, so that ``close()`` (each sub-env lets go of it) frees its sandboxes."""
+        return self.envs[0]._static
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close the sub-envs (as ``SyncVectorEnv``), then the worker pool they share under ``isolation="process"``."""
@@ -99,8 +137,9 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
             self._worker_pool.close()
 
     def _add_info(self, vector_infos: dict[str, Any], env_info: dict[str, Any], env_num: int) -> dict[str, Any]:
-        """Gymnasium's info merging (``infos[key][i]`` plus the ``infos["_key"]`` mask), made safe for
-        values whose type differs between sub-envs.
+        """Gymnasium's info merging of one sub-env (``infos[key][i]`` plus the ``infos["_key"]`` mask), made safe
+        for values whose type differs between sub-envs; :meth:`step` and :meth:`reset` merge all sub-envs at
+        once with :func:`merge_infos` (same result), this stays for callers of the Gymnasium method.
 
         Gymnasium types a key's array by the first value it sees, so a reward component that is
         ``1.0`` in one sub-env and ``None`` (undefined, DESIGN "Contracts") in the next raises
@@ -128,6 +167,16 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
             vector_infos = super()._add_info(vector_infos, {key: value}, env_num)
         return vector_infos
 
+    def _merge(self, entries: list[tuple[int, dict]]) -> dict[str, Any]:
+        if self._typed:
+            entries = [(i, typed_info(info)) for i, info in entries]
+        return merge_infos(entries, self.num_envs)
+
+    def _observe(self) -> Any:
+        """The batched observations of ``self._env_obs`` (new objects: nothing later changes them)."""
+        self._observations = self._batch_obs(self._env_obs, self._observations)
+        return self._observations
+
     def reset(self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None):
         """Reset the sub-envs, as ``SyncVectorEnv.reset``, plus a sample chosen per sub-env.
 
@@ -142,54 +191,53 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
             ``(obs, infos)`` batched as ``SyncVectorEnv.reset``.
         Raises:
             ValueError: a per-sub-env list of the wrong length or type, both lists, other options with
-                them, or a bad ``reset_mask`` / seed list. KeyError / IndexError: an unknown id or index.
+                them, or a bad ``reset_mask`` / seed list. TypeError: a ``reset_mask`` that is not a bool
+                numpy array (without a per-sub-env list, as ``SyncVectorEnv``). KeyError / IndexError: an
+                unknown id or index.
         """
         options = dict(options or {})
         keys = [k for k in ("sample_ids", "indices") if k in options]
-        if not keys:
-            return super().reset(seed=seed, options=options or None)
         if len(keys) > 1:
             raise ValueError("give either 'sample_ids' or 'indices' in reset options, not both")
-        chosen = options.pop(keys[0])
         mask = options.pop("reset_mask", None)
-        if options:
-            raise ValueError(f"reset options {sorted(options)} cannot be combined with {keys[0]!r}")
-        if not isinstance(chosen, (list, tuple, np.ndarray)) or len(chosen) != self.num_envs:
-            raise ValueError(f"reset option {keys[0]!r} needs a list of {self.num_envs} entries (one per sub-env), "
-                             f"got {type(chosen).__name__}")
-        if mask is None:
-            mask = np.ones(self.num_envs, dtype=bool)
-        elif not (isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and mask.shape == (self.num_envs,)):
-            raise ValueError(f"reset_mask must be a bool numpy array of shape ({self.num_envs},)")
-        if seed is None or isinstance(seed, (int, np.integer)):
-            seeds = [None if seed is None else int(seed) + i for i in range(self.num_envs)]
-        elif len(seed) == self.num_envs:
-            seeds = list(seed)
+        if mask is not None:
+            _check_mask(mask, self.num_envs, strict_type=not keys)
+        if not keys:
+            seeds = _seed_list(seed, self.num_envs, check=False)
+            chosen, sub = None, None
         else:
-            raise ValueError(f"seed needs one entry per sub-env ({self.num_envs}), got {len(seed)}")
-        for i, seed_i in enumerate(seeds):
-            if seed_i is not None and (isinstance(seed_i, bool) or not isinstance(seed_i, (int, np.integer))):
-                raise ValueError(f"seed {i} must be an int or None, got {seed_i!r}")
-        sub = "sample_id" if keys[0] == "sample_ids" else "index"
-        for i in np.flatnonzero(mask):  # every choice checked before any sub-env is reset
-            pick = chosen[i]
-            if pick is None:
-                continue
-            if sub == "sample_id":
-                self.envs[i].sample_index(str(pick) if isinstance(pick, np.str_) else pick)
-            elif isinstance(pick, bool) or not isinstance(pick, (int, np.integer)) or \
-                    not 0 <= int(pick) < len(self.envs[i].samples):
-                raise IndexError(f"indices[{i}] = {pick!r} is not a sample index 0..{len(self.envs[i].samples) - 1}")
-        infos: dict[str, Any] = {}
-        for i in np.flatnonzero(mask):
-            pick = chosen[i]
-            if isinstance(pick, np.generic):
-                pick = pick.item()
-            self._env_obs[i], info = self.envs[i].reset(seed=seeds[i], options=None if pick is None else {sub: pick})
+            chosen = options.pop(keys[0])
+            if options:
+                raise ValueError(f"reset options {sorted(options)} cannot be combined with {keys[0]!r}")
+            if not isinstance(chosen, (list, tuple, np.ndarray)) or len(chosen) != self.num_envs:
+                raise ValueError(f"reset option {keys[0]!r} needs a list of {self.num_envs} entries (one per sub-env), "
+                                 f"got {type(chosen).__name__}")
+            seeds = _seed_list(seed, self.num_envs, check=True)
+            sub = "sample_id" if keys[0] == "sample_ids" else "index"
+        todo = range(self.num_envs) if mask is None else np.flatnonzero(mask).tolist()
+        if chosen is not None:
+            for i in todo:  # every choice checked before any sub-env is reset
+                pick = chosen[i]
+                if pick is None:
+                    continue
+                if sub == "sample_id":
+                    self.envs[i].sample_index(str(pick) if isinstance(pick, np.str_) else pick)
+                elif isinstance(pick, bool) or not isinstance(pick, (int, np.integer)) or \
+                        not 0 <= int(pick) < len(self.envs[i].samples):
+                    raise IndexError(f"indices[{i}] = {pick!r} is not a sample index 0..{len(self.envs[i].samples) - 1}")
+        entries = []
+        for i in todo:
+            if chosen is None:
+                env_options = options or None
+            else:
+                pick = chosen[i]
+                if isinstance(pick, np.generic):
+                    pick = pick.item()
+                env_options = None if pick is None else {sub: pick}
+            self._env_obs[i], info = self.envs[i].reset(seed=seeds[i], options=env_options)
             self._terminations[i] = self._truncations[i] = self._autoreset_envs[i] = False
-            infos = self._add_info(infos, info, int(i))
-        self._observations = concatenate(self.single_observation_space, self._env_obs, self._observations)
-        return (deepcopy(self._observations) if self.copy else self._observations), infos
+            entries.append((i, info))
+        return self._observe(), self._merge(entries)
 
     @property
     def simulator(self) -> Any:
@@ -203,11 +251,14 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
 
     def step(self, actions: Any):
         """Step every sub-env; all clarifications of this step are answered in one ``respond(batch)``
-        (one per distinct simulator object, when ``set_attr`` gave sub-envs different ones).
+        (one per distinct simulator object, when ``set_attr`` gave sub-envs different ones), and all its
+        feedback actions judged in one ``judge_many`` per judge (or one ``judge`` call each, for a judge
+        without ``judge_many``).
 
-        The clarifications go first, then the other sub-envs step (or autoreset). A step that fails
-        anywhere (the simulator, an FB judge, a scorer) changes no sub-env: each is put back as it was
-        (:meth:`TextSQLClarifyEnv.snapshot`), so the step can be sent again or the env reset.
+        The feedback judgements go first, then the clarifications, then the other sub-envs step (or
+        autoreset). A step that fails anywhere (the simulator, an FB judge, a scorer) changes no sub-env:
+        each is put back as it was (:meth:`TextSQLClarifyEnv.snapshot`), so the step can be sent again or
+        the env reset.
 
         Args:
             actions: one action string per sub-env: a list, tuple or 1-d array of ``num_envs`` items.
@@ -217,7 +268,8 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
             ValueError: ``actions`` is not a list, tuple or 1-d array, or holds not ``num_envs`` actions.
             RuntimeError: autoreset is disabled and a sub-env has ended (checked before any sub-env
                 steps); a sub-env's step fails as :meth:`TextSQLClarifyEnv.step` does; the simulator
-                returns a different number of replies than requests (the message names it).
+                returns a different number of replies than requests, or a judge's ``judge_many`` a different
+                number of verdicts than feedbacks (the message names it).
             TypeError: a reply is not a ``UserReply`` (the message gives its position).
         """
         if isinstance(actions, np.ndarray) and actions.ndim == 1:
@@ -227,59 +279,329 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
         else:
             raise ValueError(f"step needs a list, tuple or 1-d array of {self.num_envs} action strings "
                              f"(one per sub-env), got {type(actions).__name__}")
-        if len(acts) != self.num_envs:
-            raise ValueError(f"step needs {self.num_envs} actions (one per sub-env), got {len(acts)}")
-        resetting = self._autoreset_envs.copy() if self.autoreset_mode == AutoresetMode.NEXT_STEP else \
-            np.zeros(self.num_envs, dtype=bool)
-        if self.autoreset_mode == AutoresetMode.DISABLED and self._autoreset_envs.any():
+        n = self.num_envs
+        if len(acts) != n:
+            raise ValueError(f"step needs {n} actions (one per sub-env), got {len(acts)}")
+        mode = self.autoreset_mode
+        if mode == AutoresetMode.DISABLED and self._autoreset_envs.any():
             ended = np.flatnonzero(self._autoreset_envs).tolist()
             raise RuntimeError(f"sub-envs {ended} have ended and autoreset is disabled: reset them first "
                                f"(reset(options={{'reset_mask': ...}}))")
-        results: list[tuple | None] = [None] * self.num_envs
-        snaps = [env.snapshot(rng=bool(r)) for env, r in zip(self.envs, resetting)]  # only resets draw
+        resetting = self._autoreset_envs.tolist() if mode == AutoresetMode.NEXT_STEP else [False] * n
+        envs = self.envs
+        results: list[tuple | None] = [None] * n
+        # each sub-env's state is saved just before the step first changes it (only resets draw from the RNG),
+        # so that a failure anywhere puts every changed sub-env back; the last sub-env to step needs none
+        # when it only begins a step, which undoes itself when it fails (TextSQLClarifyEnv.begin_step)
+        snaps: list[tuple[TextSQLClarifyEnv, tuple]] = []
+        judged: list[tuple[TextSQLClarifyEnv, Any]] = []
+        groups: dict[int, list[tuple[int, UserRequest]]] = {}
+        pending: list[tuple[int, UserRequest]] = []
         try:
-            # 1. clarifications: begun, answered per simulator, and only then recorded
-            asks = [i for i in range(self.num_envs) if not resetting[i] and self.envs[i].needs_reply(acts[i])]
-            pending = [(i, self.envs[i].begin_step(acts[i])) for i in asks]
-            groups: dict[int, list[tuple[int, UserRequest]]] = {}
+            # 1. feedback judgements, one batch per judge; each judging sub-env gets its verdict
+            self._prejudge(acts, resetting, judged)
+            # 2. clarifications: begun, answered per simulator, and only then recorded
+            for i in range(n):
+                if not resetting[i] and envs[i].needs_reply(acts[i]):
+                    snaps.append((envs[i], envs[i].snapshot(rng=False)))
+                    pending.append((i, envs[i].begin_step(acts[i])))
             for i, req in pending:
-                groups.setdefault(id(self.envs[i].simulator), []).append((i, req))
+                groups.setdefault(id(envs[i].simulator), []).append((i, req))
             replies: dict[int, Any] = {}
             for members in groups.values():
-                sim = self.envs[members[0][0]].simulator
+                sim = envs[members[0][0]].simulator
                 for (i, _), reply in zip(members, fetch_replies(sim, [req for _, req in members])):
                     replies[i] = reply
             for i, _ in pending:
-                results[i] = self.envs[i].complete_step(replies[i])
-            # 2. every other sub-env: autoreset, or a step that needs no reply
-            for i in range(self.num_envs):
-                if results[i] is not None:
-                    continue
+                results[i] = envs[i].complete_step(replies[i])
+            # 3. every other sub-env: autoreset, or a step that needs no reply
+            rest = [i for i in range(n) if results[i] is None]
+            last = rest[-1] if rest else -1
+            for i in rest:
+                env = envs[i]
                 if resetting[i]:
-                    obs, info = self.envs[i].reset()
+                    snaps.append((env, env.snapshot(rng=True)))
+                    obs, info = env.reset()
                     results[i] = (obs, 0.0, False, False, info)
                 else:
-                    results[i] = self.envs[i].begin_step(acts[i])
+                    if i != last:
+                        snaps.append((env, env.snapshot(rng=False)))
+                    results[i] = env.begin_step(acts[i])
         except BaseException:
-            for env, snap in zip(self.envs, snaps):  # a step that fails anywhere changes no sub-env
+            for env, snap in reversed(snaps):  # a step that fails anywhere changes no sub-env
                 env.restore(snap)
             raise
+        finally:
+            for env, judge in judged:
+                env.feedback_judge = judge
         self.respond_calls += len(groups)
         self.requests_answered += len(pending)
-        infos: dict[str, Any] = {}
+        entries = []
         for i, (obs, reward, terminated, truncated, info) in enumerate(results):
-            self._env_obs[i] = obs
             self._rewards[i] = reward
             self._terminations[i] = terminated
             self._truncations[i] = truncated
-            if self.autoreset_mode == AutoresetMode.SAME_STEP and (terminated or truncated):
-                infos = self._add_info(infos, {"final_obs": obs, "final_info": info}, i)
-                self._env_obs[i], info = self.envs[i].reset()
-            infos = self._add_info(infos, info, i)
-        self._observations = concatenate(self.single_observation_space, self._env_obs, self._observations)
+            if mode == AutoresetMode.SAME_STEP and (terminated or truncated):
+                final = {"final_obs": obs, "final_info": info}
+                obs, info = envs[i].reset()
+                info = {**final, **info}
+            self._env_obs[i] = obs
+            entries.append((i, info))
         self._autoreset_envs = np.logical_or(self._terminations, self._truncations)
-        return (deepcopy(self._observations) if self.copy else self._observations, np.copy(self._rewards),
-                np.copy(self._terminations), np.copy(self._truncations), infos)
+        return (self._observe(), self._rewards.copy(), self._terminations.copy(), self._truncations.copy(),
+                self._merge(entries))
+
+    def _prejudge(self, acts: list, resetting: list, judged: list) -> None:
+        """Judge this step's feedback actions in one batch per judge and give each judging sub-env its verdict
+        (a one-shot :class:`_Verdict` in place of its judge, which the caller puts back: ``judged`` gets the
+        ``(env, judge)`` pairs). A sub-env whose judgement was not foreseen asks its own judge as usual."""
+        asks: dict[int, list] = {}
+        for i, env in enumerate(self.envs):
+            if not resetting[i]:
+                req = _judge_request(env, acts[i])
+                if req is not None:
+                    asks.setdefault(id(env.feedback_judge), []).append((env, req))
+        for members in asks.values():
+            judge = members[0][0].feedback_judge
+            reqs = [req for _, req in members]
+            many = getattr(judge, "judge_many", None)
+            if callable(many):
+                verdicts = list(many([r[0] for r in reqs], [r[1] for r in reqs], [r[2] for r in reqs]))
+                if len(verdicts) != len(reqs):
+                    raise RuntimeError(f"feedback judge {type(judge).__name__}.judge_many returned {len(verdicts)} "
+                                       f"verdicts for {len(reqs)} feedbacks")
+                self.judge_calls += 1
+            else:
+                verdicts = [judge.judge(*r) for r in reqs]
+                self.judge_calls += len(reqs)
+            self.feedbacks_judged += len(reqs)
+            for (env, req), verdict in zip(members, verdicts):
+                judged.append((env, judge))
+                env.feedback_judge = _Verdict(judge, req, bool(verdict))
+
+
+class _Verdict:
+    """A judge standing in for ``inner`` during one vector step: the verdict made in the step's batch for
+    ``(sample, feedback)``, once; any other call goes to ``inner``."""
+
+    def __init__(self, inner: Any, request: tuple, verdict: bool):
+        self.inner, self.request, self.verdict = inner, request, verdict
+
+    def judge(self, sample: Sample, feedback: str, schema_identifiers: Any = ()) -> bool:
+        """The batch's verdict for the foreseen ``(sample, feedback)``, else ``inner.judge(...)``."""
+        req = self.request
+        if req is not None and sample is req[0] and feedback == req[1]:
+            self.request = None
+            return self.verdict
+        return self.inner.judge(sample, feedback, schema_identifiers)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _judge_request(env: TextSQLClarifyEnv, action: Any) -> tuple | None:
+    """``(sample, feedback, schema_identifiers)`` when ``env.begin_step(action)`` will ask its FB judge (a
+    well-formed feedback action on an unanswerable sample whose gold is not withheld, see
+    ``TextSQLClarifyEnv._feedback``), else ``None``. Changes nothing (the parse is remembered for the step)."""
+    s = env.current_sample
+    if s is None or s.group != "unanswerable" or s.gold_withheld or env._done or env._pending is not None:
+        return None
+    act, error = env._parse(action)
+    if error is not None or act.type != "feedback":
+        return None
+    return s, act.content, env._schema_ids
+
+
+def _check_mask(mask: Any, n: int, *, strict_type: bool) -> None:
+    """``reset_mask`` checks: a bool numpy array of shape ``(n,)`` with a True; ``strict_type`` raises
+    ``TypeError`` for a wrong type or dtype (``SyncVectorEnv``'s errors), else ``ValueError``."""
+    if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
+        if strict_type:
+            raise TypeError(f"`options['reset_mask']` must be a numpy array of dtype np.bool_, got {type(mask)}")
+        raise ValueError(f"reset_mask must be a bool numpy array of shape ({n},)")
+    if mask.shape != (n,):
+        raise ValueError(f"reset_mask must be a bool numpy array of shape ({n},), got shape {mask.shape}")
+    if not mask.any():
+        raise ValueError("`options['reset_mask']` must contain at least one True value")
+
+
+def _seed_list(seed: Any, n: int, *, check: bool) -> list:
+    """One seed per sub-env from ``None``, an int (``seed + i``) or a list of ``n``; ``check`` also refuses
+    entries that are neither ints nor ``None``."""
+    if seed is None:
+        return [None] * n
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        return [int(seed) + i for i in range(n)]
+    seeds = list(seed)
+    if len(seeds) != n:
+        raise ValueError(f"seed needs one entry per sub-env ({n}), got {len(seeds)}")
+    if check:
+        for i, seed_i in enumerate(seeds):
+            if seed_i is not None and (isinstance(seed_i, bool) or not isinstance(seed_i, (int, np.integer))):
+                raise ValueError(f"seed {i} must be an int or None, got {seed_i!r}")
+    return seeds
+
+
+def _observation_batcher(space: Any, n: int):
+    """A function ``(sub-env observations, previous batch) -> batch`` for ``space``: text fields as tuples
+    of strings and ``Discrete`` counters as new ``int64`` arrays (what Gymnasium's ``concatenate`` gives,
+    without its per-field dispatch and copies); Gymnasium's ``concatenate`` for any other space."""
+    if isinstance(space, gym_spaces.Dict) and all(isinstance(sub, (gym_spaces.Text, gym_spaces.Discrete))
+                                                   for sub in space.spaces.values()):
+        plan = [(key, None if isinstance(sub, gym_spaces.Text) else sub.dtype) for key, sub in space.spaces.items()]
+
+        def batch(items: list, _previous: Any) -> dict:
+            out = {}
+            for key, dtype in plan:
+                if dtype is None:
+                    out[key] = tuple([o[key] for o in items])
+                else:
+                    out[key] = np.fromiter([o[key] for o in items], dtype=dtype, count=n)
+            return out
+
+        return batch
+    return lambda items, previous: concatenate(space, items, previous)
+
+
+_SCALARS = (int, float, bool)
+
+
+def merge_infos(entries: Sequence[tuple[int, dict]], num_envs: int) -> dict[str, Any]:
+    """The vector info of sub-env infos, in Gymnasium's layout: ``infos[key]`` an array of ``num_envs``
+    values and ``infos["_key"]`` the bool mask of the sub-envs that reported ``key``; a dict value merged
+    recursively. One pass per key over the sub-envs (issue 12: Gymnasium's ``_add_info`` types and fills
+    value by value).
+
+    Types, as :meth:`TextSQLClarifyVectorEnv._add_info` gives them sub-env by sub-env: the first reported
+    value of a key decides (a Python ``int`` / ``float`` / ``bool`` or a numpy number: an array of that type,
+    0 where unreported; a numpy array: a stacked array); a later value that does not fit that type unchanged
+    (``None``, a ``float`` after an ``int``, a bool among numbers, :func:`_fits`) makes it an ``object`` array of
+    the values as given, ``None`` where unreported; anything else (strings, ``None``, lists, objects) is an
+    ``object`` array. ``final_obs`` is an ``object`` array of observation dicts; a key that is a dict in one
+    sub-env and not in another is an ``object`` array with the dicts kept whole.
+
+    Args:
+        entries: ``(sub-env index, info dict)`` pairs, in sub-env order (a sub-env may be missing).
+        num_envs: the vector env's number of sub-envs.
+    Returns:
+        The merged info dict (keys in order of first appearance, each followed by its ``_key`` mask).
+    """
+    if not entries:
+        return {}
+    if len(entries) == num_envs:
+        first = entries[0][1]
+        if num_envs == 1 or all(d.keys() == first.keys() for _, d in entries):
+            return _merge_full([d for _, d in entries], num_envs)
+    seen: dict[str, None] = {}
+    for _, d in entries:
+        seen.update(dict.fromkeys(d))
+    out: dict[str, Any] = {}
+    for key in seen:
+        pairs = [(i, d[key]) for i, d in entries if key in d]
+        idx = [i for i, _ in pairs]
+        mask = np.zeros(num_envs, dtype=np.bool_)
+        mask[idx] = True
+        out[key] = _merge_values(key, [v for _, v in pairs], idx, num_envs)
+        out[f"_{key}"] = mask
+    return out
+
+
+_DTYPES = {float: np.dtype(np.float64), int: np.dtype(np.int64), bool: np.dtype(np.bool_)}
+
+
+_MASK_KEYS: dict[str, str] = {}
+
+
+def _merge_full(dicts: list[dict], n: int) -> dict[str, Any]:
+    """:func:`merge_infos` of ``n`` dicts with the same keys, one per sub-env: the common case, kept cheap.
+    The leaves of one type (``float``, ``int``, ``bool``, objects) and the masks are filled into one 2-d
+    array each; every key gets its own row (a view: no two keys share memory)."""
+    floats: list = []
+    others: list = []  # (dest, key, values, dtype or None for object)
+    masks: list = []
+    out = _walk(dicts, n, floats, others, masks)
+    if floats:
+        block = np.array([v for _, _, vals in floats for v in vals], dtype=np.float64).reshape(len(floats), n)
+        for k, (dest, key, _) in enumerate(floats):
+            dest[key] = block[k]
+    objects = [leaf for leaf in others if leaf[3] is None]
+    if objects:
+        block = np.empty((len(objects), n), dtype=object)
+        for k, (dest, key, vals, _) in enumerate(objects):
+            row = block[k]
+            for i, v in enumerate(vals):
+                row[i] = v
+            dest[key] = row
+    for dest, key, vals, dtype in others:
+        if dtype is not None:
+            dest[key] = np.array(vals, dtype=dtype)
+    block = np.empty((len(masks), n), dtype=np.bool_)
+    block.fill(True)
+    for k, (dest, key) in enumerate(masks):
+        dest[key] = block[k]
+    return out
+
+
+def _walk(dicts: list[dict], n: int, floats: list, others: list, masks: list) -> dict[str, Any]:
+    """The output skeleton of :func:`_merge_full`; typed and object leaves are queued for it."""
+    d0 = dicts[0]
+    one = n == 1
+    out: dict[str, Any] = {}
+    for key, v0 in d0.items():
+        vals = (v0,) if one else [d[key] for d in dicts]
+        t0 = type(v0)
+        mkey = _MASK_KEYS.get(key)
+        if mkey is None:
+            mkey = _MASK_KEYS.setdefault(key, "_" + key) if len(_MASK_KEYS) < 65536 else "_" + key
+        out[key] = out[mkey] = None  # placeholders keep Gymnasium's key order: key, then its mask
+        masks.append((out, mkey))
+        if t0 is float:
+            if one or all(type(v) is float for v in vals):
+                floats.append((out, key, vals))
+            else:
+                out[key] = _merge_values(key, list(vals), None, n)
+        elif t0 is int or t0 is bool:
+            if one or all(type(v) is t0 for v in vals):
+                others.append((out, key, vals, _DTYPES[t0]))
+            else:
+                out[key] = _merge_values(key, list(vals), None, n)
+        elif t0 is dict and key != "final_obs":
+            out[key] = _walk(vals, n, floats, others, masks) if one or all(
+                type(v) is dict and v.keys() == v0.keys() for v in vals) else _merge_values(key, list(vals), None, n)
+        elif t0 is dict or isinstance(v0, (dict, np.ndarray, np.number)):
+            out[key] = _merge_values(key, list(vals), None, n)
+        else:  # strings, None, lists, objects: the first value makes it an object array, whatever follows
+            others.append((out, key, vals, None))
+    return out
+
+
+def _merge_values(key: str, vals: list, idx: list | None, n: int) -> Any:
+    """One key's merged array (or nested dict) for the values ``vals`` of sub-envs ``idx`` (``None``: all)."""
+    v0 = vals[0]
+    t0 = type(v0)
+    if key != "final_obs":
+        if t0 is dict or isinstance(v0, dict):
+            if all(isinstance(v, dict) for v in vals):
+                return merge_infos(list(zip(range(n) if idx is None else idx, vals)), n)
+        elif t0 in _SCALARS or isinstance(v0, np.number):
+            dtype = np.dtype(t0)
+            if all(type(v) is t0 for v in vals) or all(_fits(v, dtype) for v in vals):
+                if idx is None:
+                    return np.array(vals, dtype=dtype)
+                arr = np.zeros(n, dtype=dtype)
+                arr[idx] = vals
+                return arr
+        elif isinstance(v0, np.ndarray):
+            if all(isinstance(v, np.ndarray) and v.shape == v0.shape and np.can_cast(v.dtype, v0.dtype, "safe")
+                   for v in vals):
+                arr = np.zeros((n, *v0.shape), dtype=v0.dtype)
+                for i, v in zip(range(n) if idx is None else idx, vals):
+                    arr[i] = v
+                return arr
+    arr = np.full(n, None, dtype=object)
+    for i, v in zip(range(n) if idx is None else idx, vals):
+        arr[i] = v
+    return arr
 
 
 def _fits(value: Any, dtype: np.dtype) -> bool:
