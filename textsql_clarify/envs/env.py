@@ -588,6 +588,8 @@ class TextSQLClarifyEnv(gym.Env):
 
     def _sql(self, act: Action):
         # one analysis scope per step: the scorers and the drift commitments share the prediction's parse (issue 12)
+        if not (self.detailed_scores or self._drift_done):
+            return self._sql_scored(act)
         with shared_analysis():
             return self._sql_scored(act)
 

@@ -106,9 +106,13 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
         A :class:`SQLTurnScore`. Never raises for bad SQL.
 
     Cost: the scorers share one parse and one qualify of ``pred_sql`` (and one preparation for the component
-    sets) through :func:`~textsql_clarify.sql.schema.shared_analysis`, opened here unless the caller opened
-    one (the env does, so that drift commitments share it too); issue 12, item 2.
+    sets) through :func:`~textsql_clarify.sql.schema.shared_analysis`, opened here (detailed steps) unless the
+    caller opened one (the env does, so that drift commitments share it too); issue 12, item 2.
     """
+    if not detailed:  # the EX-only path reads the prediction's SQL once (its projection): nothing to share
+        return _score_sql_turn(pred_sql, gold_sql, sandbox, gold_key=gold_key, detailed=detailed,
+                               offered_tables=offered_tables, ex_options=ex_options, gold_withheld=gold_withheld,
+                               other_readings=other_readings)
     with shared_analysis():
         return _score_sql_turn(pred_sql, gold_sql, sandbox, gold_key=gold_key, detailed=detailed,
                                offered_tables=offered_tables, ex_options=ex_options, gold_withheld=gold_withheld,

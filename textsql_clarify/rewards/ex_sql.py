@@ -276,9 +276,7 @@ def projection_info(sql: str, schema: Mapping[str, Mapping[str, str]] | None = N
         expressions (unparsable SQL, ``*`` over a table the schema lacks, a table-valued function...).
         Never raises.
     """
-    key = None
-    if schema is not None:
-        key = tuple((t, tuple(cols)) for t, cols in schema.items())
+    key = None if schema is None else _names_key(schema)
     try:
         cols = _projection_cached(sql, key)
     except TypeError:  # unhashable schema contents
@@ -286,6 +284,23 @@ def projection_info(sql: str, schema: Mapping[str, Mapping[str, str]] | None = N
     if cols is not None and n_columns is not None and len(cols) != n_columns:
         return None
     return cols
+
+
+#: ``id(schema) -> (schema, key)``: the last schemas' table and column names, so that an env step does not rebuild
+#: the key of its database's schema for every lookup (issue 12). The schema is held, so its id is not reused; a
+#: schema mapping is not changed once it is scored (``SQLiteSandbox.schema`` is read once).
+_NAMES_KEYS: dict[int, tuple[Mapping, tuple]] = {}
+
+
+def _names_key(schema: Mapping[str, Mapping[str, str]]) -> tuple:
+    hit = _NAMES_KEYS.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    key = tuple((t, tuple(cols)) for t, cols in schema.items())
+    if len(_NAMES_KEYS) >= 256:
+        _NAMES_KEYS.clear()
+    _NAMES_KEYS[id(schema)] = (schema, key)
+    return key
 
 
 @functools.lru_cache(maxsize=4096)

@@ -14,7 +14,6 @@ The analysis boundary (used by the metric modules: components, commitments, cell
 """
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 import re
@@ -59,9 +58,9 @@ def _reason(what: str, e: BaseException) -> str:
     return f"{what}: {type(e).__name__}" + (f": {detail}" if detail else "")
 
 
-@contextlib.contextmanager
-def analysis_errors(sql: str | exp.Expression, what: str) -> Iterator[None]:
-    """Context manager: any exception raised inside becomes :class:`SQLParseError` (``sql``, reason).
+class analysis_errors:  # noqa: N801 - used as a function: ``with analysis_errors(sql, "qualify"):``
+    """Context manager: any exception raised inside becomes :class:`SQLParseError` (``sql``, reason). A class, not
+    a generator: it is entered many times per env step (issue 12).
 
     The reason reads ``"<what>: <ExceptionType>: <first line of the message>"`` (``"<what>: query nested
     too deeply"`` for a ``RecursionError``). This package's own typed errors (``SQLParseError`` included)
@@ -79,13 +78,21 @@ def analysis_errors(sql: str | exp.Expression, what: str) -> Iterator[None]:
     Raises:
         SQLParseError: for any other exception raised inside the block.
     """
-    try:
-        yield
-    except (TextSQLClarifyError, MemoryError):
-        raise
-    except Exception as e:  # noqa: BLE001 - the point of the boundary
-        text = sql if isinstance(sql, str) else _safe_sql(sql)
-        raise SQLParseError(text, _reason(what, e)) from e
+
+    __slots__ = ("sql", "what")
+
+    def __init__(self, sql: str | exp.Expression, what: str) -> None:
+        self.sql = sql
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type | None, e: BaseException | None, tb: object) -> bool:
+        if e is None or isinstance(e, (TextSQLClarifyError, MemoryError)) or not isinstance(e, Exception):
+            return False
+        text = self.sql if isinstance(self.sql, str) else _safe_sql(self.sql)
+        raise SQLParseError(text, _reason(self.what, e)) from e
 
 
 def parse_sql(sql: str) -> exp.Expression:
@@ -387,28 +394,34 @@ class AnalysisMemo:
 _ACTIVE: contextvars.ContextVar[AnalysisMemo | None] = contextvars.ContextVar("textsql_analysis_memo", default=None)
 
 
-@contextlib.contextmanager
-def shared_analysis() -> Iterator[AnalysisMemo]:
+class shared_analysis:  # noqa: N801 - used as a function: ``with shared_analysis() as memo``
     """Context manager for one env step: inside it, :func:`parse_for_analysis` parses each text once,
     :func:`qualified_for_analysis` qualifies it once per schema, and the metric modules share their
     per-text work (:func:`active_memo`); on exit it is all dropped (nothing is cached across steps). Nested
     use joins the scope already open. Results are the same as without it (``tests/test_step_sharing.py``).
+    A class rather than a generator: entering and leaving it costs well under a microsecond.
 
     Source: issue 12, item 2 (one parse and one qualify of the prediction per step).
 
-    Yields:
+    Yields (``as``):
         The step's :class:`AnalysisMemo`.
     """
-    memo = _ACTIVE.get()
-    if memo is not None:
-        yield memo
-        return
-    memo = AnalysisMemo()
-    token = _ACTIVE.set(memo)
-    try:
-        yield memo
-    finally:
-        _ACTIVE.reset(token)
+
+    __slots__ = ("_token", "_memo")
+
+    def __enter__(self) -> AnalysisMemo:
+        memo = _ACTIVE.get()
+        if memo is not None:
+            self._token = None
+            return memo
+        memo = AnalysisMemo()
+        self._token = _ACTIVE.set(memo)
+        return memo
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _ACTIVE.reset(self._token)
+            self._token = None
 
 
 def active_memo() -> AnalysisMemo | None:
