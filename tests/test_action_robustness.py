@@ -421,6 +421,20 @@ def test_gym_make_after_failed_resets(mixed_samples):
     assert term and info["scores"]["ex"] == 1.0
 
 
+def test_vector_reset_is_all_or_nothing(mixed_samples):
+    from textsql_clarify.envs.vector import TextSQLClarifyVectorEnv
+
+    venv = TextSQLClarifyVectorEnv(3, samples=mixed_samples, validate=False, feedback_judge=LexicalFeedbackJudge())
+    venv.reset(seed=1, options={"indices": [0, 3, 0]})
+    before = [_state(e) for e in venv.envs]
+    with pytest.raises(FileNotFoundError):
+        venv.reset(seed=9, options={"indices": [3, 0, 1]})   # sub-envs 0 and 1 reset before 2 fails
+    assert [_state(e) for e in venv.envs] == before
+    gold = {0: mixed_samples[0].gold_sql, 1: mixed_samples[3].gold_sql, 2: mixed_samples[0].gold_sql}
+    _, rewards, terms, _, infos = venv.step([f"<sql>{gold[i]}</sql>" for i in range(3)])
+    assert list(terms) == [True, True, True] and list(infos["sample_id"]) == [mixed_samples[k].id for k in (0, 3, 0)]
+
+
 # ------------------------------------------------------------------ fuzz: no action string raises
 _SPECIAL = ["\x00", "\ud83d", "\ude00", "\ud83d\ude00", "\ufeff", "\x1b[31m", "\u202e", "\r\n", "\t", "\u2028",
             "\uffff", "\x7f", "'", '"', "\\", ";", "--", "/*", "<", ">", "`"]

@@ -193,7 +193,8 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
             ValueError: a per-sub-env list of the wrong length or type, both lists, other options with
                 them, or a bad ``reset_mask`` / seed list. TypeError: a ``reset_mask`` that is not a bool
                 numpy array (without a per-sub-env list, as ``SyncVectorEnv``). KeyError / IndexError: an
-                unknown id or index.
+                unknown id or index. FileNotFoundError / DatabaseOpenError: a chosen sample's database is
+                missing or unreadable; no sub-env is changed then (each keeps its episode and RNG).
         """
         options = dict(options or {})
         keys = [k for k in ("sample_ids", "indices") if k in options]
@@ -226,17 +227,28 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
                         not 0 <= int(pick) < len(self.envs[i].samples):
                     raise IndexError(f"indices[{i}] = {pick!r} is not a sample index 0..{len(self.envs[i].samples) - 1}")
         entries = []
-        for i in todo:
-            if chosen is None:
-                env_options = options or None
-            else:
-                pick = chosen[i]
-                if isinstance(pick, np.generic):
-                    pick = pick.item()
-                env_options = None if pick is None else {sub: pick}
-            self._env_obs[i], info = self.envs[i].reset(seed=seeds[i], options=env_options)
-            self._terminations[i] = self._truncations[i] = self._autoreset_envs[i] = False
-            entries.append((i, info))
+        undo = [(i, self.envs[i].snapshot(), self._env_obs[i], self._terminations[i], self._truncations[i],
+                 self._autoreset_envs[i]) for i in todo]
+        try:
+            for i in todo:
+                if chosen is None:
+                    env_options = options or None
+                else:
+                    pick = chosen[i]
+                    if isinstance(pick, np.generic):
+                        pick = pick.item()
+                    env_options = None if pick is None else {sub: pick}
+                self._env_obs[i], info = self.envs[i].reset(seed=seeds[i], options=env_options)
+                self._terminations[i] = self._truncations[i] = self._autoreset_envs[i] = False
+                entries.append((i, info))
+        except BaseException:
+            # all or nothing, as a single env's reset (issue 12): a sample whose database is missing puts
+            # back the sub-envs already reset, episode and RNG
+            for i, snap, obs, term, trunc, auto in undo:
+                self.envs[i].restore(snap)
+                self._env_obs[i], self._terminations[i], self._truncations[i], self._autoreset_envs[i] = \
+                    obs, term, trunc, auto
+            raise
         return self._observe(), self._merge(entries)
 
     @property
