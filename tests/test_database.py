@@ -396,7 +396,7 @@ def test_guarded_functions_over_table_rows(db):
      "SELECT instr(s, substr(s, 1, 524000) || 'b') FROM a", "instr"),
 ])
 def test_quadratic_calls_refused_fast(db, sql, name):
-    with SQLiteSandbox(db, timeout_s=0.05) as sb:
+    with SQLiteSandbox(db, timeout_s=0.05, max_value_bytes=1 << 20) as sb:  # 1 MiB values: the guard, not the cap
         with generous_bound(f"{name}() on a quadratic input", stop=sb.interrupt):
             r = sb.execute(sql)
         # the guard's refusal, and runtime rather than timeout: it refused before the 0.05 s limit
@@ -466,8 +466,8 @@ def test_row_wider_than_the_byte_cap_keeps_no_rows(db):
 
 
 def test_default_byte_cap_bounds_many_large_values(db):
-    # 100,000 rows of 1,000,000 bytes would be 100 GB; at most ~64 MiB are kept
-    with SQLiteSandbox(db) as sb:
+    # 100,000 rows of 1,000,000 bytes would be 100 GB; at most ~64 MiB are kept (values up to 1 MiB allowed)
+    with SQLiteSandbox(db, max_value_bytes=1 << 20) as sb:
         r = sb.execute("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r LIMIT 100000) "
                        "SELECT zeroblob(1000000) FROM r")
         assert r.ok and r.truncated and r.row_count == 67
@@ -502,7 +502,7 @@ def test_heavy_rows_stop_at_the_deadline(db, monkeypatch, progress):
         monkeypatch.setattr(database, "PROGRESS_EVERY", 2**31 - 1)
     sql = ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r LIMIT 3000) "
            "SELECT length(replace(hex(zeroblob(500000 + n)), '0', '1')) FROM r")
-    with SQLiteSandbox(db, timeout_s=0.1) as sb:
+    with SQLiteSandbox(db, timeout_s=0.1, max_value_bytes=1 << 20) as sb:  # 1 MB values: heavy rows
         with generous_bound("3000 heavy rows under a 0.1 s limit", stop=sb.interrupt):
             r = sb.execute(sql)
         assert r.error_kind == "timeout", r

@@ -40,7 +40,7 @@ import gymnasium as gym
 import numpy as np
 
 from ..sql.isolated import WorkerPool, check_isolation
-from ..sql.sandbox import get_sandbox
+from ..sql.sandbox import get_sandbox, release_sandbox
 from ..errors import ActionError
 from ..rewards.commitments import commitment_set, drift_revision, is_drift
 from ..rewards.ex_sql import gold_nondeterminism
@@ -465,8 +465,17 @@ class TextSQLClarifyEnv(gym.Env):
         return render.history_text(self._history)
 
     def close(self) -> None:
-        """Nothing to release: sandboxes are shared per process (``database.get_sandbox``); with
-        ``isolation="process"`` the env's own worker pool is shut down (its processes exit)."""
+        """Release what the env opened: its hold on the shared sandboxes (each one's connection closes
+        when its last holder lets it go, ``sql.sandbox.release_sandbox``) and its per-sample cache; with
+        ``isolation="process"`` the env's own worker pool is shut down (its processes exit). Safe to
+        call twice; a later ``reset`` opens what it needs again."""
+        held = [static[0] for static in self.__dict__.get("_static", {}).values()]
+        held.append(self.__dict__.get("_sandbox"))
+        for sandbox in held:
+            if sandbox is not None:
+                release_sandbox(sandbox)
+        self._static = {}  # a new dict: never clear one another env may share
+        self._sandbox = None
         if getattr(self, "_own_pool", False):
             self.worker_pool.close()
             self._static = {}  # its sandboxes belonged to the closed pool

@@ -1,47 +1,63 @@
-"""Bounded work per SQLite VM instruction: the sandbox's size limits and its guarded built-ins.
+"""Bounded work per SQLite VM instruction and per statement: size limits, memory limits, guarded built-ins.
 
 Neither the progress handler nor the watchdog (:mod:`textsql_clarify.sql.watchdog`) can stop
-one VM instruction that runs long, so :class:`textsql_clarify.sql.sandbox.SQLiteSandbox` bounds
-what one instruction may cost:
+one VM instruction that runs long, and SQLite checks both only at loop steps, never inside one
+row's straight-line expressions. So :class:`textsql_clarify.sql.sandbox.SQLiteSandbox` bounds
+what one instruction, and one statement, may cost:
 
 * SQLite limits (:data:`SQLITE_LIMITS`, ``max_value_bytes``, ``max_sql_bytes``, set by
   :func:`_apply_limits`) cap the size of any string or blob, of the SQL text, of expressions,
-  compound SELECTs and LIKE patterns;
-* the built-in functions whose cost is not linear in their inputs (``printf``/``format`` with
-  ``%c`` precision, two-argument ``trim``/``ltrim``/``rtrim``, ``replace``, ``instr``) are wrapped
-  by guards (:func:`_install_guards`) that refuse a call whose cost bound passes
-  ``max_value_bytes`` (``%c`` repeats) / :data:`MAX_TRIM_WORK` / :data:`MAX_SEARCH_WORK`, and
-  otherwise run SQLite's own function.
+  compound SELECTs, LIKE patterns and the number of result columns (:data:`MAX_COLUMNS`);
+* a process-wide SQLite heap limit (:data:`HARD_HEAP_LIMIT_BYTES`, :func:`apply_heap_limits`)
+  with temp storage in memory (``PRAGMA temp_store = MEMORY``), so a sort or a wide row fails
+  with "out of memory" at the limit instead of growing RSS or temp files without bound;
+* the built-ins whose cost is not linear in their inputs, or that read or build large values
+  (:data:`_GUARDS`: ``like``, ``glob``, ``instr``, ``replace``, two-argument ``trim``s,
+  ``printf``/``format``, ``json_patch``, ``->>``, ``json_type``, ``json_array_length``,
+  ``json_valid``, ``upper``/``lower``, ``hex``/``quote``/``randomblob``) are wrapped
+  by guards (:func:`_install_guards`). Each call is charged its estimated work (:data:`_GUARDS`'
+  cost functions, in *work units* of about 1 ns on a 2-core reference machine) against one
+  budget per statement (``max_statement_work``, default ``timeout_s`` x
+  :data:`WORK_UNITS_PER_SECOND`), and checks the statement's wall-clock deadline: a spent budget
+  or a passed deadline stops the statement (error kind ``timeout``). A single call whose cost
+  bound passes its own cap (``max_value_bytes`` for ``%c`` repeats, :data:`MAX_TRIM_WORK`,
+  :data:`MAX_SEARCH_WORK`, :data:`MAX_CALL_WORK`) is refused before it runs (``runtime``,
+  "too expensive"). Otherwise SQLite's own function runs, so results are SQLite's exactly.
 
-What is still not bounded: SQLite checks the deadline only between rows and loop steps, never
-inside one row's expressions, so a row whose expressions chain many calls, each near the value
-cap, overshoots by their total cost; the SQL length cap only bounds how many calls that is.
-Measured with the defaults (2-core machine, 0.05 s limit): 584 ``length(upper(s))`` columns over
-a 1 MiB ``s`` ran 0.8 s; 368 ``replace`` columns 4.2 s; each ``s LIKE p`` with a 100-byte
-worst-case pattern costs ~0.17 s, so a 10 KB statement of them could run minutes. Lower
-``max_value_bytes`` scales these down linearly; only a separate process can bound them fully.
+What is still not bounded exactly: unguarded linear work inside one row (operators such as
+``||``, comparisons, ``CAST``, ``length``, ``substr``, the JSON functions that return JSON;
+aggregates run in loops, where the time checks do see them) between two checks. The SQL length cap bounds how much there
+can be: measured with the defaults, about 0.3 s for a 10 KB statement of ``||`` over 1 MiB
+values (2-core machine, loaded). ``docs/platform.md`` "SQL bounds" lists the measured overruns;
+the process-isolated executor (:mod:`textsql_clarify.sql.isolated`) bounds everything.
 On Python < 3.11 ``Connection.setlimit`` does not exist: SQLite's own limits then stay in force
-(only the guards, the watchdog and the row and byte caps apply).
+(only the guards, the heap limit, the watchdog and the row and byte caps apply).
 
 Everything here is re-exported by :mod:`textsql_clarify.sql.sandbox`, the public import path.
 
-Sources: the issue's sandbox requirements; SQLite's documentation of ``sqlite3_limit`` and of
-``printf``, ``trim``, ``replace`` and ``instr`` (costs measured as noted at each constant).
+Sources: issue 12 ("Bounds that hold whatever the SQL"); SQLite's documentation of
+``sqlite3_limit``, ``sqlite3_hard_heap_limit64``, ``PRAGMA temp_store`` and of the built-ins
+guarded (costs measured as noted at each constant and cost function).
 """
 from __future__ import annotations
 
 import math
+import os
 import re
 import sqlite3
+import threading
+import time
 from typing import Any, Callable
 
 #: Default ``max_value_bytes``: largest string, blob or sorter row a query may build or read
 #: (bytes, ``SQLITE_LIMIT_LENGTH``). One call such as ``hex(zeroblob(N))`` or ``upper(x)`` is a
-#: single VM instruction that neither the progress handler nor an interrupt can stop; at 1 MiB
-#: the linear ones take about a millisecond. A stored value over the cap cannot be read either
+#: single VM instruction that neither the progress handler nor an interrupt can stop; at 256 KiB
+#: the linear ones take under a millisecond, and a row of unguarded operators over such values
+#: (``s || ''`` filling the 10 KB SQL limit) runs ~0.45 s on the loaded 2-core machine (1.85 s
+#: at 1 MiB, the default before issue 12). A stored value over the cap cannot be read either
 #: (``runtime`` error), so raise it for databases with larger values (the largest stored value
 #: in ``../shared/data``'s Spider dev and mini-interact databases is 821 bytes).
-MAX_VALUE_BYTES = 1 << 20
+MAX_VALUE_BYTES = 256 << 10
 
 #: Default ``max_sql_bytes``: SQL text of this many UTF-8 bytes or more is refused
 #: (``SQLITE_LIMIT_SQL_LENGTH``). It bounds how many calls one row can chain (see the module
@@ -55,7 +71,15 @@ MAX_SQL_BYTES = 10_000
 #: ``LIKE_PATTERN_LENGTH``: bytes of a LIKE/GLOB pattern, whose matching costs up to
 #: (value bytes x pattern bytes), about 1.5 ns each, so ~0.15 s for one call at the value cap (gold
 #: patterns have at most 19 characters); ``ATTACHED``: attached databases (none).
-SQLITE_LIMITS = {"EXPR_DEPTH": 100, "COMPOUND_SELECT": 50, "LIKE_PATTERN_LENGTH": 100, "ATTACHED": 0}
+#: Most result columns (also table, index, ORDER BY and GROUP BY columns) of a statement
+#: (``SQLITE_LIMIT_COLUMN``; SQLite's default is 2,000). The widest table in ``../shared/data``
+#: has 50 columns (Spider's ``wta_1``); BIRD's widest has 115. One result row may hold up to
+#: ``MAX_COLUMNS x max_value_bytes`` bytes (64 MiB by default), built in one go that no time
+#: check can stop (~0.6 s for 128 columns of 1 MiB on the loaded 2-core machine, 1.5 s for 250).
+MAX_COLUMNS = 256
+
+SQLITE_LIMITS = {"EXPR_DEPTH": 100, "COMPOUND_SELECT": 50, "LIKE_PATTERN_LENGTH": 100, "ATTACHED": 0,
+                 "COLUMN": MAX_COLUMNS}
 
 #: Most (characters of X) x (characters of Y) a two-argument ``trim``/``ltrim``/``rtrim(X, Y)`` may
 #: cost: SQLite compares each character of X with every character of Y (~1.5 ns per pair measured,
@@ -63,11 +87,40 @@ SQLITE_LIMITS = {"EXPR_DEPTH": 100, "COMPOUND_SELECT": 50, "LIKE_PATTERN_LENGTH"
 MAX_TRIM_WORK = 10_000_000
 
 #: Most (length of X) x (length of Y) for ``replace(X, Y, Z)`` and ``instr(X, Y)``: SQLite tries a
-#: ``memcmp`` of Y at every position of X (~0.01 ns per byte measured, so ~0.1 s here; a 1 MiB X
-#: with a 0.5 MiB Y would take ~2.6 s).
+#: ``memcmp`` of Y at every position of X (~0.01 ns per byte when Y differs early; up to ~0.06 ns
+#: when it matches up to its last byte, 0.58 s for a 1 MiB X and a 9,500-byte Y; a 1 MiB X with a
+#: 0.5 MiB Y would take ~2.6 s). The cost cap :data:`MAX_CALL_WORK` refuses the worst ones first.
 MAX_SEARCH_WORK = 10_000_000_000
 
+#: Work units per second of ``timeout_s``: the default per-statement budget of guarded work is
+#: ``timeout_s x WORK_UNITS_PER_SECOND`` (``max_statement_work``). One unit is about 1 ns of the
+#: guarded built-ins on the 2-core reference machine (the cost functions of :data:`_GUARDS`).
+WORK_UNITS_PER_SECOND = 1_000_000_000
+
+#: Most work units one guarded call may cost (~0.2 s): a call cannot be interrupted once it
+#: runs, so this bounds how far one call can pass the deadline. It refuses, e.g., a 1 MiB value
+#: LIKE a 40-byte pattern (GLOB: 13 bytes), ``json_patch`` of two 40 KB objects, ``instr`` of a
+#: 1 MiB X and a 3,200-byte Y; values in real databases are far smaller (821 bytes at most in
+#: ``../shared/data``).
+MAX_CALL_WORK = 200_000_000
+
+#: SQLite's hard heap limit, bytes (``sqlite3_hard_heap_limit64`` via ``PRAGMA hard_heap_limit``),
+#: set once per process when the first sandbox opens: past it every SQLite allocation fails and
+#: the statement ends with "out of memory". PROCESS-WIDE: it counts every SQLite connection of
+#: the process, the sandbox's and any other. Only lowered, never raised (an existing lower limit
+#: stays). The environment variable ``TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT`` (bytes; 0: set none)
+#: overrides it before the first sandbox opens. With temp storage in memory SQLite sorts in one
+#: list that it sorts in one step no time check can stop: the limit also bounds that step (6 M
+#: small records, about this much, took 1.8 s on the loaded 2-core machine; 3 M, 0.7 s).
+HARD_HEAP_LIMIT_BYTES = 256 << 20
+
+#: SQLite's soft heap limit, bytes (``PRAGMA soft_heap_limit``, process-wide too): past it
+#: SQLite reuses page-cache memory instead of growing. Set with the hard limit (at most a quarter of it).
+SOFT_HEAP_LIMIT_BYTES = 64 << 20
+
 _HAS_SETLIMIT = hasattr(sqlite3.Connection, "setlimit")  # Python >= 3.11
+_HEAP_LOCK = threading.Lock()
+_heap_limits_applied: list[int] = []  # the hard limit this process set, once
 
 
 def _apply_limits(con: sqlite3.Connection, max_value_bytes: int, max_sql_bytes: int) -> None:
@@ -79,6 +132,44 @@ def _apply_limits(con: sqlite3.Connection, max_value_bytes: int, max_sql_bytes: 
             con.setlimit(getattr(sqlite3, "SQLITE_LIMIT_" + name), value)
         con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)
         con.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, max_sql_bytes)
+
+
+def apply_heap_limits(con: sqlite3.Connection) -> int:
+    """Set SQLite's process-wide hard and soft heap limits once per process; return the hard one.
+
+    Reads :data:`HARD_HEAP_LIMIT_BYTES` (or ``TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT``, bytes, 0 for
+    none) and sets ``PRAGMA hard_heap_limit`` and ``PRAGMA soft_heap_limit`` (a quarter of it,
+    at most :data:`SOFT_HEAP_LIMIT_BYTES`) through ``con``, only lowering a limit already set.
+    Both limits are process-wide (SQLite documentation of ``sqlite3_hard_heap_limit64``).
+
+    Args:
+        con: any open SQLite connection of this process.
+
+    Returns:
+        int: the hard heap limit now in force, bytes (0: none).
+
+    Raises:
+        ValueError: ``TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT`` is not a non-negative integer.
+    """
+    with _HEAP_LOCK:
+        if not _heap_limits_applied:
+            raw = os.environ.get("TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT")
+            try:
+                want = HARD_HEAP_LIMIT_BYTES if raw is None else int(raw)
+            except ValueError:
+                want = -1
+            if want < 0:
+                raise ValueError(f"TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT must be a number of bytes >= 0, got {raw!r}")
+            if want > 0:
+                current = con.execute("PRAGMA hard_heap_limit").fetchone()[0]
+                if current == 0 or current > want:
+                    con.execute(f"PRAGMA hard_heap_limit = {int(want)}")
+                soft = min(SOFT_HEAP_LIMIT_BYTES, want // 4)
+                current = con.execute("PRAGMA soft_heap_limit").fetchone()[0]
+                if current == 0 or current > soft:
+                    con.execute(f"PRAGMA soft_heap_limit = {int(soft)}")
+            _heap_limits_applied.append(int(con.execute("PRAGMA hard_heap_limit").fetchone()[0]))
+        return _heap_limits_applied[0]
 
 
 # -- guards on built-in functions whose cost is not linear in their inputs ----------------------
@@ -170,76 +261,198 @@ def _pairwise_reason(args: tuple, limit: int, what: str) -> str | None:
     return None
 
 
-def _printf_reason(args: tuple, max_value_bytes: int) -> str | None:
-    repeats = _printf_repeat_bound(args)
-    if repeats >= max_value_bytes:  # SQLite would loop that long, then return NULL
-        return f"value too large (limit {max_value_bytes} bytes): %c precisions repeat {repeats:,} characters"
+def _call_reason(cost: float) -> str | None:
+    if cost > MAX_CALL_WORK:
+        return f"too expensive: one call costs about {cost:,.0f} work units, more than the sandbox's {MAX_CALL_WORK:,}"
     return None
 
 
-def _trim_reason(args: tuple, _max_value_bytes: int) -> str | None:
-    return _pairwise_reason(args, MAX_TRIM_WORK, "trimming X by the characters of Y")
+# -- cost functions: estimated work units (~ns on the reference machine) of one call --------------
+# Measured on the 2-core machine (loaded), over 1 MiB values: upper/lower ~4 ns per byte, hex and
+# quote ~2, randomblob ~5, json parse ~12 per byte, one JSON path lookup ~2.5 per document byte;
+# per (value byte x pattern byte): LIKE up to ~5 (``'%' || 97 x 'a' || 'b'``: 0.55 s), GLOB up to
+# ~15 (24 ``[a]`` classes: 1.5 s); json_patch ~0.12 per (byte x byte) of its two objects (two
+# 210 KB, 20,000-key objects: 5.1 s); trim 2 per pair; instr/replace 0.06 per (X byte x Y byte)
+# (a 1 MiB X and a 9,500-byte Y that matches up to its last byte: 0.58 s).
+_CALL_UNITS = 2_000  # the fixed cost of a call through a guard (~2 us)
 
 
-def _search_reason(args: tuple, _max_value_bytes: int) -> str | None:
-    return _pairwise_reason(args, MAX_SEARCH_WORK, "searching X for Y")
+def _like_cost(args: tuple, _mvb: int) -> float:
+    return _CALL_UNITS + 5 * _text_len(args[1]) * max(1, _text_len(args[0]))
 
 
-#: Guarded built-ins: (name, number of arguments or -1 for any, reason(args, max_value_bytes)),
-#: where reason gives why a call is refused, or None to run it.
-_GUARDS: tuple[tuple[str, int, Callable[[tuple, int], str | None]], ...] = (
-    ("printf", -1, _printf_reason), ("format", -1, _printf_reason),
-    ("trim", 2, _trim_reason), ("ltrim", 2, _trim_reason), ("rtrim", 2, _trim_reason),
-    ("replace", 3, _search_reason), ("instr", 2, _search_reason),
+def _glob_cost(args: tuple, _mvb: int) -> float:
+    return _CALL_UNITS + 15 * _text_len(args[1]) * max(1, _text_len(args[0]))
+
+
+def _search_cost(args: tuple, _mvb: int) -> float:
+    n = _text_len(args[0])
+    return _CALL_UNITS + 1.5 * n + 0.06 * n * _text_len(args[1])
+
+
+def _trim_cost(args: tuple, _mvb: int) -> float:
+    return _CALL_UNITS + 2 * _text_len(args[0]) * max(1, _text_len(args[1]))
+
+
+def _printf_cost(args: tuple, mvb: int) -> float:
+    return _CALL_UNITS + min(_printf_repeat_bound(args), mvb) + 2 * sum(map(_text_len, args))
+
+
+def _json_path_cost(args: tuple, _mvb: int) -> float:
+    # parse the document once, then one lookup (or edit) per path
+    n = _text_len(args[0]) if args else 0
+    return _CALL_UNITS + 12 * n + 2.5 * n * max(1, len(args) - 1)
+
+
+def _json_patch_cost(args: tuple, _mvb: int) -> float:
+    a, b = _text_len(args[0]), _text_len(args[1])
+    return _CALL_UNITS + 12 * (a + b) + 0.12 * a * b
+
+
+def _linear_cost(per_byte: float) -> Callable[[tuple, int], float]:
+    def cost(args: tuple, _mvb: int) -> float:
+        return _CALL_UNITS + per_byte * sum(map(_text_len, args))
+    return cost
+
+
+def _randomblob_cost(args: tuple, mvb: int) -> float:
+    n = args[0] if args and args[0].__class__ is int else 0
+    return _CALL_UNITS + 5 * min(max(n, 0), mvb)
+
+
+# -- per-call refusals (before the call runs) ------------------------------------------------------
+def _printf_reason(args: tuple, max_value_bytes: int, cost: float) -> str | None:
+    repeats = _printf_repeat_bound(args)
+    if repeats >= max_value_bytes:  # SQLite would loop that long, then return NULL
+        return f"value too large (limit {max_value_bytes} bytes): %c precisions repeat {repeats:,} characters"
+    return _call_reason(cost)
+
+
+def _trim_reason(args: tuple, _max_value_bytes: int, cost: float) -> str | None:
+    return _pairwise_reason(args, MAX_TRIM_WORK, "trimming X by the characters of Y") or _call_reason(cost)
+
+
+def _search_reason(args: tuple, _max_value_bytes: int, cost: float) -> str | None:
+    return _pairwise_reason(args, MAX_SEARCH_WORK, "searching X for Y") or _call_reason(cost)
+
+
+def _cap_reason(_args: tuple, _max_value_bytes: int, cost: float) -> str | None:
+    return _call_reason(cost)
+
+
+_Cost = Callable[[tuple, int], float]
+_Reason = Callable[[tuple, int, float], "str | None"]
+
+#: Guarded built-ins: (name, number of arguments or -1 for any, cost(args, max_value_bytes) in
+#: work units, reason(args, max_value_bytes, cost) giving why one call is refused or None,
+#: deterministic). A name this SQLite lacks is skipped (``format`` is new in 3.38, ``->`` in 3.38).
+#: Not wrapped, because they are linear and cheap per byte, or run in loops the time checks see:
+#: ``length``, ``substr``, ``trim`` with one argument, ``zeroblob`` (its value is not built until
+#: read), ``char``, ``unicode``, ``soundex``, ``json_quote``, ``json_object``/``json_array``,
+#: the aggregates (``group_concat``, ``json_group_array``/``json_group_object``: bounded by the
+#: value cap, one row per loop step) and the table-valued ``json_each``/``json_tree`` (refused by
+#: the authorizer anyway). Not wrapped because a Python function cannot return SQLite's JSON
+#: *subtype*, so ``json_object('a', json_extract(x, '$.list'))`` would nest a string instead of
+#: the list: ``json``, ``json_extract``, ``->``, ``json_set``/``json_insert``/``json_replace``/
+#: ``json_remove`` (linear per path; mini-interact golds use ``json_extract`` 384 times).
+#: ``json_patch`` is wrapped (it is quadratic): its result loses the subtype, so a patch nested
+#: in another JSON function's value argument is embedded as a string (no gold in
+#: ``../shared/data`` does that).
+_GUARDS: tuple[tuple[str, int, _Cost, _Reason, bool], ...] = (
+    ("printf", -1, _printf_cost, _printf_reason, True), ("format", -1, _printf_cost, _printf_reason, True),
+    ("trim", 2, _trim_cost, _trim_reason, True), ("ltrim", 2, _trim_cost, _trim_reason, True),
+    ("rtrim", 2, _trim_cost, _trim_reason, True),
+    ("replace", 3, _search_cost, _search_reason, True), ("instr", 2, _search_cost, _search_reason, True),
+    ("like", 2, _like_cost, _cap_reason, True), ("like", 3, _like_cost, _cap_reason, True),
+    ("glob", 2, _glob_cost, _cap_reason, True),
+    ("json_patch", 2, _json_patch_cost, _cap_reason, True),
+    ("json_array_length", -1, _json_path_cost, _cap_reason, True),
+    ("json_type", -1, _json_path_cost, _cap_reason, True),
+    ("->>", 2, _json_path_cost, _cap_reason, True), ("json_valid", 1, _json_path_cost, _cap_reason, True),
+    ("upper", 1, _linear_cost(4), _cap_reason, True), ("lower", 1, _linear_cost(4), _cap_reason, True),
+    ("hex", 1, _linear_cost(2), _cap_reason, True), ("quote", 1, _linear_cost(2), _cap_reason, True),
+    ("randomblob", 1, _randomblob_cost, _cap_reason, False),
 )
 
 
-def _install_guards(con: sqlite3.Connection, state: list, max_value_bytes: int,
-                    guard_slot: int) -> sqlite3.Connection:
+def _install_guards(con: sqlite3.Connection, state: list, max_value_bytes: int, guard_slot: int, *,
+                    deadline_slot: int | None = None, budget_slot: int | None = None,
+                    stop_slot: int | None = None) -> sqlite3.Connection:
     """Wrap the :data:`_GUARDS` functions of ``con``; return the helper connection that runs them.
 
-    A guarded call first checks its cost bound (refused: ``state[guard_slot]`` gets the reason
-    and the statement fails); otherwise it runs SQLite's own built-in on a private in-memory
-    connection with the same value limit, so results are SQLite's exactly (about 3 us more per
-    call). A function the database schema uses (a view, index or generated column) is left
-    unwrapped: with ``trusted_schema`` off, SQLite refuses application functions there.
+    A guarded call first checks its own cost bound (refused: ``state[guard_slot]`` gets the
+    reason and the statement fails, kind ``runtime``); then it is charged its cost against the
+    statement's budget ``state[budget_slot]`` (work units) and checks the wall-clock deadline
+    ``state[deadline_slot]`` (``time.perf_counter`` s): a spent budget or a passed deadline puts
+    the reason in ``state[stop_slot]`` and stops the statement (kind ``timeout``). Otherwise it
+    runs SQLite's own built-in on a private in-memory connection with the same value limit, so
+    results are SQLite's exactly (about 2-3 us more per call). A function the database schema
+    uses (a view, index or generated column) is left unwrapped: with ``trusted_schema`` off,
+    SQLite refuses application functions there.
 
     Args:
         con: the sandbox's connection (its schema is read once here).
-        state: the sandbox's per-call state list; a guard writes its refusal message (or the
-            error SQLite raised inside the built-in) into ``state[guard_slot]``.
+        state: the sandbox's per-call state list (see the slots).
         max_value_bytes: the sandbox's value limit (bytes), also set on the helper connection.
         guard_slot: index of the guard message in ``state``.
+        deadline_slot, budget_slot, stop_slot: indices of the statement's deadline (s), its
+            remaining budget (work units) and the stop reason; ``None`` (all three): no
+            per-statement budget or deadline check, only the per-call refusals.
 
     Raises:
         sqlite3.Error: the schema of ``con`` cannot be read.
+
+    Source: issue 12 (per-statement budget across all guarded calls; a guard for every
+    superlinear built-in, including the JSON functions).
     """
     helper = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-    if _HAS_SETLIMIT:
+    if _HAS_SETLIMIT:  # the same limits (LIKE pattern length ...), which the built-ins check
+        for name, value in SQLITE_LIMITS.items():
+            helper.setlimit(getattr(sqlite3, "SQLITE_LIMIT_" + name), value)
         helper.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)
     schema_sql = " ".join(r[0] for r in con.execute("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL"))
-    for name, nargs, reason_of in _GUARDS:
-        if re.search(rf"\b{name}\s*\(", schema_sql, re.IGNORECASE):
+    per_statement = deadline_slot is not None and budget_slot is not None and stop_slot is not None
+    now_of = time.perf_counter
+    for name, nargs, cost_of, reason_of, deterministic in _GUARDS:
+        if name[0].isalpha():
+            if re.search(rf"\b{name}\s*\(", schema_sql, re.IGNORECASE):
+                continue
+        elif name in schema_sql:
             continue
-        try:  # only wrap what this SQLite has (format() is new in 3.38)
-            helper.execute(f"SELECT {name}({', '.join(['NULL'] * max(nargs, 1))})").fetchall()
+        probe = (f"SELECT NULL {name} NULL" if not name[0].isalpha()
+                 else f"SELECT {name}({', '.join(['NULL'] * max(nargs, 1))})")
+        try:  # only wrap what this SQLite has (format() and -> are new in 3.38)
+            helper.execute(probe).fetchall()
         except sqlite3.Error:
             continue
+        sql_name = f'"{name}"' if not name[0].isalpha() else name
 
-        def guarded(*args, _name=name, _reason_of=reason_of, _sql={}):
-            reason = _reason_of(args, max_value_bytes)
+        def guarded(*args, _name=name, _cost_of=cost_of, _reason_of=reason_of, _sql={}, _sql_name=sql_name):
+            cost = _cost_of(args, max_value_bytes)
+            reason = _reason_of(args, max_value_bytes, cost)
             if reason is not None:
                 state[guard_slot] = f"{_name}(): {reason}"
                 raise _GuardRefusal(reason)
+            if per_statement:
+                left = state[budget_slot] = state[budget_slot] - cost
+                if left < 0:
+                    state[stop_slot] = (f"statement cost budget spent: its guarded calls cost more than "
+                                        f"the {state[budget_slot] + cost:,.0f} work units left (at {_name}())")
+                    raise _GuardRefusal(state[stop_slot])
+                if now_of() > state[deadline_slot]:
+                    state[stop_slot] = f"deadline passed inside the statement (at {_name}())"
+                    raise _GuardRefusal(state[stop_slot])
             sql = _sql.get(len(args))
             if sql is None:
-                sql = _sql[len(args)] = f"SELECT {_name}({', '.join(['?'] * len(args))})"
+                if _sql_name[0] == '"':
+                    sql = _sql[2] = f"SELECT ? {_name} ?"
+                else:
+                    sql = _sql[len(args)] = f"SELECT {_sql_name}({', '.join(['?'] * len(args))})"
             try:
                 return helper.execute(sql, args).fetchone()[0]
             except sqlite3.Error as e:
                 state[guard_slot] = f"{_name}(): {e}"
                 raise
 
-        con.create_function(name, nargs, guarded, deterministic=True)
+        con.create_function(name, nargs, guarded, deterministic=deterministic)
     return helper
-

@@ -2,8 +2,9 @@
 
 Every query, the agent's and the gold, goes through :class:`SQLiteSandbox`:
 
-* the file is opened read-only (URI ``mode=ro``), with ``PRAGMA query_only`` on and the
-  ``ATTACH`` limit set to 0;
+* the file is opened read-only (URI ``mode=ro``; a WAL-mode file also ``immutable=1``, so that no
+  ``-wal``/``-shm`` file is created beside it), with ``PRAGMA query_only`` on and the ``ATTACH``
+  limit set to 0;
 * an authorizer allows reads only (``SELECT``, column reads, functions other than a short
   deny-list, recursive CTEs, and a few schema-introspection PRAGMAs); writes, DDL, ``ATTACH``,
   transactions, PRAGMAs that set something and ``load_extension`` are refused;
@@ -13,17 +14,21 @@ Every query, the agent's and the gold, goes through :class:`SQLiteSandbox`:
   (:mod:`textsql_clarify.sql.watchdog`) calls ``sqlite3_interrupt`` at the deadline, which
   SQLite notices at its next loop step or row. Wrapping a blocking call in a thread or
   ``asyncio.wait_for`` (or ``func_timeout``) cannot stop SQLite;
-* bounded work per VM instruction, since neither check can stop one instruction that runs long:
-  SQLite limits (:data:`SQLITE_LIMITS`, ``max_value_bytes``, ``max_sql_bytes``) and guards on the
-  built-ins whose cost is not linear in their inputs (:mod:`textsql_clarify.sql.guards`,
-  which also says what is still not bounded);
+* bounded work per VM instruction and per statement, since neither check can stop one
+  instruction that runs long, nor see inside one row: SQLite limits (:data:`SQLITE_LIMITS`,
+  ``max_value_bytes``, ``max_sql_bytes``, :data:`MAX_COLUMNS`), guards on the costly built-ins
+  that charge one budget per statement (``max_statement_work``) and check the deadline, and a
+  process-wide SQLite heap limit with temp storage in memory (:mod:`textsql_clarify.sql.guards`,
+  which also says what is still not bounded exactly);
 * a row cap (at most ``row_cap`` rows) and a byte cap (about ``max_result_bytes`` of values) on
   what is fetched; the result is marked ``truncated`` when more exist. One result row may hold up
-  to (result columns x ``max_value_bytes``) bytes before the byte cap sees it.
+  to (result columns x ``max_value_bytes``) bytes, at most :data:`MAX_COLUMNS` x 256 KiB by
+  default, before the byte cap sees it.
 
 Bad SQL never raises: it gives an :class:`ExecutionResult` whose ``error_kind`` is one of
 :data:`ERROR_KINDS` (:meth:`SQLiteSandbox._classify`). Gold results are cached per (key, SQL) for
-the sandbox's lifetime.
+the sandbox's lifetime, except transient failures. The measured bounds: ``docs/platform.md``
+"SQL bounds".
 
 This module is the public import path: it re-exports the limits and guards of
 :mod:`textsql_clarify.sql.guards` and the watchdog of :mod:`textsql_clarify.sql.watchdog`.
@@ -41,19 +46,27 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import TextSQLClarifyError
 from .guards import (  # noqa: F401  (the public limits are re-exported for users of the sandbox)
+    HARD_HEAP_LIMIT_BYTES,
+    MAX_CALL_WORK,
+    MAX_COLUMNS,
     MAX_SEARCH_WORK,
     MAX_SQL_BYTES,
     MAX_TRIM_WORK,
     MAX_VALUE_BYTES,
+    SOFT_HEAP_LIMIT_BYTES,
     SQLITE_LIMITS,
+    WORK_UNITS_PER_SECOND,
     _apply_limits,
     _install_guards,
+    apply_heap_limits,
 )
 from .watchdog import _Watchdog
 from .schema import Schema, read_schema
@@ -114,8 +127,28 @@ _TOO_BIG_MARKER = "string or blob too big"
 _SQL_TOO_LONG_MARKERS = ("query string is too large", "statement too long")
 
 # Per-call state shared by a sandbox and its callbacks (indices into SQLiteSandbox._state); the
-# guards get the _GUARD slot and the watchdog the _TIMED_OUT slot.
-_DEADLINE, _TIMED_OUT, _DENIAL, _GUARD = range(4)
+# guards get the _GUARD, _DEADLINE, _BUDGET and _STOP slots and the watchdog the _TIMED_OUT slot.
+_DEADLINE, _TIMED_OUT, _DENIAL, _GUARD, _BUDGET, _STOP = range(6)
+
+# SQLite messages of a failure that can pass by itself (another connection holds a lock): a gold
+# that fails so is retried and never cached (:meth:`SQLiteSandbox.execute_gold`).
+_TRANSIENT_MARKERS = ("database is locked", "database table is locked", "database is busy")
+_MEMORY_MARKERS = ("out of memory",)
+
+#: Extra attempts :meth:`SQLiteSandbox.execute_gold` makes when a gold fails transiently
+#: (``database is locked``/busy), each after :data:`GOLD_RETRY_WAIT_S` seconds.
+GOLD_RETRIES = 1
+GOLD_RETRY_WAIT_S = 0.05
+
+
+def _is_wal(path: str) -> bool:
+    """``True`` when the SQLite file at ``path`` is in WAL mode (header bytes 18-19 are 2, 2)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return False
+    return len(head) == 20 and head[18] == 2 and head[19] == 2
 
 
 class DatabaseOpenError(TextSQLClarifyError):
@@ -196,6 +229,16 @@ def _approx_bytes(rows: list[tuple]) -> int:
 _WATCHDOG = _Watchdog(_TIMED_OUT)
 
 
+def _is_transient(r: ExecutionResult) -> bool:
+    """``True`` when ``r`` failed because another connection held a lock (it may pass by itself)."""
+    return r.error_kind == "runtime" and any(m in (r.error_message or "").lower() for m in _TRANSIENT_MARKERS)
+
+
+def _is_memory(r: ExecutionResult) -> bool:
+    """``True`` when ``r`` failed on SQLite's (process-wide) heap limit."""
+    return r.error_kind == "runtime" and (r.error_message or "").startswith("out of memory")
+
+
 def _check_positive_int(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
@@ -220,6 +263,22 @@ class SQLiteSandbox:
             more make the result ``truncated``. Default :data:`MAX_RESULT_BYTES`.
         max_sql_bytes: SQL text of this many UTF-8 bytes or more gives a ``runtime`` error
             "SQL too long" (>= 1024). Default :data:`MAX_SQL_BYTES`.
+        max_statement_work: budget of one statement's guarded calls, work units (>= 1; about
+            ns on the reference machine, see :mod:`textsql_clarify.sql.guards`); spent, the
+            statement stops with kind ``timeout``. Default ``timeout_s`` x
+            :data:`WORK_UNITS_PER_SECOND`.
+
+    Memory: temp storage (sorts, temporary indices, materialised views) is kept in memory under
+    SQLite's process-wide heap limit (:data:`HARD_HEAP_LIMIT_BYTES`, set when the first sandbox
+    opens; "out of memory" past it, kind ``runtime``), and at most :data:`MAX_COLUMNS` result
+    columns are allowed, so one row holds at most ``MAX_COLUMNS x max_value_bytes`` bytes.
+
+    Opening: the file is opened read-only (``mode=ro``); a WAL-mode file also ``immutable=1``, so
+    no ``-wal``/``-shm`` file is created beside it. Immutable means SQLite takes no lock and does
+    not see changes by other writers (nor content still in an existing ``-wal`` file): a WAL
+    database must not be written while a sandbox has it open. A rollback-journal file keeps
+    SQLite's locking; a lock held by a writer is waited for up to ``timeout_s``, then gives
+    ``runtime`` "database is locked".
 
     ``max_value_bytes`` and ``max_sql_bytes`` need ``Connection.setlimit`` (Python >= 3.11);
     without it SQLite's own defaults (1e9 bytes) stay in force.
@@ -232,7 +291,7 @@ class SQLiteSandbox:
 
     def __init__(self, db_path: str | os.PathLike, *, timeout_s: float = 5.0, row_cap: int = 10_000,
                  max_value_bytes: int = MAX_VALUE_BYTES, max_result_bytes: int = MAX_RESULT_BYTES,
-                 max_sql_bytes: int = MAX_SQL_BYTES):
+                 max_sql_bytes: int = MAX_SQL_BYTES, max_statement_work: int | None = None):
         if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
             raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
         if isinstance(row_cap, bool) or not isinstance(row_cap, int) or row_cap < 1:
@@ -242,6 +301,9 @@ class SQLiteSandbox:
             raise ValueError(f"max_value_bytes must be <= 1000000000 (SQLite's own maximum), got {max_value_bytes}")
         _check_positive_int("max_result_bytes", max_result_bytes)
         _check_positive_int("max_sql_bytes", max_sql_bytes, 1024)
+        if max_statement_work is None:
+            max_statement_work = max(1, int(float(timeout_s) * WORK_UNITS_PER_SECOND))
+        _check_positive_int("max_statement_work", max_statement_work)
         path = Path(db_path)
         if not path.is_file():
             raise FileNotFoundError(f"database file not found: {db_path}")
@@ -251,30 +313,38 @@ class SQLiteSandbox:
         self.max_value_bytes = max_value_bytes
         self.max_result_bytes = max_result_bytes
         self.max_sql_bytes = max_sql_bytes
+        self.max_statement_work = max_statement_work
         self._lock = threading.Lock()
         self._gold_cache: dict[tuple[str, str], ExecutionResult] = {}
         self._schema: Schema | None = None
         # Per-call state shared with the callbacks and the watchdog, indexed by _DEADLINE (perf_counter
-        # s), _TIMED_OUT (bool), _DENIAL (authorizer refusal or None), _GUARD (guard message or None).
-        self._state: list[Any] = [math.inf, False, None, None]
+        # s), _TIMED_OUT (bool), _DENIAL (authorizer refusal or None), _GUARD (guard message or None),
+        # _BUDGET (work units left to the statement's guarded calls), _STOP (why a guard stopped it).
+        self._state: list[Any] = [math.inf, False, None, None, max_statement_work, None]
         self._helper: sqlite3.Connection | None = None
         self._key = id(self._state)  # this sandbox's key in the watchdog's table
+        self._cache_key: tuple | None = None  # its key in get_sandbox's cache, if it came from there
         # rows of one column per fetch batch; a batch of n columns holds _batch1 // n rows (>= 1)
         self._batch1 = max(1, min(FETCH_ROWS_MAX, max_result_bytes // (max_value_bytes + 8)))
         self._con = self._open()
 
     # -- set-up -----------------------------------------------------------------------------
     def _open(self) -> sqlite3.Connection:
-        uri = Path(self.db_path).as_uri() + "?mode=ro"
+        # immutable=1 for WAL files: mode=ro alone creates -wal and -shm files beside them
+        uri = Path(self.db_path).as_uri() + ("?mode=ro&immutable=1" if _is_wal(self.db_path) else "?mode=ro")
         try:
-            con = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            con = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
+                                  timeout=self.timeout_s)
         except sqlite3.Error as e:
             raise DatabaseOpenError(self.db_path, str(e)) from e
         try:
+            apply_heap_limits(con)
             con.execute("SELECT count(*) FROM sqlite_master").fetchall()
             con.execute("PRAGMA query_only = ON")
             con.execute("PRAGMA trusted_schema = OFF")
-            self._helper = _install_guards(con, self._state, self.max_value_bytes, _GUARD)
+            con.execute("PRAGMA temp_store = MEMORY")  # sorts and temp indices under the heap limit
+            self._helper = _install_guards(con, self._state, self.max_value_bytes, _GUARD, deadline_slot=_DEADLINE,
+                                           budget_slot=_BUDGET, stop_slot=_STOP)
         except sqlite3.Error as e:
             con.close()
             if self._helper is not None:
@@ -325,12 +395,15 @@ class SQLiteSandbox:
           read-only connection, a statement that is not a query, or more than one statement.
           Table-valued functions (``json_each``, ``pragma_table_info``) are refused too, because
           SQLite builds them through a schema update the authorizer cannot tell apart;
-        * ``timeout``: the time limit ran out and the progress handler or the watchdog stopped
-          the statement;
+        * ``timeout``: the time limit ran out and the progress handler, the watchdog or a guard
+          stopped the statement, or its guarded calls spent the statement's budget
+          (``max_statement_work``);
         * ``runtime``: any other SQLite error (unknown table or column, misuse of an aggregate,
           an interrupt from :meth:`interrupt`, ...), including the sandbox's size limits:
           "value too large (limit N bytes)", "SQL too long (limit N bytes)", a guarded function
-          refused as too expensive, an expression too deep, a LIKE pattern too long.
+          refused as too expensive, an expression too deep, a LIKE pattern too long, too many
+          columns, "out of memory (resource limit: SQLite heap limit N bytes)", "database is
+          locked" (a writer held a rollback-journal file's lock for the whole time limit).
 
         Args:
             sql: one SQLite statement; a trailing ``;`` is fine.
@@ -353,7 +426,8 @@ class SQLiteSandbox:
             if con is None:
                 raise SandboxClosedError(f"sandbox for {self.db_path} is closed")
             state[_TIMED_OUT] = False
-            state[_DENIAL] = state[_GUARD] = None
+            state[_DENIAL] = state[_GUARD] = state[_STOP] = None
+            state[_BUDGET] = self.max_statement_work
             t0 = time.perf_counter()
             state[_DEADLINE] = deadline = t0 + self.timeout_s
             lock = watchdog.lock  # acquire/release: measurably cheaper than ``with`` on this path
@@ -439,6 +513,12 @@ class SQLiteSandbox:
         low = message.lower()
         if state[_TIMED_OUT] and "interrupt" in low:
             return _failure("timeout", f"interrupted after the {self.timeout_s:g} s time limit", elapsed)
+        if state[_STOP] is not None:
+            return _failure("timeout", f"stopped within the {self.timeout_s:g} s time limit: {state[_STOP]}", elapsed)
+        if isinstance(e, MemoryError) or any(m in low for m in _MEMORY_MARKERS):
+            limit = apply_heap_limits(self._con) if self._con is not None else 0
+            return _failure("runtime", f"out of memory (resource limit: SQLite heap limit {limit:,} bytes): "
+                                       f"{message}", elapsed)
         if state[_DENIAL] is not None:
             return _failure("forbidden", f"not allowed in the read-only sandbox: {state[_DENIAL]} ({message})",
                             elapsed)
@@ -463,7 +543,10 @@ class SQLiteSandbox:
         The cache is keyed by ``(key, sql)``: ``key`` names the sample (e.g. its id, or
         ``"<id>#<interpretation>"``) and the SQL text guards against two golds sharing a key.
         Failed golds are cached too (their failure is the sample's, not the agent's), except
-        timeouts, which can come from a busy machine and are retried on the next call.
+        timeouts and out-of-memory failures, which can come from a busy machine or process and
+        are retried on the next call, and transient ones (``database is locked``/busy: another
+        connection holds a lock), which are retried :data:`GOLD_RETRIES` times at once, after
+        :data:`GOLD_RETRY_WAIT_S` s, and never cached.
 
         Raises:
             TypeError: ``key`` or ``sql`` is not a ``str``.
@@ -475,7 +558,12 @@ class SQLiteSandbox:
         hit = self._gold_cache.get(cache_key)
         if hit is None:
             hit = self.execute(sql)
-            if hit.error_kind != "timeout":
+            for _ in range(GOLD_RETRIES):
+                if not _is_transient(hit):
+                    break
+                time.sleep(GOLD_RETRY_WAIT_S)
+                hit = self.execute(sql)
+            if hit.error_kind != "timeout" and not _is_transient(hit) and not _is_memory(hit):
                 self._gold_cache[cache_key] = hit
         return hit
 
@@ -520,8 +608,15 @@ class SQLiteSandbox:
         return f"SQLiteSandbox({self.db_path!r}, timeout_s={self.timeout_s:g}, row_cap={self.row_cap}, {state})"
 
 
-_SANDBOXES: dict[tuple, SQLiteSandbox] = {}
-_SANDBOX_SETTINGS = frozenset({"timeout_s", "row_cap", "max_value_bytes", "max_result_bytes", "max_sql_bytes"})
+#: Most sandboxes :func:`get_sandbox` keeps open for reuse when nobody else holds them (least
+#: recently used first out). A sandbox also held elsewhere (an env) stays open and cached, weakly,
+#: until the last holder lets it go; then its connection closes.
+MAX_CACHED_SANDBOXES = 32
+
+_SANDBOXES: "weakref.WeakValueDictionary[tuple, SQLiteSandbox]" = weakref.WeakValueDictionary()
+_SANDBOX_LRU: "OrderedDict[tuple, SQLiteSandbox]" = OrderedDict()  # the strong references, bounded
+_SANDBOX_SETTINGS = frozenset({"timeout_s", "row_cap", "max_value_bytes", "max_result_bytes", "max_sql_bytes",
+                               "max_statement_work"})
 _SANDBOXES_LOCK = threading.Lock()
 
 
@@ -530,12 +625,15 @@ def get_sandbox(db_path: str | os.PathLike, **kw: Any) -> SQLiteSandbox:
 
     Cached per (process id, resolved path, ``kw``), so many environments in one process share one
     connection (and one gold cache) per database, and a forked worker opens its own. A closed
-    sandbox is replaced by a new one.
+    sandbox is replaced by a new one. The cache holds at most :data:`MAX_CACHED_SANDBOXES` strong
+    references (least recently used out); a sandbox let go by the cache and by every other holder
+    is freed, with its connection. Holders that are done with a sandbox call
+    :func:`release_sandbox` (``TextSQLClarifyEnv.close`` does).
 
     Args:
         db_path: path of a SQLite file.
         **kw: ``timeout_s``, ``row_cap``, ``max_value_bytes``, ``max_result_bytes``,
-            ``max_sql_bytes``, as for :class:`SQLiteSandbox`.
+            ``max_sql_bytes``, ``max_statement_work``, as for :class:`SQLiteSandbox`.
 
     Raises:
         FileNotFoundError, DatabaseOpenError, ValueError: as :class:`SQLiteSandbox`.
@@ -553,4 +651,33 @@ def get_sandbox(db_path: str | os.PathLike, **kw: Any) -> SQLiteSandbox:
         if sandbox is None or sandbox.closed:
             sandbox = SQLiteSandbox(path, **kw)
             _SANDBOXES[key] = sandbox
+        sandbox._cache_key = key
+        lru = _SANDBOX_LRU
+        lru[key] = sandbox
+        lru.move_to_end(key)
+        while len(lru) > MAX_CACHED_SANDBOXES:
+            lru.popitem(last=False)
         return sandbox
+
+
+def release_sandbox(sandbox: SQLiteSandbox) -> None:
+    """Drop :func:`get_sandbox`'s strong reference to ``sandbox``.
+
+    The sandbox stays usable, and cached, while anyone still holds it; when the last holder
+    lets it go its connection closes (CPython frees it at once). Safe to call twice, and for a
+    sandbox that did not come from :func:`get_sandbox`. Source: issue 12 (``env.close()``
+    releases what the env opened).
+    """
+    key = getattr(sandbox, "_cache_key", None)
+    if key is None:
+        return
+    with _SANDBOXES_LOCK:
+        if _SANDBOX_LRU.get(key) is sandbox:
+            del _SANDBOX_LRU[key]
+
+
+def cached_sandbox_count() -> int:
+    """Number of sandboxes :func:`get_sandbox` can still hand out without opening one (open ones
+    held by the cache or by anyone else), in this process."""
+    with _SANDBOXES_LOCK:
+        return sum(1 for s in list(_SANDBOXES.values()) if not s.closed)
