@@ -200,3 +200,17 @@ def test_cli_ray_alone_reads_ray_address(monkeypatch):
     assert _starts_local(None) and _starts_local("local") and not _starts_local("auto")
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     assert not _starts_local(None) and not _starts_local("ray://10.0.0.1:10001")
+
+
+def test_an_address_with_no_cluster_fails_fast():
+    import socket
+
+    from textsql_clarify.baselines.ray_runner import _check_reachable
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        with pytest.raises(ConnectionError, match=f"no Ray cluster answers at {address}.*ray start --head"):
+            _check_reachable(address, timeout_s=2.0)
+    _check_reachable("auto")  # left to Ray

@@ -97,7 +97,8 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> bool
         True when this call initialised Ray (the caller should ``ray.shutdown()`` when done).
     Raises:
         RayUnavailableError: Ray is not installed. ValueError: ``address`` is not a string.
-        ConnectionError (from Ray): no cluster at ``address``.
+        ConnectionError: nothing listens at a ``host:port`` / ``ray://host:port`` address (checked first,
+            5 s), or Ray finds no cluster at ``address``.
     """
     ray = import_ray()
     if ray.is_initialized():
@@ -110,6 +111,8 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> bool
         if num_cpus is not None:
             kwargs["num_cpus"] = num_cpus
     else:
+        if address:
+            _check_reachable(address)
         kwargs["address"] = address
     import logging
 
@@ -122,6 +125,24 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> bool
     finally:
         notice.setLevel(level)
     return True
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast when ``address`` (``host:port`` or ``ray://host:port``) has nothing listening: ``ray.init``
+    itself retries such an address for minutes. ``"auto"`` and other forms are left to Ray.
+
+    Raises:
+        ConnectionError: no TCP connection to the address within ``timeout_s`` seconds.
+    """
+    hostport = address[len("ray://"):] if address.startswith("ray://") else address
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise ConnectionError(f"no Ray cluster answers at {address} ({e}); start one with 'ray start --head' "
+                              f"(docs/platform.md, section Ray) or use --ray local") from e
 
 
 def _package_root() -> str:
