@@ -1,7 +1,9 @@
 """Benchmark: milliseconds per FB judgement of the MiniLM judge, the path before issue 12 versus the cached
 and the batched paths, measured side by side in one run.
 
-Judgements are real: the Spider-unanswerable questions of the feedback probe sets that carry a hidden
+Judgements are real: MMSQL's unanswerable turns whose system reply states the reason (``../shared/data/mmsql``,
+Spider dev databases), each with five feedbacks (the reason, a stock refusal, an echo, a wrapped echo,
+another turn's reason), and the Spider-unanswerable questions of the feedback probe sets that carry a hidden
 knowledge written for the probes (``tests/fixtures/probe_feedback_adversarial.jsonl`` and
 ``probe_feedback.jsonl``, key ``spider_unanswerable``; the Spider-unanswerable file itself states no
 rationale), over the Spider dev databases (``../shared/data``), each with the varied feedbacks the probes
@@ -20,12 +22,14 @@ the hidden knowledge itself. Paths, each timed over the same items, in rounds wh
 * ``batch_B``: ``judge_many`` (the vector env's call) over B items at a time (the feedback cache emptied
   before each batch); per-judgement time = batch time / B.
 
-The figures are medians over judgements (per judgement: the median over rounds) of the wall time, for all
-judgements and for those that reach the encoder (the rest stop at the rule's checks: echoes, SQL, empty
-residuals), the process CPU time of the latter (on one torch thread it is close to what an idle machine's
-wall time would be; with torch's own threads it also counts their waiting), the mean, and the ratio of
-``old`` to each path. MiniLM is loaded and warmed before timing. The target is checked on the median wall
-time of the judgements that reach the encoder.
+The figures are medians over judgements (per judgement: the median over rounds) of the wall time: over all
+judgements; over those that reach the encoder in ``assess`` (``encoder ms``; the rest stop at the rule's
+checks: echoes, SQL, empty residuals); over those whose verdict the score decides (``score ms``: no
+contradiction, no naming of the missing element; ``judge`` embeds only these, so this is a single
+judgement's worst case). Also: the process CPU time of the encoder items (on one torch thread close to
+what an idle machine's wall time would be; with torch's own threads it also counts their waiting), the
+mean, and the ratio of ``old`` to each path. MiniLM is loaded and warmed before timing. The target is
+checked on ``score ms``.
 
 Usage::
 
@@ -89,6 +93,30 @@ def spider_items(data_root: Path, n: int | None) -> list[tuple]:
     return items[:n] if n else items
 
 
+def mmsql_items(data_root: Path) -> list[tuple]:
+    """``(sample, feedback, schema identifiers)`` for MMSQL's unanswerable turns whose system reply states a
+    reason (their hidden knowledge; Spider dev databases), each with five feedbacks: the reason itself, a
+    stock refusal, the question, the question wrapped in a refusal, and the next sample's reason (a wrong
+    one). ``[]`` when MMSQL is absent."""
+    import warnings
+
+    from textsql_clarify.datasets.mmsql import load_mmsql
+
+    f = data_root / "mmsql" / "MMSQL_test.json"
+    if not f.is_file():
+        return []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the loader's skipped-records report
+        samples = [s for s in load_mmsql(f, data_root / "spider_dev") if s.group == "unanswerable" and s.hidden_knowledge]
+    ms = _probe_module()
+    out = []
+    for k, s in enumerate(samples):
+        other = samples[(k + 1) % len(samples)].hidden_knowledge
+        for fb in (s.hidden_knowledge, "Sorry, I cannot answer that.", s.question, f"I cannot answer: {s.question}", other):
+            out.append((s, fb, ms.schema_identifiers(s)))
+    return out
+
+
 def _fb_cache(model):
     return offline._embedding_caches(model)["feedback"]
 
@@ -134,7 +162,8 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     load_before = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
-    items = spider_items(a.data, a.n)
+    items = spider_items(a.data, None) + mmsql_items(a.data)
+    items = items[:a.n] if a.n else items
     batches = [int(x) for x in a.batches.split(",") if x.strip()]
     t0 = time.perf_counter()
     new = SemanticFeedbackJudge()
@@ -150,7 +179,9 @@ def main(argv: list[str] | None = None) -> dict:
         new.prepare(s, i)
     prepare_s = time.perf_counter() - t
     n_hk = len({s.id for s, _, _ in items})
-    reaches = [bool(new.assess(*it).added) for it in items]  # the items whose judgement calls the encoder
+    verdicts = [new.assess(*it) for it in items]
+    reaches = [bool(v.added) for v in verdicts]  # the items whose assess() calls the encoder
+    decides = [bool(v.added) and not v.contradictions and not v.names_missing for v in verdicts]  # judge() too
     paths: dict[str, list[list[tuple[float, float]]]] = {k: [] for k in ["old", "old_1thread", "cached", "judge",
                                                                          "repeat"] +
                                            [f"batch_{b}" for b in batches]}
@@ -168,7 +199,8 @@ def main(argv: list[str] | None = None) -> dict:
             if name == "repeat":
                 time_single(new, items, clear_feedback=False)  # make every feedback embedding cached first
             paths[name].append(runs[name]())
-    res: dict = {"n_items": len(items), "n_encoder_items": sum(reaches), "n_hidden_knowledge": n_hk,
+    res: dict = {"n_items": len(items), "n_encoder_items": sum(reaches), "n_score_items": sum(decides),
+                 "n_hidden_knowledge": n_hk,
                  "rounds": a.rounds, "cpu_count": os.cpu_count(), "loadavg_before": load_before,
                  "torch_default_threads": torch.get_num_threads(), "python": platform.python_version(),
                  "minilm_load_s": round(load_s, 2), "prepare_ms_per_hidden_knowledge": round(prepare_s / max(n_hk, 1) * 1e3, 2),
@@ -178,29 +210,33 @@ def main(argv: list[str] | None = None) -> dict:
         cpu = [statistics.median(r[k][1] for r in rounds) for k in range(len(items))]
         enc = [x for x, hit in zip(per_item, reaches) if hit]
         enc_cpu = [x for x, hit in zip(cpu, reaches) if hit]
+        dec = [x for x, hit in zip(per_item, decides) if hit]
         res["paths"][name] = {"median_ms": statistics.median(per_item) * 1e3,
                               "median_ms_encoder_items": statistics.median(enc) * 1e3 if enc else None,
+                              "median_ms_score_items": statistics.median(dec) * 1e3 if dec else None,
                               "mean_ms": statistics.mean(per_item) * 1e3,
                               "cpu_median_ms_encoder_items": statistics.median(enc_cpu) * 1e3 if enc_cpu else None}
     base = res["paths"]["old"]
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     res["loadavg_after"] = [round(x, 2) for x in load] if load else None
-    print(f"FB judge, MiniLM: {len(items)} judgements ({sum(reaches)} reach the encoder) over {n_hk} Spider-unanswerable "
-          f"hidden knowledges, {a.rounds} round(s); {os.cpu_count()} CPUs, torch default threads "
+    print(f"FB judge, MiniLM: {len(items)} judgements ({sum(reaches)} reach the encoder in assess, {sum(decides)} are "
+          f"decided by the score) over {n_hk} hidden knowledges (Spider-unanswerable probes, MMSQL), "
+          f"{a.rounds} round(s); {os.cpu_count()} CPUs, torch default threads "
           f"{res['torch_default_threads']}, load average {load_before} before, {res['loadavg_after']} after")
     print(f"MiniLM load {load_s:.1f} s; prepare (hidden knowledge's side + embedding) "
           f"{res['prepare_ms_per_hidden_knowledge']:.2f} ms per hidden knowledge")
-    print(f"{'path':<14}{'median ms':>11}{'encoder ms':>12}{'enc CPU ms':>12}{'mean ms':>10}{'old/path':>10}"
-          f"{'encoder x':>11}   target")
+    print(f"{'path':<14}{'median ms':>11}{'encoder ms':>12}{'enc CPU ms':>12}{'score ms':>10}{'mean ms':>10}"
+          f"{'old/path':>10}{'encoder x':>11}   target")
     for name, p in res["paths"].items():
         ratio = base["median_ms"] / p["median_ms"] if p["median_ms"] else float("inf")
         eratio = (base["median_ms_encoder_items"] / p["median_ms_encoder_items"]
                   if p["median_ms_encoder_items"] else float("nan"))
-        ok = "meets" if (p["median_ms_encoder_items"] or p["median_ms"]) <= TARGET_MS else "misses"
+        ok = "meets" if (p["median_ms_score_items"] or p["median_ms"]) <= TARGET_MS else "misses"
         p["ratio_vs_old"], p["encoder_ratio_vs_old"] = ratio, eratio
         print(f"{name:<14}{p['median_ms']:>11.2f}{(p['median_ms_encoder_items'] or float('nan')):>12.2f}"
               f"{(p['cpu_median_ms_encoder_items'] or float('nan')):>12.2f}"
-              f"{p['mean_ms']:>10.2f}{ratio:>9.1f}x{eratio:>10.1f}x   <= {TARGET_MS:g} ms (encoder items): {ok}")
+              f"{(p['median_ms_score_items'] or float('nan')):>10.2f}"
+              f"{p['mean_ms']:>10.2f}{ratio:>9.1f}x{eratio:>10.1f}x   <= {TARGET_MS:g} ms (score ms): {ok}")
     if a.json:
         a.json.write_text(json.dumps(res, indent=2))
     return res

@@ -355,3 +355,26 @@ def test_env_prepares_the_judge_once_per_sample_and_judges_with_it(emb):
     env2 = gym.make("TextSQLClarify-v0", samples=[solvable], feedback_judge=judge).unwrapped
     env2.reset()
     assert len(enc.calls) == 2  # nothing to prepare on a solvable sample
+
+
+def test_lean_encoder_refuses_what_is_not_minilm():
+    from textsql_clarify.minilm import lean_encoder
+
+    assert lean_encoder(CountingEncoder()) is None and lean_encoder(object()) is None
+
+
+@pytest.mark.model
+def test_lean_encoder_matches_sentence_transformers_encode():
+    from textsql_clarify.minilm import lean_encoder
+
+    model = _minilm_or_skip()
+    lean = lean_encoder(model)
+    assert lean is not None
+    texts = ["shipyard", "teaching assignments linked professors courses never", "euros euro exchange rate convert",
+             "tuition fee payment table", "a"]
+    for batch in [texts] + [[t] for t in texts]:  # padded batch and one at a time
+        ref = model.encode(batch, normalize_embeddings=True, show_progress_bar=False)
+        got = lean(batch)
+        assert got.shape == ref.shape == (len(batch), 384)
+        assert float(np.abs(got - ref).max()) <= SCORE_TOL
+    assert lean_encoder(model, tolerance=-1.0) is None  # a failed check gives None, never a wrong encoder

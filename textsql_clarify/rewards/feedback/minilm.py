@@ -7,6 +7,6 @@ nothing is fetched at run time); :func:`torch_threads` sets torch's thread count
 """
 from __future__ import annotations
 
-from ...minilm import load_minilm, minilm_available, torch_threads
+from ...minilm import lean_encoder, load_minilm, minilm_available, torch_threads
 
-__all__ = ["minilm_available", "load_minilm", "torch_threads"]
+__all__ = ["minilm_available", "load_minilm", "torch_threads", "lean_encoder"]

@@ -28,7 +28,7 @@ from ...samples import Sample
 from ...text import valid_unicode
 from .claims import (MissingClaim, affirmed_missing, missing_claims, names_missing_element, number_conflicts,
                      singles_out_missing, unsupported_claims)
-from .minilm import load_minilm, torch_threads
+from .minilm import lean_encoder, load_minilm, torch_threads
 from .schema import Structure, _structure, existing_claimed_missing
 from .verdict import FeedbackVerdict, _check_args, _is_sql
 from .words import added_words, novel_recall, residual_text
@@ -100,6 +100,21 @@ _HK_SIDES = _LRU(CACHE_SIZES["hidden_knowledge"])
 #: reference gets no shared cache (:func:`_embedding_caches`).
 _EMBEDDINGS: "weakref.WeakKeyDictionary[Any, dict[str, _LRU]]" = weakref.WeakKeyDictionary()
 _EMB_LOCK = threading.Lock()
+#: encoder -> its :func:`~textsql_clarify.minilm.lean_encoder` (``None``: use ``encode``), built once.
+_LEAN: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def _lean_for(model: Any) -> Callable[[list[str]], Any] | None:
+    """The lean encode function of a SentenceTransformer (built and checked once per model), else ``None``."""
+    if type(model).__name__ != "SentenceTransformer":
+        return None
+    with _EMB_LOCK:
+        try:
+            if model not in _LEAN:
+                _LEAN[model] = lean_encoder(model)
+            return _LEAN[model]
+        except TypeError:  # takes no weak reference
+            return None
 
 
 def clear_feedback_caches() -> None:
@@ -374,6 +389,9 @@ class SemanticFeedbackJudge:
         num_threads: torch threads for each encode call (:func:`~textsql_clarify.minilm.torch_threads`:
             set for the call, restored after it; process-wide while it runs). ``1`` (the default) is the
             fastest for short sentences and on a loaded machine; ``None`` leaves torch's setting alone.
+        lean: with ``cache``, embed through :func:`~textsql_clarify.minilm.lean_encoder` (the same
+            operations as ``SentenceTransformer.encode`` with about 40 % less time per short sentence;
+            used only where it matches ``encode`` on its check texts), else through ``model.encode``.
     """
 
     threshold: float = MINILM_THRESHOLD
@@ -381,6 +399,7 @@ class SemanticFeedbackJudge:
     fallback: LexicalFeedbackJudge = field(default_factory=LexicalFeedbackJudge)
     cache: bool = True
     num_threads: int | None = 1
+    lean: bool = True
     used: str = field(default="minilm", init=False)
     name: str = field(default="minilm", init=False)
 
@@ -397,6 +416,9 @@ class SemanticFeedbackJudge:
     def _encode(self, texts: list[str]):
         texts = [valid_unicode(t) for t in texts]  # the tokenizer refuses lone surrogates (issue 12)
         with torch_threads(self.num_threads):
+            lean = _lean_for(self.model) if self.cache and self.lean else None
+            if lean is not None:
+                return lean(texts)
             return self.model.encode(texts, normalize_embeddings=True, show_progress_bar=False)
 
     def similarity(self, a: str, b: str) -> float:
