@@ -294,7 +294,11 @@ def _error_record(e: BaseException, where: tuple[int, str] | None) -> dict:
 
 def _chunks(n: int, num_actors: int, chunk_size: int | None) -> list[range]:
     """Contiguous index ranges covering ``0..n-1``: ``chunk_size`` each, or, by default, about four per
-    actor (at most :data:`MAX_CHUNK`), so the load balances and the progress bar moves."""
+    actor (at most :data:`MAX_CHUNK`), so the load balances and the progress bar moves.
+
+    Raises:
+        ValueError: ``chunk_size`` is not an int >= 1.
+    """
     if chunk_size is None:
         chunk_size = max(1, min(MAX_CHUNK, math.ceil(n / (4 * num_actors))))
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
