@@ -142,12 +142,15 @@ def test_actor_error_names_the_sample(ray_local, num_envs, tmp_path):
 
     from textsql_clarify.baselines.ray_runner import RayEpisodeError
 
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actors cannot import this test module
     samples = load_dataset("embedded")
     bad = samples[7].id
-    with pytest.raises(RayEpisodeError, match="boom from the agent") as ei:
-        evaluate(samples, FailsOnSample(bad), out_dir=tmp_path / "run", progress=False, backend="ray",
-                 ray_actors=2, num_envs=num_envs)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actors cannot import this test module
+    try:
+        with pytest.raises(RayEpisodeError, match="boom from the agent") as ei:
+            evaluate(samples, FailsOnSample(bad), out_dir=tmp_path / "run", progress=False, backend="ray",
+                     ray_actors=2, num_envs=num_envs)
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     assert ei.value.sample_id == bad and ei.value.index == 7
     assert f"sample {bad} (episode 7)" in str(ei.value)
     assert isinstance(ei.value.__cause__, ValueError)
