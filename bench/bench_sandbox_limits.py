@@ -141,6 +141,8 @@ CASES: tuple[Case, ...] = (
     Case("sort that spilled to temp files", _SORT, timeout_s=5.0, issue=True, expect=("timeout", "runtime: out of memory")),
     Case("sort of 2 KB rows, 64 MiB heap limit", _SORT.replace(_PAD, _PAD * 11), timeout_s=5.0, env={"TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT": str(64 << 20)}, expect=("runtime: out of memory", "timeout")),
     Case("sort, 0.5 s limit", _SORT, issue=True, expect=("timeout",)),
+    Case("sort of 5 M small records, 5 s limit", "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r "
+         "LIMIT 5000000) SELECT n FROM r ORDER BY -n", timeout_s=5.0, expect=("timeout", "ok")),
     Case("sort of 6 M small records, 10 s limit", "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r "
          "LIMIT 7000000) SELECT n FROM r ORDER BY -n", timeout_s=10.0),
     # -- more of our own -------------------------------------------------------------------------

@@ -334,6 +334,10 @@ def test_get_sandbox_cache_is_bounded(db):
     gc.collect()
 
 
+def _alive_sandboxes(timeouts) -> list:
+    return [o for o in gc.get_objects() if isinstance(o, SQLiteSandbox) and not o.closed and o.timeout_s in timeouts]
+
+
 @needs_proc
 def test_env_close_releases_its_connections(tmp_path, monkeypatch):
     import gymnasium as gym
@@ -343,28 +347,26 @@ def test_env_close_releases_its_connections(tmp_path, monkeypatch):
 
     monkeypatch.setenv("TEXTSQL_CLARIFY_CACHE", str(tmp_path / "cache"))
     db_path = embedded_db_path()
-
-    def episode(timeout_s):
-        env = gym.make("TextSQLClarify-v0", timeout_s=timeout_s)
-        env.reset(seed=0, options={"index": 0})
-        env.step("<sql>SELECT 1</sql>")
-        env.close()
-
-    episode(0.8)  # what loading the dataset opens (its validation's sandbox) and SQLite's parked
-    episode(0.9)  # descriptor (a closed connection's fd is kept, and reused, while another holds a lock)
+    env = gym.make("TextSQLClarify-v0", timeout_s=0.9)  # what loading the dataset opens (its validation)
+    env.reset(seed=0, options={"index": 0})
+    env.close()
+    del env
     gc.collect()
     base = _fds_on(db_path)
-    for i in range(8):  # one distinct timeout each: the leak was one connection per setting
-        env = gym.make("TextSQLClarify-v0", timeout_s=1.0 + i / 10)
+    timeouts = [1.0 + i / 10 for i in range(8)]
+    for t in timeouts:  # one distinct timeout each: the leak was one connection per setting
+        env = gym.make("TextSQLClarify-v0", timeout_s=t)
         env.reset(seed=0, options={"index": 0})
         _, _, terminated, _, info = env.step("<sql>SELECT count(*) FROM students</sql>")
         assert terminated and info["action_type"] == "sql"
-        assert _fds_on(db_path) >= base + 1
+        assert len(_alive_sandboxes([t])) == 1 and _fds_on(db_path) >= 1
         env.close()
         env.close()  # twice is fine
         del env
         gc.collect()
-        assert _fds_on(db_path) <= base, i
+        assert _alive_sandboxes([t]) == [], t  # its connection is closed
+    # + 1: SQLite may park one closed connection's descriptor for reuse (see the cache test)
+    assert _fds_on(db_path) <= base + 1
 
 
 @needs_proc
@@ -376,17 +378,15 @@ def test_vector_env_close_releases_its_connections(tmp_path, monkeypatch):
 
     monkeypatch.setenv("TEXTSQL_CLARIFY_CACHE", str(tmp_path / "cache"))
     db_path = embedded_db_path()
-    warm = gym.make_vec("TextSQLClarify-v0", num_envs=2, timeout_s=3.2)
-    warm.reset(seed=0)
-    warm.close()
-    del warm
     gc.collect()
     base = _fds_on(db_path)
-    venv = gym.make_vec("TextSQLClarify-v0", num_envs=2, timeout_s=3.3)
-    venv.reset(seed=0)
-    venv.step(["<sql>SELECT 1</sql>", "<sql>SELECT 2</sql>"])
-    assert _fds_on(db_path) >= base + 1
-    venv.close()
-    del venv
-    gc.collect()
-    assert _fds_on(db_path) <= base
+    for t in (3.2, 3.3, 3.4):
+        venv = gym.make_vec("TextSQLClarify-v0", num_envs=2, timeout_s=t)
+        venv.reset(seed=0)
+        venv.step(["<sql>SELECT 1</sql>", "<sql>SELECT 2</sql>"])
+        assert len(_alive_sandboxes([t])) == 1  # the sub-envs share one
+        venv.close()  # closes each sub-env
+        del venv
+        gc.collect()
+        assert _alive_sandboxes([t]) == [], t
+    assert _fds_on(db_path) <= base + 2  # the dataset's validation sandbox and one parked descriptor

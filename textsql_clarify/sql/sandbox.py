@@ -68,6 +68,7 @@ from .guards import (  # noqa: F401  (the public limits are re-exported for user
     _install_guards,
     apply_heap_limits,
 )
+from . import guards as _guards
 from .watchdog import _Watchdog
 from .schema import Schema, read_schema
 
@@ -342,7 +343,9 @@ class SQLiteSandbox:
             con.execute("SELECT count(*) FROM sqlite_master").fetchall()
             con.execute("PRAGMA query_only = ON")
             con.execute("PRAGMA trusted_schema = OFF")
-            con.execute("PRAGMA temp_store = MEMORY")  # sorts and temp indices under the heap limit
+            if _guards.TEMP_STORE not in ("MEMORY", "FILE", "DEFAULT"):
+                raise ValueError(f"guards.TEMP_STORE must be MEMORY, FILE or DEFAULT, got {_guards.TEMP_STORE!r}")
+            con.execute(f"PRAGMA temp_store = {_guards.TEMP_STORE}")  # MEMORY: under the heap limit, no file
             self._helper = _install_guards(con, self._state, self.max_value_bytes, _GUARD, deadline_slot=_DEADLINE,
                                            budget_slot=_BUDGET, stop_slot=_STOP)
         except sqlite3.Error as e:
