@@ -118,45 +118,67 @@ CASES: tuple[Case, ...] = (
     # -- issue 12's hostile input ------------------------------------------------------------------
     Case("LIKE calls filling 10 KB", _fill(f"WITH a(s, p) AS (SELECT s, '%' || substr(s, 1, 3) || 'b' FROM {_S1M}) "
                                           "SELECT ", "s LIKE p", " FROM a"), issue=True, expect=("timeout",)),
-    Case("LIKE calls, 98-byte pattern, 10 KB", _fill(f"WITH a(s, p) AS (SELECT s, '%' || substr(s, 1, 96) || 'b' FROM {_S1M}) "
-                                              "SELECT ", "s LIKE p", " FROM a"), issue=True, expect=("timeout", "runtime: like(): too expensive")),
+    Case("LIKE calls, 98-byte pattern, 10 KB",
+         _fill(f"WITH a(s, p) AS (SELECT s, '%' || substr(s, 1, 96) || 'b' FROM {_S1M}) SELECT ", "s LIKE p",
+               " FROM a"),
+         issue=True,
+         expect=("timeout", "runtime: like(): too expensive")),
     Case("json_patch 2 x 60,000 keys", f"SELECT length(json_patch({_json_object_sql(60000, 'k')}, "
-                                       f"{_json_object_sql(60000, 'j')}))", issue=True, expect=("runtime: value too large",)),
+                                       f"{_json_object_sql(60000, 'j')}))", issue=True,
+         expect=("runtime: value too large",)),
     Case("json_patch 2 x 15,000 keys", f"SELECT length(json_patch({_json_object_sql(15000, 'k')}, "
-                                       f"{_json_object_sql(15000, 'j')}))", expect=("runtime: json_patch(): too expensive",)),
+                                       f"{_json_object_sql(15000, 'j')}))",
+         expect=("runtime: json_patch(): too expensive",)),
     Case("40 instr calls", f"WITH a(s, n) AS (SELECT s, substr(s, 1, 9500) || 'b' FROM {_S1M}) SELECT "
-                           + "max(" + ", ".join(["instr(s, n)"] * 40) + ")" + " FROM a", issue=True, expect=("timeout", "runtime: instr(): too expensive")),
+                           + "max(" + ", ".join(["instr(s, n)"] * 40) + ")" + " FROM a", issue=True,
+         expect=("timeout", "runtime: instr(): too expensive")),
     Case("40 instr calls, 3 KB needle", f"WITH a(s, n) AS (SELECT s, substr(s, 1, 3000) || 'b' FROM {_S1M}) SELECT "
-                                        + "max(" + ", ".join(["instr(s, n)"] * 40) + ")" + " FROM a", issue=True, expect=("timeout",)),
+                                        + "max(" + ", ".join(["instr(s, n)"] * 40) + ")" + " FROM a", issue=True,
+         expect=("timeout",)),
     Case("40 GLOB calls", f"WITH a(s, p) AS (SELECT s, '*' || replace(hex(zeroblob(12)), '0', '[a]') || 'b' "
-                          f"FROM {_S1M}) SELECT max(" + ", ".join(["s GLOB p"] * 40) + ") FROM a", issue=True, expect=("runtime: glob(): too expensive",)),
+                          f"FROM {_S1M}) SELECT max(" + ", ".join(["s GLOB p"] * 40) + ") FROM a", issue=True,
+         expect=("runtime: glob(): too expensive",)),
     Case("wide row: 2,000 columns x 1 MB", "SELECT " + ", ".join(["x"] * 2000) + " FROM (SELECT zeroblob(1048000) x)",
          issue=True, expect=("runtime: too many columns",)),
-    Case("wide row: 256 columns x 256 KB", "SELECT " + ", ".join(["x"] * 256) + " FROM (SELECT zeroblob(262000) x)", expect=("ok", "timeout")),
-    Case("wide row: 256 columns x 256 KB text", "SELECT " + ", ".join(["x"] * 256) + f" FROM (SELECT s x FROM {_S1M})", expect=("ok", "timeout")),
+    Case("wide row: 256 columns x 256 KB", "SELECT " + ", ".join(["x"] * 256) + " FROM (SELECT zeroblob(262000) x)",
+         expect=("ok", "timeout")),
+    Case("wide row: 256 columns x 256 KB text", "SELECT " + ", ".join(["x"] * 256) + f" FROM (SELECT s x FROM {_S1M})",
+         expect=("ok", "timeout")),
     Case("wide row, 16 MiB heap limit", "SELECT " + ", ".join(["x"] * 256) + f" FROM (SELECT s x FROM {_S1M})",
          env={"TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT": str(16 << 20)}, expect=("runtime: out of memory",)),
     Case("wide rows: 256 columns x 256 KB x 40", "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r "
-         "LIMIT 40) SELECT " + ", ".join(["x"] * 256) + " FROM (SELECT zeroblob(262000) x), r", expect=("ok", "timeout")),
-    Case("sort that spilled to temp files", _SORT, timeout_s=5.0, issue=True, expect=("timeout", "runtime: out of memory")),
-    Case("sort of 2 KB rows, 64 MiB heap limit", _SORT.replace(_PAD, _PAD * 11), timeout_s=5.0, env={"TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT": str(64 << 20)}, expect=("runtime: out of memory", "timeout")),
+         "LIMIT 40) SELECT " + ", ".join(["x"] * 256) + " FROM (SELECT zeroblob(262000) x), r",
+         expect=("ok", "timeout")),
+    Case("sort that spilled to temp files", _SORT, timeout_s=5.0, issue=True,
+         expect=("timeout", "runtime: out of memory")),
+    Case("sort of 2 KB rows, 64 MiB heap limit", _SORT.replace(_PAD, _PAD * 11), timeout_s=5.0,
+         env={"TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT": str(64 << 20)},
+         expect=("runtime: out of memory", "timeout")),
     Case("sort, 0.5 s limit", _SORT, issue=True, expect=("timeout",)),
     Case("sort of 5 M small records, 5 s limit", "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r "
          "LIMIT 5000000) SELECT n FROM r ORDER BY -n", timeout_s=5.0, expect=("timeout", "ok")),
     Case("sort of 6 M small records, 10 s limit", "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r "
          "LIMIT 7000000) SELECT n FROM r ORDER BY -n", timeout_s=10.0),
     # -- more of our own -------------------------------------------------------------------------
-    Case("upper() over 256 KB filling 10 KB", _fill("SELECT ", "length(upper(s))", f" FROM {_S1M}"), expect=("timeout", "ok")),
-    Case("randomblob(256 KB) filling 10 KB", _fill("SELECT ", "length(randomblob(262000))", ""), expect=("timeout", "ok")),
-    Case("hex(zeroblob(128 KB)) filling 10 KB", _fill("SELECT ", "length(hex(zeroblob(131000)))", ""), expect=("timeout", "ok")),
-    Case("unguarded || over 256 KB filling 10 KB", _fill("SELECT ", "length(s||'')", f" FROM {_S1M}"), expect=("timeout", "ok")),
+    Case("upper() over 256 KB filling 10 KB", _fill("SELECT ", "length(upper(s))", f" FROM {_S1M}"),
+         expect=("timeout", "ok")),
+    Case("randomblob(256 KB) filling 10 KB", _fill("SELECT ", "length(randomblob(262000))", ""),
+         expect=("timeout", "ok")),
+    Case("hex(zeroblob(128 KB)) filling 10 KB", _fill("SELECT ", "length(hex(zeroblob(131000)))", ""),
+         expect=("timeout", "ok")),
+    Case("unguarded || over 256 KB filling 10 KB", _fill("SELECT ", "length(s||'')", f" FROM {_S1M}"),
+         expect=("timeout", "ok")),
     Case("json_extract parse-cache thrash", _fill("WITH d(a, b, c, e, f) AS (SELECT o, o || ' ', o || '  ', "
          f"o || '   ', o || '    ' FROM (SELECT {_json_object_sql(15000, 'k')} AS o)) SELECT ",
          "(" + "+".join(f"json_extract({v},'$.k1')" for v in "abcef") + ")", " FROM d"), expect=("timeout", "ok")),
-    Case("json_each over 15,000 keys", f"SELECT count(*) FROM json_each({_json_object_sql(15000, 'k')})", expect=("forbidden",)),
-    Case("json_group_array to the value cap", _BIG_ROWS + f"SELECT length(json_group_array('{_PAD}')) FROM r", expect=("timeout", "runtime: value too large")),
-    Case("group_concat to the value cap", _BIG_ROWS + f"SELECT length(group_concat('{_PAD}')) FROM r", expect=("timeout", "runtime: value too large")),
-    Case("DISTINCT over 5 M rows", _BIG_ROWS + f"SELECT count(*) FROM (SELECT DISTINCT n || '{_PAD}' FROM r)", expect=("timeout", "runtime: out of memory")),
+    Case("json_each over 15,000 keys", f"SELECT count(*) FROM json_each({_json_object_sql(15000, 'k')})",
+         expect=("forbidden",)),
+    Case("json_group_array to the value cap", _BIG_ROWS + f"SELECT length(json_group_array('{_PAD}')) FROM r",
+         expect=("timeout", "runtime: value too large")),
+    Case("group_concat to the value cap", _BIG_ROWS + f"SELECT length(group_concat('{_PAD}')) FROM r",
+         expect=("timeout", "runtime: value too large")),
+    Case("DISTINCT over 5 M rows", _BIG_ROWS + f"SELECT count(*) FROM (SELECT DISTINCT n || '{_PAD}' FROM r)",
+         expect=("timeout", "runtime: out of memory")),
     Case("window over 5 M rows", _BIG_ROWS + f"SELECT max(w) FROM (SELECT count(*) OVER (ORDER BY n || '{_PAD}') w "
          "FROM r)", expect=("timeout", "runtime: out of memory")),
     Case("doubling string CTE", "WITH RECURSIVE r(s) AS (SELECT 'a' UNION ALL SELECT s || s FROM r LIMIT 40) "
@@ -166,11 +188,13 @@ CASES: tuple[Case, ...] = (
     Case("cross join x8", "SELECT count(*) FROM t a, t b, t c, t d, t e, t f, t g, t h", expect=("timeout",)),
     Case("heavy rows", HEAVY_ROWS, expect=("timeout",)),
     Case("heavy rows, watchdog only", HEAVY_ROWS, progress=False, expect=("timeout",)),
-    Case("printf %c precision 4e8", "SELECT printf('%.*c', 400000000, 'x')", expect=("runtime: printf(): value too large",)),
+    Case("printf %c precision 4e8", "SELECT printf('%.*c', 400000000, 'x')",
+         expect=("runtime: printf(): value too large",)),
     Case("printf width 9e8", "SELECT printf('%900000000d', 1)", expect=("ok",)),
     Case("quadratic ltrim", "WITH a(s) AS (SELECT replace(hex(zeroblob(40000)), '0', 'a')) "
          "SELECT length(ltrim(s, replace(s, 'a', 'b') || 'a')) FROM a", expect=("runtime: ltrim(): too expensive",)),
-    Case("quadratic replace", f"SELECT length(replace(s, substr(s, 1, 131000) || 'b', '')) FROM {_S1M}", expect=("runtime: replace(): too expensive",)),
+    Case("quadratic replace", f"SELECT length(replace(s, substr(s, 1, 131000) || 'b', '')) FROM {_S1M}",
+         expect=("runtime: replace(): too expensive",)),
 )
 
 _CHILD = r"""

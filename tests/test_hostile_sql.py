@@ -133,7 +133,8 @@ def raw_sqlite(sql: str) -> list:
 
 
 @pytest.mark.parametrize("sql", [
-    "SELECT 'abc' LIKE 'A%', 'a_c' LIKE 'a\\_c' ESCAPE '\\', 'ÄB' LIKE 'äb', NULL LIKE 'a', 5 LIKE '5', x'61' LIKE 'a'",
+    "SELECT 'abc' LIKE 'A%', 'a_c' LIKE 'a\\_c' ESCAPE '\\', 'ÄB' LIKE 'äb', NULL LIKE 'a', 5 LIKE '5', "
+    "x'61' LIKE 'a'",
     "SELECT 'abc' GLOB 'a*', 'abc' GLOB '[a-b]?c', 'ABC' GLOB 'a*', 'a1' GLOB '*[0-9]', NULL GLOB '*'",
     "SELECT json_patch('{\"a\":1,\"b\":{\"c\":2}}', '{\"b\":{\"c\":null,\"d\":3},\"e\":[1]}'), json_patch(NULL, '{}')",
     # JSON values keep their subtype where they nest (json_extract, json(), -> stay SQLite's own)
@@ -142,7 +143,8 @@ def raw_sqlite(sql: str) -> list:
     "json_replace('{\"a\":1}', '$.a', json('[3]')), json_extract('{\"a\":1,\"b\":2}', '$.a', '$.b')",
     "SELECT json_array_length('[1,2,3]'), json_array_length('{\"a\":[1]}', '$.a'), json_type('{\"a\":1.5}', '$.a'), "
     "json_type('[]'), json('  { \"a\" : 1 } '), json_valid('{'), json_valid('[]')",
-    "SELECT '{\"a\":{\"b\":[7]}}' -> '$.a', '{\"a\":{\"b\":[7]}}' ->> '$.a.b[0]', '[1,\"x\"]' ->> 1, '{\"a\":\"s\"}' -> 'a'",
+    "SELECT '{\"a\":{\"b\":[7]}}' -> '$.a', '{\"a\":{\"b\":[7]}}' ->> '$.a.b[0]', '[1,\"x\"]' ->> 1, "
+    "'{\"a\":\"s\"}' -> 'a'",
     "SELECT upper('straße é'), lower('ÀB'), upper(12), lower(NULL), hex('ab'), hex(x'00ff'), hex(12.5), "
     "quote('it''s'), quote(x'0a'), quote(1.5), quote(NULL), length(randomblob(16)), typeof(randomblob(0))",
 ])
