@@ -14,7 +14,7 @@ completion. The last column is the median fixed overhead per step (step minus ra
 queries take ~10-50 us raw, so the EX-only ratio is dominated by that fixed cost (action parsing, the
 sandbox's authorizer and progress handler, EX comparison, observation and info building).
 
-    python bench/bench_step.py [--spider ../shared/data/spider_dev] [--limit N] [--reps 5]
+    python bench/bench_step.py [--spider ../shared/data/spider_dev] [--limit N] [--reps 5] [--clock wall|cpu]
 """
 from __future__ import annotations
 
@@ -39,17 +39,23 @@ MODES = (
 )
 
 
+#: the clock both sides are timed with (``--clock``): wall time, or this thread's CPU time (steadier when
+#: other processes load the machine: time spent waiting for a core is not counted on either side)
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+_clock = time.perf_counter
+
+
 def _raw(con: sqlite3.Connection, sql: str) -> float:
-    t0 = time.perf_counter()
+    t0 = _clock()
     con.execute(sql).fetchall()
-    return time.perf_counter() - t0
+    return _clock() - t0
 
 
 def _step(env: TextSQLClarifyEnv, index: int, action: str) -> float:
     env.reset(options={"index": index})
-    t0 = time.perf_counter()
+    t0 = _clock()
     env.step(action)
-    return time.perf_counter() - t0
+    return _clock() - t0
 
 
 def _fresh(sql: str, k: int) -> str:
@@ -62,7 +68,11 @@ def main() -> None:
     ap.add_argument("--spider", default=str(REPO.parent / "shared" / "data" / "spider_dev"))
     ap.add_argument("--limit", type=int, default=None, help="first N samples (default: all 1,034)")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                    help="wall (default) or cpu: this thread's CPU time, for a loaded machine")
     args = ap.parse_args()
+    global _clock
+    _clock = CLOCKS[args.clock]
     samples = load_dataset(f"spider:{args.spider}", limit=args.limit)
     cons: dict[str, sqlite3.Connection] = {}
     rows = []
@@ -87,7 +97,8 @@ def main() -> None:
         env.close()
         rows.append((name, target, statistics.median(raw_all), statistics.median(step_all), statistics.median(ratios),
                      sum(step_all) / sum(raw_all), statistics.median(over)))
-    print(f"n = {len(samples)} Spider dev golds, {args.reps} interleaved repetitions each, gold cached")
+    print(f"n = {len(samples)} Spider dev golds, {args.reps} interleaved repetitions each, gold cached, "
+          f"{args.clock} clock")
     print(f"{'step mode':40s} {'raw med ms':>10s} {'step med ms':>11s} {'median ratio':>12s} {'target':>7s} "
           f"{'met':>4s} {'total ratio':>11s} {'overhead us':>11s}")
     for name, target, r, st, ratio, tot, ov in rows:

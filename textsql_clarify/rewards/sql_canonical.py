@@ -38,7 +38,7 @@ from sqlglot.optimizer.scope import traverse_scope
 from ..errors import SQLParseError
 from ..sql.schema import (
     DIALECT, Schema, active_memo, analysis_errors, is_star, ordinal_references, parse_for_analysis,
-    qualified_for_analysis, qualify_sql, schema_fingerprint,
+    parsed_for_analysis, qualified_for_analysis, qualify_sql, schema_fingerprint,
 )
 
 __all__ = [
@@ -93,10 +93,18 @@ def _double_quoted_literals(tree: exp.Expression, sql: str, schema: Schema | Non
     double-quoted bare name in a value position (right operand of a comparison, an IN list item, a
     BETWEEN bound) is read as a literal.
     """
+    targets = _quoted_literal_columns(tree.find_all(exp.Alias), tree.find_all(exp.Column), sql, schema)
+    for col in targets:
+        col.replace(exp.Literal.string(col.this.this))
+    return len(targets)
+
+
+def _quoted_literal_columns(alias_nodes, column_nodes, sql: str, schema: Schema | None) -> list[exp.Column]:
+    """The columns :func:`_double_quoted_literals` turns into string literals (the tree is only read)."""
     known = {c for cols in schema.values() for c in cols} if schema is not None else None
-    aliases = {a.alias.lower() for a in tree.find_all(exp.Alias) if a.alias}
-    turned = 0
-    for col in list(tree.find_all(exp.Column)):
+    aliases = {a.alias.lower() for a in alias_nodes if a.alias}
+    out = []
+    for col in list(column_nodes):
         ident = col.this
         if col.table or not isinstance(ident, exp.Identifier) or not ident.args.get("quoted"):
             continue
@@ -112,9 +120,8 @@ def _double_quoted_literals(tree: exp.Expression, sql: str, schema: Schema | Non
                        or (isinstance(parent, exp.In) and col.arg_key == "expressions")
                        or (isinstance(parent, exp.Between) and col.arg_key in ("low", "high")))
         if literal:
-            col.replace(exp.Literal.string(name))
-            turned += 1
-    return turned
+            out.append(col)
+    return out
 
 
 def _infer_schema(tree: exp.Expression) -> Schema:
@@ -360,8 +367,50 @@ def _has_star_item(tree: exp.Expression) -> bool:
     return any(is_star(e) for sel in tree.find_all(exp.Select) for e in sel.expressions)
 
 
+#: node kinds the shared preparation path reads from the parse, gathered in one walk
+_PARSE_KINDS = (exp.Alias, exp.Column, exp.CTE, exp.Table, exp.Select)
+
+
+def _prepare_shared(sql: str, given: Schema) -> PreparedQuery | None:
+    """:func:`_prepare` inside an env step when the parse needs none of the preparation's rewrites before
+    qualify (no double-quoted literal, no ``*`` select item, every table read in ``given``): the step's shared
+    qualified tree (the one the cells' column origins read) is copied and finished. Reads the step's shared
+    parse without copying it. ``None`` when a condition fails (or qualify fails): then :func:`_prepare` runs
+    the whole preparation, whose result this path reproduces exactly where it applies."""
+    tree = parsed_for_analysis(sql)
+    if not isinstance(tree, exp.Query):
+        return None
+    with analysis_errors(sql, "preparation"):
+        found: list[list[exp.Expression]] = [[] for _ in _PARSE_KINDS]
+        for node in tree.walk():
+            for k, kind in enumerate(_PARSE_KINDS):
+                if isinstance(node, kind):
+                    found[k].append(node)
+        aliases, columns, cte_nodes, tables, selects = found
+        if _quoted_literal_columns(aliases, columns, sql, given):
+            return None
+        ctes = {c.alias_or_name.lower() for c in cte_nodes}
+        if not {t.name.lower() for t in tables if t.name and t.name.lower() not in ctes} <= given.keys():
+            return None
+        if any(is_star(e) for sel in selects for e in sel.expressions):
+            return None
+    try:
+        qualified = qualified_for_analysis(sql, given)
+    except SQLParseError:
+        return None
+    with analysis_errors(sql, "preparation"):
+        out = qualified.copy()
+        _canonical_qualifiers(out)
+        _expand_references(out)
+    return PreparedQuery(out, True, None)
+
+
 def _prepare(sql: str, given: Schema | None) -> PreparedQuery:
     """:func:`prepare_sql` of a checked schema, without the step memo."""
+    if given and active_memo() is not None:
+        shared = _prepare_shared(sql, given)
+        if shared is not None:
+            return shared
     tree = parse_for_analysis(sql)
     if not isinstance(tree, exp.Query):
         raise SQLParseError(sql, f"not a query: {type(tree).__name__} statement")

@@ -429,6 +429,20 @@ def active_memo() -> AnalysisMemo | None:
     return _ACTIVE.get()
 
 
+def parsed_for_analysis(sql: str) -> exp.Expression:
+    """``parse_for_analysis(sql)`` with the default caps, read only: inside :func:`shared_analysis` it is the
+    step's one parse of ``sql`` itself, not a copy, so the caller must not mutate it. Outside, a fresh parse.
+
+    Raises:
+        SQLParseError: as :func:`parse_for_analysis`.
+    """
+    memo = _ACTIVE.get()
+    if memo is None or not isinstance(sql, str):
+        return parse_for_analysis(sql)
+    return memo.get(("parse", sql, MAX_ANALYSIS_CHARS, MAX_ANALYSIS_NODES, MAX_ANALYSIS_DEPTH),
+                    lambda: _parse_bounded(sql, MAX_ANALYSIS_CHARS, MAX_ANALYSIS_NODES, MAX_ANALYSIS_DEPTH))
+
+
 def qualified_for_analysis(sql: str, schema: Schema | None) -> exp.Expression:
     """``qualify_sql(parse_for_analysis(sql), schema)`` (stars expanded), done once per text and schema inside
     :func:`shared_analysis`. The tree returned there is shared: the caller must not mutate it (copy first).
