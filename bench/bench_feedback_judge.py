@@ -3,24 +3,29 @@ and the batched paths, measured side by side in one run.
 
 Judgements are real: MMSQL's unanswerable turns whose system reply states the reason (``../shared/data/mmsql``,
 Spider dev databases), each with five feedbacks (the reason, a stock refusal, an echo, a wrapped echo,
-another turn's reason), and the Spider-unanswerable questions of the feedback probe sets that carry a hidden
+another turn's reason), the Spider-unanswerable questions of the feedback probe sets that carry a hidden
 knowledge written for the probes (``tests/fixtures/probe_feedback_adversarial.jsonl`` and
 ``probe_feedback.jsonl``, key ``spider_unanswerable``; the Spider-unanswerable file itself states no
 rationale), over the Spider dev databases (``../shared/data``), each with the varied feedbacks the probes
 give for it (paraphrases, echoes, wrapped echoes, refusals that blame an existing table, shotguns ...) and
-the hidden knowledge itself. Paths, each timed over the same items, in rounds whose order alternates:
+the hidden knowledge itself; and for each of these hidden knowledges two restatements of what it says
+beyond the question, with no negation cue (:func:`restatements`: verdicts that only the score decides).
+Paths, each timed over the same items, in rounds whose order alternates:
 
 * ``old``: ``SemanticFeedbackJudge(cache=False, num_threads=None)``, the path before issue 12: every
   judgement parses both sides and embeds the pair in one encode call at torch's own thread count;
 * ``old_1thread``: the same on one torch thread (what the thread setting alone gives);
-* ``cached``: the default judge's ``assess`` (hidden knowledge's side cached after ``prepare``, one
-  thread): the feedback embedding cache is emptied before each judgement, so every judgement that needs a
+* ``cached``: the default judge's ``assess`` (hidden knowledge's side cached after ``prepare``; torch
+  threads ``"auto"``: one while the machine is busy, else torch's own): the feedback embedding cache is emptied before each judgement, so every judgement that needs a
   score embeds its feedback;
 * ``judge``: the same through ``judge`` (the bool the env asks for), which embeds only where the score
   decides the verdict (not for a feedback that contradicts, or that names the missing element);
 * ``repeat``: the same feedback judged a second time (its embedding cached too: nothing is embedded);
 * ``batch_B``: ``judge_many`` (the vector env's call) over B items at a time (the feedback cache emptied
-  before each batch); per-judgement time = batch time / B.
+  before each batch); per-judgement time = batch time / B;
+* ``cached_1thread``, ``cached_tt``, ``batch_B_tt``: ``cached`` on one thread, and ``cached`` and the
+  largest batch at torch's own thread count (``num_threads=None``): torch's count is faster on an idle
+  machine, far slower on a loaded one (a descheduled thread stalls every product).
 
 The figures are medians over judgements (per judgement: the median over rounds) of the wall time: over all
 judgements; over those that reach the encoder in ``assess`` (``encoder ms``; the rest stop at the rule's
@@ -58,6 +63,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from textsql_clarify.rewards.feedback import SemanticFeedbackJudge, minilm_available  # noqa: E402
 from textsql_clarify.rewards.feedback import offline  # noqa: E402
+from textsql_clarify.rewards.feedback.offline import auto_threads  # noqa: E402
 
 DEFAULT_DATA = REPO.parent / "shared" / "data"
 TARGET_MS = 5.0
@@ -149,6 +155,24 @@ def time_batched(judge: SemanticFeedbackJudge, items, b: int) -> list[tuple[floa
     return out
 
 
+def restatements(items: list[tuple]) -> list[tuple]:
+    """Two feedbacks per distinct hidden knowledge of ``items`` whose verdict only the similarity score can
+    decide: what the hidden knowledge says beyond the question, in order and reversed, behind a stock
+    phrase and with no negation cue (so nothing is claimed missing, named or contradicted)."""
+    from textsql_clarify.rewards.feedback import residual_text
+
+    out, seen = [], set()
+    for s, _, ids in items:
+        if s.id in seen:
+            continue
+        seen.add(s.id)
+        words = residual_text(s.hidden_knowledge, s.question, frozenset()).split()
+        if words:
+            out += [(s, f"Sorry, I think it is about {' '.join(words)}.", ids),
+                    (s, f"My guess is that it concerns {' '.join(reversed(words))}.", ids)]
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the shared data root (spider_dev, spider_unanswerable)")
@@ -163,6 +187,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     load_before = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
     items = spider_items(a.data, None) + mmsql_items(a.data)
+    items += restatements(items)
     items = items[:a.n] if a.n else items
     batches = [int(x) for x in a.batches.split(",") if x.strip()]
     t0 = time.perf_counter()
@@ -171,8 +196,10 @@ def main(argv: list[str] | None = None) -> dict:
     load_s = time.perf_counter() - t0
     old = SemanticFeedbackJudge(model=model, cache=False, num_threads=None)
     old1 = SemanticFeedbackJudge(model=model, cache=False, num_threads=1)
+    new_tt = SemanticFeedbackJudge(model=model, num_threads=None)  # the new path at torch's own thread count
+    new_1 = SemanticFeedbackJudge(model=model, num_threads=1)  # ... and on one thread
     for it in items[:5]:  # warm up both thread settings
-        old.assess(*it), old1.assess(*it), new.assess(*it)
+        old.assess(*it), old1.assess(*it), new.assess(*it), new_tt.assess(*it), new_1.assess(*it)
     offline.clear_feedback_caches()
     t = time.perf_counter()
     for s, _, i in items:
@@ -183,15 +210,18 @@ def main(argv: list[str] | None = None) -> dict:
     reaches = [bool(v.added) for v in verdicts]  # the items whose assess() calls the encoder
     decides = [bool(v.added) and not v.contradictions and not v.names_missing for v in verdicts]  # judge() too
     paths: dict[str, list[list[tuple[float, float]]]] = {k: [] for k in ["old", "old_1thread", "cached", "judge",
-                                                                         "repeat"] +
-                                           [f"batch_{b}" for b in batches]}
+                                                                         "repeat", "cached_1thread", "cached_tt"] +
+                                           [f"batch_{b}" for b in batches] + [f"batch_{batches[-1]}_tt"]}
     runs = {
         "old": lambda: time_single(old, items, clear_feedback=False),
         "old_1thread": lambda: time_single(old1, items, clear_feedback=False),
         "cached": lambda: time_single(new, items, clear_feedback=True),
         "judge": lambda: time_single(new, items, clear_feedback=True, method="judge"),
         "repeat": lambda: time_single(new, items, clear_feedback=False),
+        "cached_1thread": lambda: time_single(new_1, items, clear_feedback=True),
+        "cached_tt": lambda: time_single(new_tt, items, clear_feedback=True),
         **{f"batch_{b}": (lambda b=b: time_batched(new, items, b)) for b in batches},
+        f"batch_{batches[-1]}_tt": lambda: time_batched(new_tt, items, batches[-1]),
     }
     order = list(runs)
     for r in range(a.rounds):
@@ -199,7 +229,7 @@ def main(argv: list[str] | None = None) -> dict:
             if name == "repeat":
                 time_single(new, items, clear_feedback=False)  # make every feedback embedding cached first
             paths[name].append(runs[name]())
-    res: dict = {"n_items": len(items), "n_encoder_items": sum(reaches), "n_score_items": sum(decides),
+    res: dict = {"auto_threads": auto_threads(), "n_items": len(items), "n_encoder_items": sum(reaches), "n_score_items": sum(decides),
                  "n_hidden_knowledge": n_hk,
                  "rounds": a.rounds, "cpu_count": os.cpu_count(), "loadavg_before": load_before,
                  "torch_default_threads": torch.get_num_threads(), "python": platform.python_version(),
@@ -222,7 +252,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"FB judge, MiniLM: {len(items)} judgements ({sum(reaches)} reach the encoder in assess, {sum(decides)} are "
           f"decided by the score) over {n_hk} hidden knowledges (Spider-unanswerable probes, MMSQL), "
           f"{a.rounds} round(s); {os.cpu_count()} CPUs, torch default threads "
-          f"{res['torch_default_threads']}, load average {load_before} before, {res['loadavg_after']} after")
+          f"{res['torch_default_threads']} (auto: {res['auto_threads'] or 'torch default'}), load average {load_before} "
+          f"before, {res['loadavg_after']} after")
     print(f"MiniLM load {load_s:.1f} s; prepare (hidden knowledge's side + embedding) "
           f"{res['prepare_ms_per_hidden_knowledge']:.2f} ms per hidden knowledge")
     print(f"{'path':<14}{'median ms':>11}{'encoder ms':>12}{'enc CPU ms':>12}{'score ms':>10}{'mean ms':>10}"

@@ -378,3 +378,22 @@ def test_lean_encoder_matches_sentence_transformers_encode():
         assert got.shape == ref.shape == (len(batch), 384)
         assert float(np.abs(got - ref).max()) <= SCORE_TOL
     assert lean_encoder(model, tolerance=-1.0) is None  # a failed check gives None, never a wrong encoder
+
+
+def test_auto_threads_follow_the_load(monkeypatch):
+    import os
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    for load, want in ((cpus + 3.0, 1), (max(cpus - 1.0, 0.0), None)):
+        monkeypatch.setattr(offline, "_LOAD", [float("-inf"), None])
+        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
+        assert offline.auto_threads() == want
+    monkeypatch.setattr(os, "getloadavg", lambda: (99.0, 99.0, 99.0))
+    assert offline.auto_threads() is None  # read at most once a second: the last reading holds
+
+    def unreadable():
+        raise OSError("no load average")
+
+    monkeypatch.setattr(offline, "_LOAD", [float("-inf"), None])
+    monkeypatch.setattr(os, "getloadavg", unreadable)
+    assert offline.auto_threads() == 1

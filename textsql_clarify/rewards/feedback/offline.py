@@ -9,7 +9,8 @@ Speed (issue 12, ``docs/platform.md`` "Feedback judge speed"): what does not dep
 computed once and kept in bounded LRU caches shared by every judge of the process: the database's
 structure per (file, identifiers), the hidden knowledge's missing-claims and residual text per (hidden
 knowledge, question, schema words), and, per encoder, the embedding of each hidden-knowledge residual
-(and of recent feedback residuals). A judgement then embeds only its feedback, on one torch thread;
+(and of recent feedback residuals). A judgement then embeds only its feedback (on one torch thread while
+the machine is busy, :func:`auto_threads`);
 :meth:`SemanticFeedbackJudge.judge_many` embeds the feedbacks of a whole vector step in one encode call,
 and :meth:`~SemanticFeedbackJudge.prepare` (called by the env when it first meets a sample) fills the
 caches before the first feedback arrives.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import warnings
 import weakref
 from collections import OrderedDict
@@ -34,7 +36,7 @@ from .verdict import FeedbackVerdict, _check_args, _is_sql
 from .words import added_words, novel_recall, residual_text
 
 __all__ = ["LexicalFeedbackJudge", "SemanticFeedbackJudge", "MINILM_THRESHOLD", "LEXICAL_THRESHOLD", "judge_many",
-           "clear_feedback_caches", "CACHE_SIZES"]
+           "clear_feedback_caches", "CACHE_SIZES", "auto_threads"]
 
 #: Cosine-similarity threshold of :class:`SemanticFeedbackJudge` (MiniLM, unit-normalised embeddings).
 #: Calibrated on ``tests/fixtures/probe_feedback.jsonl``; see ``docs/simulator.md`` "Feedback judge".
@@ -102,6 +104,27 @@ _EMBEDDINGS: "weakref.WeakKeyDictionary[Any, dict[str, _LRU]]" = weakref.WeakKey
 _EMB_LOCK = threading.Lock()
 #: encoder -> its :func:`~textsql_clarify.minilm.lean_encoder` (``None``: use ``encode``), built once.
 _LEAN: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+_LOAD = [float("-inf"), None]  # [when read (monotonic s), the thread count auto_threads chose]
+
+
+def auto_threads() -> int | None:
+    """The torch thread count of ``num_threads="auto"``: ``1`` while the machine is busy (its 1-minute
+    load average, read at most once a second, is at or above the number of CPUs this process may use),
+    else ``None`` (torch's own setting). ``1`` where the load average cannot be read. Source: issue 12
+    (``bench/bench_feedback_judge.py``: on 2 cores at load ~6 one thread took 15 ms per judgement and
+    two 100 ms; at load ~1.7 one thread took 5.4 ms and two 3.8 ms).
+    """
+    now = time.monotonic()
+    if now - _LOAD[0] >= 1.0:
+        try:
+            cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            _LOAD[1] = 1 if os.getloadavg()[0] >= cpus else None
+        except (OSError, AttributeError):
+            _LOAD[1] = 1
+        _LOAD[0] = now
+    return _LOAD[1]
 
 
 def _lean_for(model: Any) -> Callable[[list[str]], Any] | None:
@@ -387,8 +410,11 @@ class SemanticFeedbackJudge:
             is the path before issue 12: every judgement parses both sides and embeds the pair in one
             encode call.
         num_threads: torch threads for each encode call (:func:`~textsql_clarify.minilm.torch_threads`:
-            set for the call, restored after it; process-wide while it runs). ``1`` (the default) is the
-            fastest for short sentences and on a loaded machine; ``None`` leaves torch's setting alone.
+            set for the call, restored after it; process-wide while it runs). ``"auto"`` (the default): one
+            thread while the machine is busy (1-minute load average at or above the CPUs this process may
+            use), where a second thread that the OS has descheduled stalls every matrix product (7x slower
+            measured on 2 loaded cores), else torch's own setting, which is faster on an idle machine
+            (:func:`auto_threads`); an int: that many; ``None``: torch's setting always.
         lean: with ``cache``, embed through :func:`~textsql_clarify.minilm.lean_encoder` (the same
             operations as ``SentenceTransformer.encode`` with about 40 % less time per short sentence;
             used only where it matches ``encode`` on its check texts), else through ``model.encode``.
@@ -398,7 +424,7 @@ class SemanticFeedbackJudge:
     model: Any = None
     fallback: LexicalFeedbackJudge = field(default_factory=LexicalFeedbackJudge)
     cache: bool = True
-    num_threads: int | None = 1
+    num_threads: int | str | None = "auto"
     lean: bool = True
     used: str = field(default="minilm", init=False)
     name: str = field(default="minilm", init=False)
@@ -415,7 +441,7 @@ class SemanticFeedbackJudge:
 
     def _encode(self, texts: list[str]):
         texts = [valid_unicode(t) for t in texts]  # the tokenizer refuses lone surrogates (issue 12)
-        with torch_threads(self.num_threads):
+        with torch_threads(auto_threads() if self.num_threads == "auto" else self.num_threads):
             lean = _lean_for(self.model) if self.cache and self.lean else None
             if lean is not None:
                 return lean(texts)
