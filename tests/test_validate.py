@@ -164,6 +164,36 @@ def test_gold_timeout(tmp_path, monkeypatch):
     assert not any((Path(os.environ["TEXTSQL_CLARIFY_CACHE"]) / "validation").glob("*.json"))
 
 
+def test_a_locked_database_is_retried_and_never_cached(tmp_path, monkeypatch):
+    """Issue 12: ``database is locked`` comes from another connection, not from the gold. While a writer holds an
+    exclusive lock the gold fails, the run is retried (GOLD_RETRIES) and not cached; once released, it passes."""
+    import sqlite3
+
+    monkeypatch.setattr(V, "GOLD_RETRY_WAIT_S", 0.01)
+    db = tmp_path / "locked.sqlite"
+    shutil.copyfile(embedded_db_path(), db)
+    rec = {"id": "lk", "db_id": "locked", "db_path": str(db), "question": "How many students are there?",
+           "group": "answerable", "subcategory": "answerable_without_evidence", "gold_sql": "SELECT COUNT(*) FROM students"}
+    f = tmp_path / "lk.jsonl"
+    f.write_text(json.dumps(rec) + "\n", encoding="utf-8")
+    samples = load_dataset(str(f), validate=False)
+    keep = V._Runner().sandbox(str(db))  # opened (schema read) before the lock, as in a run that meets one midway
+    writer = sqlite3.connect(db, isolation_level=None)
+    writer.execute("BEGIN EXCLUSIVE")
+    try:
+        report = V.validate_samples(samples, spec=str(f))
+        assert [p.flag for p in report.problems] == ["gold_error"]
+        assert "locked" in report.problems[0].message
+        assert not any((Path(os.environ["TEXTSQL_CLARIFY_CACHE"]) / "validation").glob("*.json"))
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    report = V.validate_samples(samples, spec=str(f))
+    assert report.problems == [] and not report.cached
+    assert len(list((Path(os.environ["TEXTSQL_CLARIFY_CACHE"]) / "validation").glob("*.json"))) == 1
+    keep.close()
+
+
 def test_unopenable_database_is_a_dataset_error(tmp_path):
     bad = tmp_path / "broken.sqlite"
     bad.write_bytes(b"this is not a SQLite file" * 100)

@@ -37,19 +37,22 @@ Drift records of a ``.jsonl`` file are checked by the JSONL loader as before
 
 Each distinct SQL runs once per database, in the read-only sandbox shared with the env
 (:func:`~textsql_clarify.sql.sandbox.get_sandbox` with the env's default limits). Results are cached per dataset
-on disk (:mod:`.validation_cache`), except a run in which something timed out (a busy machine can cause a
-timeout; it is retried on the next load).
+on disk (:mod:`.validation_cache`), except a run in which something timed out, found the database locked by
+another connection (retried at once, as the sandbox retries golds) or hit SQLite's heap limit: a busy machine or
+a lock causes these, not the gold, so they are retried on the next load (issue 12).
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..sql.sandbox import DatabaseOpenError, ExecutionResult, SQLiteSandbox, get_sandbox
+from ..sql.sandbox import (GOLD_RETRIES, GOLD_RETRY_WAIT_S, DatabaseOpenError, ExecutionResult, SQLiteSandbox, _is_memory,
+                           _is_transient, get_sandbox)
 from ..errors import DatasetError
 from ..rewards.execution import EXOptions, is_empty_result, score_execution
 from ..rewards.ex_sql import gold_nondeterminism
@@ -138,9 +141,16 @@ class _Runner:
         key = (db_path, sql)
         hit = self.results.get(key)
         if hit is None:
-            hit = self.results[key] = self.sandbox(db_path).execute(sql)
-            if hit.error_kind == "timeout":
-                self.timed_out = True
+            sandbox = self.sandbox(db_path)
+            hit = sandbox.execute(sql)
+            for _ in range(GOLD_RETRIES):  # another connection held a lock: it may pass by itself (issue 12)
+                if not _is_transient(hit):
+                    break
+                time.sleep(GOLD_RETRY_WAIT_S)
+                hit = sandbox.execute(sql)
+            self.results[key] = hit
+            if hit.error_kind == "timeout" or _is_transient(hit) or _is_memory(hit):
+                self.timed_out = True  # a busy machine or a lock, not the gold: the run is not cached
         return hit
 
 
