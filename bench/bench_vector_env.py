@@ -15,10 +15,13 @@ Settings, each timed on a fresh env over the same number of episodes, all throug
 * ``async N``: ``gym.make_vec(..., num_envs=N, vectorization_mode="async")`` (Gymnasium's ``AsyncVectorEnv``,
   shared memory on, a worker process per sub-env; start-up not timed).
 
-Each round times every setting once, in order (so load drifts hit all of them); the ratio is episodes/s
-over the loop's in the same round, and the table gives the median over ``--rounds``. For the loop and the
-sync settings it also gives the ratio of CPU seconds of this process (``time.process_time``), which a
-loaded machine disturbs less than wall-clock time (an async env's work is in its workers: wall only). Targets (issue 12):
+Every setting's env is built once and warmed (``--warmup`` untimed episodes, times N for an async env so that
+each worker process sees as many: the static per-sample caches and the gold results reach their steady state); then each round times every setting once,
+in order (so load drifts hit all of them). The ratio is episodes/s over the loop's in the same round, and the
+table gives the median over ``--rounds``. It also gives the CPU seconds per episode (this process plus an async
+env's worker processes, from ``/proc``) and the loop's CPU over the setting's: a loaded machine disturbs CPU
+time less than wall-clock time, and for an async env it says how much work the parallel run adds (on 2 idle
+cores its wall-clock ratio cannot pass twice its CPU ratio). Targets (issue 12):
 sync >= 1.0x the loop for every N on these workloads (the SQL step has nothing to batch), async with 2
 workers >= 1.7x the loop on 2 idle cores.
 
@@ -78,48 +81,70 @@ def _golds(samples) -> dict[str, str]:
     return {s.id: f"<sql>{s.gold_sql}</sql>" for s in samples}
 
 
-def run_loop(env_id: str, kwargs: dict, golds: dict, episodes: int, clarify: bool) -> tuple[float, float]:
-    """Wall-clock and CPU seconds (this process) for ``episodes`` episodes of one env (``reset`` + [clarify +]
-    gold SQL)."""
-    import gymnasium as gym
-
-    env = gym.make(env_id, **kwargs)
-    t0, c0 = time.perf_counter(), time.process_time()
-    _, info = env.reset(seed=0)
-    for _ in range(episodes):
-        if clarify:
-            env.step("<clarify>Which one do you mean?</clarify>")
-        env.step(golds[info["sample_id"]])
-        _, info = env.reset()
-    secs, cpu = time.perf_counter() - t0, time.process_time() - c0
-    env.close()
-    return secs, cpu
+def _worker_cpu(pids: list[int]) -> float:
+    """CPU seconds (user + system) the processes ``pids`` have used so far (Linux ``/proc``; 0 elsewhere)."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
 
 
-def run_vector(env_id: str, kwargs: dict, golds: dict, episodes: int, n: int, mode: str,
-               clarify: bool) -> tuple[float, float]:
-    """Wall-clock and CPU seconds (this process only: not an async env's workers) for ``episodes`` finished
-    episodes of a vector env (autoreset next_step; start-up not timed)."""
-    import gymnasium as gym
+class Setting:
+    """One way of running episodes (``loop``, ``sync N`` or ``async N``), its env built and warmed once.
 
-    envs = gym.make_vec(env_id, num_envs=n, vectorization_mode=None if mode == "sync" else mode, **kwargs)
-    try:
-        _, info = envs.reset(seed=0)
-        done = 0
-        t0, c0 = time.perf_counter(), time.process_time()
-        while done < episodes:
-            if clarify:
-                envs.step(["<clarify>Which one do you mean?</clarify>"] * n)
-            _, _, term, trunc, info = envs.step([golds[sid] for sid in info["sample_id"]])
-            done += int(term.sum() + trunc.sum())
-            _, _, _, _, info = envs.step([""] * n)  # the autoreset step: actions ignored
-        return ((time.perf_counter() - t0) * episodes / done, (time.process_time() - c0) * episodes / done)
-    finally:
-        envs.close()
+    Args:
+        mode: ``"loop"`` (``gym.make``), ``"sync"`` or ``"async"`` (``gym.make_vec``).
+        n: number of sub-envs (1 for the loop).
+        kwargs: env options. golds: sample id -> gold SQL action. clarify: one clarification per episode first.
+    """
+
+    def __init__(self, env_id: str, mode: str, n: int, kwargs: dict, golds: dict, clarify: bool):
+        import gymnasium as gym
+
+        self.mode, self.n, self.golds, self.clarify = mode, n, golds, clarify
+        self.name = "loop" if mode == "loop" else f"{mode} {n}"
+        if mode == "loop":
+            self.env = gym.make(env_id, **kwargs)
+        else:
+            self.env = gym.make_vec(env_id, num_envs=n, vectorization_mode=None if mode == "sync" else mode, **kwargs)
+        self.pids = [p.pid for p in getattr(self.env, "processes", [])]
+        _, self.info = self.env.reset(seed=0)
+
+    def run(self, episodes: int) -> tuple[float, float]:
+        """``(wall-clock seconds, CPU seconds of this process and its async workers)`` for ``episodes``
+        finished episodes (autoreset ``next_step`` in the vector envs: one step answers, the next resets)."""
+        t0, c0, w0 = time.perf_counter(), time.process_time(), _worker_cpu(self.pids)
+        done, env, info = 0, self.env, self.info
+        if self.mode == "loop":
+            for _ in range(episodes):
+                if self.clarify:
+                    env.step("<clarify>Which one do you mean?</clarify>")
+                env.step(self.golds[info["sample_id"]])
+                _, info = env.reset()
+            done = episodes
+        else:
+            while done < episodes:
+                if self.clarify:
+                    env.step(["<clarify>Which one do you mean?</clarify>"] * self.n)
+                _, _, term, trunc, info = env.step([self.golds[sid] for sid in info["sample_id"]])
+                done += int(term.sum() + trunc.sum())
+                _, _, _, _, info = env.step([""] * self.n)  # the autoreset step: actions ignored
+        self.info = info
+        wall = time.perf_counter() - t0
+        cpu = time.process_time() - c0 + _worker_cpu(self.pids) - w0
+        return wall * episodes / done, cpu * episodes / done
+
+    def close(self) -> None:
+        self.env.close()
 
 
 def bench_workloads(args) -> dict:
-    """Time every setting per round; ratios to the loop of the same round."""
+    """Build and warm every setting, then time each once per round; ratios to the loop of the same round."""
     import textsql_clarify  # noqa: F401  (registers the env)
     from textsql_clarify import ENV_ID
     from textsql_clarify.datasets import load_dataset
@@ -127,38 +152,40 @@ def bench_workloads(args) -> dict:
     spec = f"spider:{args.spider}"
     samples = load_dataset(spec)
     golds = _golds(samples)
-    settings = [("loop", 1)] + [("sync", n) for n in args.sync] + [("async", n) for n in args.async_]
     out = {}
     for name in args.workloads:
         kwargs = dict(WORKLOADS[name], dataset=spec)
-        if args.clarify_ms is not None:
-            kwargs["simulator"] = SlowUser(args.clarify_ms)
         clarify = args.clarify_ms is not None
-        # warm the process-level caches (sandboxes, schema statements, gold results) for every setting alike
-        run_loop(ENV_ID, kwargs, golds, min(args.episodes, len(samples)), False)
-        secs: dict[str, list[tuple[float, float]]] = {f"{m} {n}" if m != "loop" else m: [] for m, n in settings}
-        for _ in range(args.rounds):
-            for mode, n in settings:
-                key = f"{mode} {n}" if mode != "loop" else mode
-                if mode == "loop":
-                    secs[key].append(run_loop(ENV_ID, kwargs, golds, args.episodes, clarify))
-                else:
-                    secs[key].append(run_vector(ENV_ID, kwargs, golds, args.episodes, n, mode, clarify))
+        if clarify:
+            kwargs["simulator"] = SlowUser(args.clarify_ms)
+        settings = [Setting(ENV_ID, "loop", 1, kwargs, golds, clarify)]
+        settings += [Setting(ENV_ID, "sync", n, kwargs, golds, clarify) for n in args.sync]
+        settings += [Setting(ENV_ID, "async", n, kwargs, golds, clarify) for n in args.async_]
+        try:
+            for st in settings:  # steady state: static caches and gold results warm, in every async worker too
+                st.run(args.warmup * (st.n if st.mode == "async" else 1))
+            secs: dict[str, list[tuple[float, float]]] = {st.name: [] for st in settings}
+            for _ in range(args.rounds):
+                for st in settings:
+                    secs[st.name].append(st.run(args.episodes))
+        finally:
+            for st in settings:
+                st.close()
         rows = []
         for key, ts in secs.items():
             ratios = [loop[0] / t[0] for loop, t in zip(secs["loop"], ts)]
-            mode = key.split()[0]
-            cpu = None if mode == "async" else statistics.median(loop[1] / t[1] for loop, t in zip(secs["loop"], ts))
+            cpu = statistics.median(loop[1] / t[1] for loop, t in zip(secs["loop"], ts))
             rows.append({"setting": key, "episodes_per_s": round(args.episodes / statistics.median(t[0] for t in ts), 1),
                          "ratio": round(statistics.median(ratios), 2), "ratios": [round(r, 2) for r in ratios],
-                         "cpu_ratio": None if cpu is None else round(cpu, 2), "target": TARGETS.get(mode)})
+                         "cpu_ratio": round(cpu, 2), "cpu_us_per_episode": round(statistics.median(t[1] for t in ts)
+                                                                                  / args.episodes * 1e6),
+                         "target": TARGETS.get(key.split()[0])})
         out[name + (f"+clarify{args.clarify_ms:g}ms" if clarify else "")] = rows
     return out
 
 
 def bench_transformers(args) -> dict:
     """The whole-evaluation comparison with the transformers user (one episode at a time vs N in lockstep)."""
-    from dataclasses import replace
 
     import torch
 
@@ -205,6 +232,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--async", dest="async_", default="2", help="async vector env sizes ('' for none)")
     ap.add_argument("--episodes", type=int, default=2000, help="episodes per setting and round")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1034, help="untimed episodes per setting (per async worker) first")
     ap.add_argument("--clarify-ms", type=float, default=None, help="one clarification per episode, to a user "
                     "costing this many ms per respond call")
     ap.add_argument("--transformers", action="store_true", help="also the transformers-user evaluation")
@@ -225,12 +253,12 @@ def main(argv: list[str] | None = None) -> dict:
           f"{args.rounds} rounds, {result['cpus']} CPUs, load average {result['loadavg_1min']} at start")
     for name, rows in result["workloads"].items():
         print(f"\n{name}")
-        print(f"{'setting':>10} {'episodes/s':>11} {'x loop':>7} {'target':>7} {'x loop CPU':>11}  per round (wall)")
+        print(f"{'setting':>10} {'episodes/s':>11} {'x loop':>7} {'target':>7} {'CPU us/ep':>10} {'x loop CPU':>11}"
+              f"  per round (wall)")
         for r in rows:
             target = "" if r["target"] is None else f">={r['target']:.1f}"
-            cpu = "" if r["cpu_ratio"] is None else f"{r['cpu_ratio']:.2f}"
-            print(f"{r['setting']:>10} {r['episodes_per_s']:>11.1f} {r['ratio']:>7.2f} {target:>7} {cpu:>11}  "
-                  f"{r['ratios']}")
+            print(f"{r['setting']:>10} {r['episodes_per_s']:>11.1f} {r['ratio']:>7.2f} {target:>7} "
+                  f"{r['cpu_us_per_episode']:>10} {r['cpu_ratio']:>11.2f}  {r['ratios']}")
     if args.transformers:
         result["transformers"] = bench_transformers(args)
         print("\nevaluation with the transformers user (lockstep, ratio of replies/s)")

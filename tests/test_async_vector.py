@@ -106,15 +106,19 @@ def test_typed_info_has_fixed_types_and_leaves_the_python_info_alone(samples):
     rc = typed["reward_components"]
     assert math.isnan(rc["feedback"]) and rc["ex"] == 0.0 and info["reward_components"]["feedback"] is None
     assert all(type(v) is float for k, v in rc.items() if k != "components")
-    assert rc["components"] is None or set(rc["components"]) == set(COMPONENT_SETS)
-    for part in (rc.get("components") or {}).values():
-        assert all(type(v) is float for v in part.values())
+    parts = info["reward_components"]["components"]  # {set: {"precision": p, "recall": r}}, None = undefined
+    assert rc["components"].shape == (len(COMPONENT_SETS), 2)
+    assert _same(rc["components"].tolist(), [[math.nan if parts[name][k] is None else parts[name][k]
+                                              for k in ("precision", "recall")] for name in COMPONENT_SETS])
+    assert np.isnan(rc["components"]).any() and not np.isnan(rc["components"]).all()
     sc = typed["scores"]
     assert type(sc["pred_truncated"]) is float and math.isnan(sc["fb"]) and info["scores"]["fb"] is None
     assert typed["sample_id"] == s.id and typed["error"] is None and typed["clarifications_left"] == 3
     assert typed["trajectory"] is info["trajectory"] and typed["messages"] is info["messages"]
-    nan_parts = typed_info({"reward_components": {"components": None}})["reward_components"]["components"]
-    assert set(nan_parts) == set(COMPONENT_SETS) and all(math.isnan(v) for p in nan_parts.values() for v in p.values())
+    parts = {"tables": {"precision": 0.5, "recall": 1.0}, "joins": {"precision": None, "recall": None}}
+    arr = typed_info({"reward_components": {"components": parts}})["reward_components"]["components"]
+    assert arr[COMPONENT_SETS.index("tables")].tolist() == [0.5, 1.0]
+    assert np.isnan(arr[COMPONENT_SETS.index("joins")]).all() and arr.dtype == np.float64
     with pytest.raises(ValueError, match="info_format"):
         TextSQLClarifyEnv(samples=samples, info_format="numpy")
 
@@ -145,7 +149,7 @@ def test_gymnasium_merges_typed_infos_where_python_infos_raise(samples):
         assert sorted(rc["ex"].tolist()) == [0.0, 1.0]
         for key in ("spurious_tables", "cell_f1", "table_recall"):
             assert rc[key].dtype == np.float64 and np.isnan(rc[key]).sum() == 1, key
-        assert rc["components"]["tables"]["recall"].dtype == np.float64
+        assert rc["components"].dtype == np.float64 and rc["components"].shape == (2, len(COMPONENT_SETS), 2)
 
 
 def test_sync_vector_env_with_typed_infos_gives_float_arrays(samples):
@@ -176,8 +180,12 @@ def _same(a, b) -> bool:
     """Equality with NaN equal to NaN, through dicts and lists."""
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and np.array_equal(a, b, equal_nan=True)
     if isinstance(a, float) and isinstance(b, float):
         return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     return a == b
 
 
@@ -267,3 +275,77 @@ def test_async_runs_1000_spider_steps_with_detailed_scores_and_matches_sync(spid
                                                                              [p["reward_components"].get("ex", 0.0)
                                                                               for row in want for p in row[4]])
     assert any(any(row[3]) for row in want)  # truncated episodes (a clarification refused on the final turn)
+
+
+# ------------------------------------------------------------------------------------------ sync vector env
+class BatchJudge:
+    """The lexical judge behind ``judge_many``, recording each batch; ``judge`` counts single calls."""
+
+    def __init__(self):
+        self.inner, self.batches, self.singles = LexicalFeedbackJudge(), [], 0
+
+    def judge_many(self, samples, feedbacks, schema_identifiers_list):
+        self.batches.append(len(samples))
+        return [self.inner.judge(s, f, ids) for s, f, ids in zip(samples, feedbacks, schema_identifiers_list)]
+
+    def judge(self, sample, feedback, schema_identifiers=()):
+        self.singles += 1
+        return self.inner.judge(sample, feedback, schema_identifiers)
+
+
+class LoopJudge:
+    """A judge without ``judge_many``."""
+
+    def __init__(self):
+        self.inner, self.calls = LexicalFeedbackJudge(), 0
+
+    def judge(self, sample, feedback, schema_identifiers=()):
+        self.calls += 1
+        return self.inner.judge(sample, feedback, schema_identifiers)
+
+
+def test_feedback_judgements_of_a_step_go_in_one_batch(samples):
+    unans = [s for s in samples if s.group == "unanswerable" and s.hidden_knowledge.strip()][:4]
+    ans = _first(samples, "answerable")
+    acts = [f"<feedback>{unans[0].hidden_knowledge}</feedback>", "<feedback>No such data.</feedback>",
+            "<feedback>There is no table for that.</feedback>", f"<feedback>{unans[3].hidden_knowledge}</feedback>"]
+    want = []
+    for s, a in zip(unans, acts):  # one env at a time, the lexical judge
+        env = TextSQLClarifyEnv(samples=samples, feedback_judge=LexicalFeedbackJudge())
+        env.reset(options={"sample_id": s.id})
+        want.append(env.step(a)[4]["reward_components"]["feedback"])
+    assert 1.0 in want and 0.0 in want
+    judge = BatchJudge()
+    envs = TextSQLClarifyVectorEnv(5, samples=samples, feedback_judge=judge)
+    envs.reset(options={"sample_ids": [s.id for s in unans] + [ans.id]})
+    _, _, term, _, info = envs.step(acts + ["<feedback>No such data.</feedback>"])  # answerable: no judgement
+    assert term.all() and info["reward_components"]["feedback"].tolist() == want + [0.0]
+    assert judge.batches == [4] and judge.singles == 0
+    assert envs.judge_calls == 1 and envs.feedbacks_judged == 4
+    assert all(e.feedback_judge is judge for e in envs.envs)  # the step's stand-in is gone
+    loop = LoopJudge()
+    envs = TextSQLClarifyVectorEnv(4, samples=samples, feedback_judge=loop)
+    envs.reset(options={"sample_ids": [s.id for s in unans]})
+    assert envs.step(acts)[4]["reward_components"]["feedback"].tolist() == want
+    assert loop.calls == 4 and envs.judge_calls == 4
+
+
+def test_sub_envs_share_one_static_cache_built_once_per_sample(samples, monkeypatch):
+    builds = []
+    original = TextSQLClarifyEnv._build_static
+
+    def counting(self, s):
+        builds.append(s.id)
+        return original(self, s)
+
+    monkeypatch.setattr(TextSQLClarifyEnv, "_build_static", counting)
+    envs = TextSQLClarifyVectorEnv(4, samples=samples)
+    assert all(e._static is envs.static_cache for e in envs.envs)
+    ids = [samples[0].id, samples[1].id]
+    envs.reset(options={"sample_ids": ids * 2})
+    envs.reset(options={"sample_ids": ids[::-1] * 2})
+    assert sorted(builds) == sorted(ids) and set(envs.static_cache) == set(ids)
+    obs, _ = envs.reset(options={"sample_ids": ids * 2})
+    assert obs["question"] == (samples[0].question, samples[1].question) * 2
+    envs.close()
+    assert envs.static_cache == {}

@@ -8,10 +8,12 @@ vector envs merge infos key by key and type each key's array by the first sub-en
 (issue 12):
 
 * ``reward_components`` and ``scores`` (and the dicts nested in them): every number, bool and ``None``
-  becomes a Python ``float``; ``None`` becomes ``NaN``. ``components`` (the article's component sets) is
-  always the dict ``{set: {"precision": float, "recall": float}}`` over
-  :data:`~textsql_clarify.rewards.components.COMPONENT_SETS`, all ``NaN`` where the python format has
-  ``None`` (a query that cannot be analysed). In a merged vector info the
+  becomes a Python ``float``; ``None`` becomes ``NaN``. ``components`` (the article's component sets,
+  ``{set: {"precision": p, "recall": r}}`` in the python format) is a ``float64`` array of shape
+  ``(len(COMPONENT_SETS), 2)``: row ``COMPONENT_SETS.index(set)``
+  (:data:`~textsql_clarify.rewards.components.COMPONENT_SETS`), columns precision then recall, all ``NaN``
+  where the python format has ``None`` (a query that cannot be analysed). One array merges as one key (a
+  ``(num_envs, 6, 2)`` array) where the nested dicts were 18, and pickles smaller. In a merged vector info the
   ``_key`` mask then says whether the sub-env reported the key (``False``: absent this step) and ``NaN``
   under a ``True`` mask is "undefined" (``None`` in the ``python`` format).
 * every other key keeps its type: ``clarifications_left`` ``int``; ``action_type``, ``phase``,
@@ -33,7 +35,7 @@ import numpy as np
 
 from ..rewards.components import COMPONENT_SETS
 
-__all__ = ["INFO_FORMATS", "in_async_worker", "resolve_info_format", "typed_info"]
+__all__ = ["INFO_FORMATS", "components_array", "in_async_worker", "resolve_info_format", "typed_info"]
 
 #: the ``info_format`` values an env accepts.
 INFO_FORMATS = ("auto", "python", "typed")
@@ -65,8 +67,10 @@ def resolve_info_format(info_format: str) -> str:
 def _floats(d: dict) -> dict:
     out = {}
     for k, v in d.items():
-        if v is None:
-            out[k] = _nan_components() if k == "components" else _NAN
+        if k == "components" and (v is None or isinstance(v, dict)):
+            out[k] = components_array(v)
+        elif v is None:
+            out[k] = _NAN
         elif isinstance(v, _NUMBER):
             out[k] = float(v)
         elif isinstance(v, dict):
@@ -76,8 +80,17 @@ def _floats(d: dict) -> dict:
     return out
 
 
-def _nan_components() -> dict:
-    return {name: {"precision": _NAN, "recall": _NAN} for name in COMPONENT_SETS}
+def components_array(components: dict | None) -> np.ndarray:
+    """The typed form of a ``components`` value: ``float64`` ``(len(COMPONENT_SETS), 2)``, precision and
+    recall per component set, ``NaN`` where undefined (all ``NaN`` for ``None``)."""
+    out = np.full((len(COMPONENT_SETS), 2), np.nan)
+    for row, name in enumerate(COMPONENT_SETS):
+        part = (components or {}).get(name) or {}
+        for col, key in enumerate(("precision", "recall")):
+            value = part.get(key)
+            if value is not None:
+                out[row, col] = value
+    return out
 
 
 def typed_info(info: dict[str, Any]) -> dict[str, Any]:

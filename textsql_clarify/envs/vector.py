@@ -534,13 +534,12 @@ def _merge_full(dicts: list[dict], n: int) -> dict[str, Any]:
     out = _walk(dicts, n, floats, others, masks)
     if floats:
         block = np.array([v for _, _, vals in floats for v in vals], dtype=np.float64).reshape(len(floats), n)
-        for k, (dest, key, _) in enumerate(floats):
-            dest[key] = block[k]
+        for (dest, key, _), row in zip(floats, block):  # iterating the block makes its row views in C
+            dest[key] = row
     objects = [leaf for leaf in others if leaf[3] is None]
     if objects:
         block = np.empty((len(objects), n), dtype=object)
-        for k, (dest, key, vals, _) in enumerate(objects):
-            row = block[k]
+        for (dest, key, vals, _), row in zip(objects, block):
             for i, v in enumerate(vals):
                 row[i] = v
             dest[key] = row
@@ -549,8 +548,8 @@ def _merge_full(dicts: list[dict], n: int) -> dict[str, Any]:
             dest[key] = np.array(vals, dtype=dtype)
     block = np.empty((len(masks), n), dtype=np.bool_)
     block.fill(True)
-    for k, (dest, key) in enumerate(masks):
-        dest[key] = block[k]
+    for (dest, key), row in zip(masks, block):
+        dest[key] = row
     return out
 
 
