@@ -42,8 +42,8 @@ from ..sql.schema import (
 )
 
 __all__ = [
-    "PreparedQuery", "prepare_sql", "prepared_for_analysis", "canonical_sql", "normalise_predicates", "conjuncts", "immediate_subqueries",
-    "GENERIC_SUBQUERY",
+    "PreparedQuery", "prepare_sql", "prepared_for_analysis", "canonical_sql", "normalise_predicates", "conjuncts",
+    "immediate_subqueries", "GENERIC_SUBQUERY",
 ]
 
 
@@ -427,13 +427,12 @@ def _prepare(sql: str, given: Schema | None) -> PreparedQuery:
             if given:
                 merged.update(given)
         _resolve_star_ordinals(tree, given)
-        first = None
-        if active_memo() is not None and merged is given and given and not turned and not _has_star_item(tree):
-            # the tree is still the parse of ``sql`` and has no star to expand, so qualify gives what the cells'
-            # column origins get (stars expanded or not): do it once per step and take a copy
-            def first() -> exp.Expression:
-                return qualified_for_analysis(sql, given).copy()
-        tree, fallback = _qualify_with_fallback(tree, merged, first)
+        # the tree is still the parse of ``sql`` and has no star to expand, so qualify gives what the cells' column
+        # origins get (stars expanded or not): in a step it is done once (here, it failed: the fallbacks follow)
+        shared = (active_memo() is not None and merged is given and bool(given) and not turned
+                  and not _has_star_item(tree))
+        tree, fallback = _qualify_with_fallback(
+            tree, merged, (lambda: qualified_for_analysis(sql, given).copy()) if shared else None)
         _canonical_qualifiers(tree)
         _expand_references(tree)
     return PreparedQuery(tree, fallback is None, fallback)
