@@ -147,8 +147,87 @@ def test_exactly_one_parse_of_the_prediction_per_detailed_step(spider_samples, m
             if comps["cell_f1"] is None and comps["components"] is None:
                 continue  # the gold could not be scored: no detailed family ran
             assert counts.get(fresh) == 1, (s.id, fresh, counts.get(fresh))
+            # the same text again, on the same database: its kept analysis answers, no parse at all, same scores
+            env.reset(options={"index": i})
+            counts.clear()
+            again = env.step(f"<sql>{fresh}</sql>")[4]["reward_components"]
+            assert counts.get(fresh) is None, (s.id, fresh, counts.get(fresh))
+            assert all(_same(again[k], v) for k, v in comps.items()), (s.id, fresh)
             steps += 1
     assert steps >= 150
+
+
+def _db(path, ddl: str, rows: str):
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    con.executescript(ddl + rows)
+    con.commit()
+    con.close()
+    return str(path)
+
+
+def test_kept_analysis_never_crosses_databases(tmp_path):
+    """One SQL text on two databases whose ``t`` differs: each step gets its own database's analysis, in any
+    order and however often; and on one path, a schema with another fingerprint gets its own too."""
+    a = _db(tmp_path / "a.sqlite", "CREATE TABLE t (name TEXT, age INT);", "INSERT INTO t VALUES ('x', 3), ('y', 4);")
+    b = _db(tmp_path / "b.sqlite", "CREATE TABLE t (city TEXT);", "INSERT INTO t VALUES ('p'), ('q');")
+    sql = "SELECT * FROM t"
+    box_a, box_b = get_sandbox(a), get_sandbox(b)
+    for _ in range(2):
+        for box, want in ((box_a, ("t.name", "t.age")), (box_b, ("t.city",)), (box_a, ("t.name", "t.age"))):
+            with shared_analysis(sql, box.db_path, box.schema):
+                assert column_origins(sql, box.schema) == want
+            gold = "SELECT name FROM t" if box is box_a else "SELECT city FROM t"
+            res = scoring.score_sql_turn(sql, gold, box, gold_key=f"k{box.db_path}", detailed=True)
+            old = scoring._score_sql_turn(sql, gold, box, gold_key=f"k{box.db_path}", detailed=True,
+                                          offered_tables=None, ex_options=None, gold_withheld=False,
+                                          other_readings=())
+            assert res.components == old.components
+            # a's two columns against one gold column; b's one column is the gold's
+            assert res.components["column_precision"] == (0.5 if box is box_a else 1.0), res.components
+    # the same path, another schema (a file replaced between runs): another key, another answer
+    other = {"t": {"zip": "TEXT"}}
+    with shared_analysis(sql, box_a.db_path, other):
+        assert column_origins(sql, other) == ("t.zip",)
+    with shared_analysis(sql, box_a.db_path, box_a.schema):
+        assert column_origins(sql, box_a.schema) == ("t.name", "t.age")
+
+
+def test_kept_analyses_are_bounded_and_can_be_dropped(monkeypatch):
+    schema = {"singer": {"name": "TEXT", "age": "INT"}}
+    schema_mod.clear_analysis_cache()
+    monkeypatch.setattr(schema_mod, "ANALYSIS_CACHE_SIZE", 3)
+    texts = [f"SELECT name FROM singer WHERE age > {k}" for k in range(5)]
+    for sql in texts:
+        with shared_analysis(sql, "db", schema):
+            parse_for_analysis(sql)
+    kept = list(schema_mod._CROSS_STEP)
+    assert [k[0] for k in kept] == texts[2:]  # the least recently used went first
+    with shared_analysis(texts[2], "db", schema) as memo:
+        assert memo.calls == {"parse": 1}  # kept from its first step: nothing parsed again
+        parse_for_analysis(texts[2])
+        assert memo.calls == {"parse": 1}
+    assert [k[0] for k in schema_mod._CROSS_STEP][-1] == texts[2]
+    monkeypatch.setattr(schema_mod, "ANALYSIS_CACHE_SIZE", 0)  # off: a fresh memo per step
+    with shared_analysis(texts[3], "db", schema) as memo:
+        assert memo.calls == {}
+    schema_mod.clear_analysis_cache()
+    assert not schema_mod._CROSS_STEP
+
+
+def test_an_error_kept_across_steps_does_not_grow_its_traceback():
+    bad = "SELEC name FROM singer"
+    tb_lengths = []
+    for _ in range(5):
+        with shared_analysis(bad, "db", {"singer": {"name": "TEXT"}}):
+            with pytest.raises(SQLParseError, match="parse error") as info:
+                parse_for_analysis(bad)
+        n, tb = 0, info.value.__traceback__
+        while tb is not None:
+            n, tb = n + 1, tb.tb_next
+        tb_lengths.append(n)
+    assert tb_lengths[1:] == tb_lengths[1:2] * 4, tb_lengths
 
 
 def test_without_the_shared_scope_each_scorer_parses_alone(monkeypatch):

@@ -596,10 +596,12 @@ class TextSQLClarifyEnv(gym.Env):
         return self._finish(reward, comps, terminated=True, truncated=False, error=None)
 
     def _sql(self, act: Action):
-        # one analysis scope per step: the scorers and the drift commitments share the prediction's parse (issue 12)
+        # one analysis scope per step: the scorers and the drift commitments share the prediction's parse, and a
+        # prediction seen again on this database reuses its kept analysis (sql.schema.shared_analysis; issue 12)
         if not (self.detailed_scores or self._drift_done):
             return self._sql_scored(act)
-        with shared_analysis():
+        box = self._sandbox
+        with shared_analysis(act.content, box.db_path, box.schema):
             return self._sql_scored(act)
 
     def _sql_scored(self, act: Action):

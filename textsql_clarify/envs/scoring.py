@@ -107,13 +107,14 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
 
     Cost: the scorers share one parse and one qualify of ``pred_sql`` (and one preparation for the component
     sets) through :func:`~textsql_clarify.sql.schema.shared_analysis`, opened here (detailed steps) unless the
-    caller opened one (the env does, so that drift commitments share it too); issue 12, item 2.
+    caller opened one (the env does, so that drift commitments share it too), and keyed by ``pred_sql`` and the
+    sandbox's database and schema, so that a prediction seen again reuses its analysis; issue 12, item 2.
     """
     if not detailed:  # the EX-only path reads the prediction's SQL once (its projection): nothing to share
         return _score_sql_turn(pred_sql, gold_sql, sandbox, gold_key=gold_key, detailed=detailed,
                                offered_tables=offered_tables, ex_options=ex_options, gold_withheld=gold_withheld,
                                other_readings=other_readings)
-    with shared_analysis():
+    with shared_analysis(pred_sql, sandbox.db_path, sandbox.schema):
         return _score_sql_turn(pred_sql, gold_sql, sandbox, gold_key=gold_key, detailed=detailed,
                                offered_tables=offered_tables, ex_options=ex_options, gold_withheld=gold_withheld,
                                other_readings=other_readings)

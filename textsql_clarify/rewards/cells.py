@@ -45,7 +45,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
 from ..errors import SQLParseError, TextSQLClarifyError
-from ..sql.schema import Schema, analysis_errors, qualified_for_analysis
+from ..sql.schema import Schema, active_memo, analysis_errors, qualified_for_analysis
 
 __all__ = [
     "CellPolicy",
@@ -162,6 +162,19 @@ def column_origins(sql: str, schema: Schema | dict | None) -> tuple[str | None, 
             expanded (no schema, or an unknown table) so the number of output columns is unknown, or sqlglot
             fails on it (any exception, with the reason).
     """
+    memo = active_memo()
+    if memo is not None and isinstance(sql, str):
+        try:
+            fp = memo.fingerprint(schema)
+        except (TypeError, AttributeError):
+            pass
+        else:  # an immutable answer, worked out once per text and schema in a step (kept with it across steps)
+            return memo.get(("origins", sql, fp), lambda: _column_origins(sql, schema))
+    return _column_origins(sql, schema)
+
+
+def _column_origins(sql: str, schema: Schema | dict | None) -> tuple[str | None, ...]:
+    """:func:`column_origins` without the step memo of its answer."""
     # parsed and qualified once per env step, shared with the other scorers (read only here; issue 12)
     tree = qualified_for_analysis(sql, schema)
     if not isinstance(tree, exp.Query):

@@ -265,6 +265,22 @@ def score_components(pred_sql: str, gold_sql: str, schema: Mapping | None = None
     """
     if not isinstance(policy, ComponentPolicy):
         raise TypeError(f"policy must be a ComponentPolicy, got {type(policy).__name__}")
+    memo = active_memo()
+    if memo is not None and isinstance(pred_sql, str) and isinstance(gold_sql, str):
+        try:
+            key = ("score components", pred_sql, gold_sql, memo.fingerprint(schema), policy)
+            hash(key)
+        except (TypeError, AttributeError):
+            pass
+        else:  # worked out once per pair and schema in a step (kept with the step's memo); a copy out
+            shared = memo.get(key, lambda: _score_components(pred_sql, gold_sql, schema, policy))
+            return {name: dict(pr) for name, pr in shared.items()}
+    return _score_components(pred_sql, gold_sql, schema, policy)
+
+
+def _score_components(pred_sql: str, gold_sql: str, schema: Mapping | None,
+                      policy: ComponentPolicy) -> dict[str, dict[str, float | None]]:
+    """:func:`score_components` without the step memo of its answer."""
     gold, gold_limit = _gold_side(gold_sql, _schema_key(schema))
     pred = _query_sets(pred_sql, schema, policy, policy.ignore_agent_limit and gold_limit is None)
     out: dict[str, dict[str, float | None]] = {}

@@ -355,11 +355,18 @@ def prepared_for_analysis(sql: str, schema: Mapping | None = None) -> PreparedQu
     Raises:
         SQLParseError, TypeError: as :func:`prepare_sql`.
     """
-    given = _check_schema(schema)
     memo = active_memo()
     if memo is not None and isinstance(sql, str):
+        try:
+            fp = memo.fingerprint(schema)  # of the schema as given: its checked form is a function of it
+        except (TypeError, AttributeError):
+            fp = None
+        else:
+            # the check runs on first use (a bad schema raises TypeError there, never kept)
+            return memo.get(("prepare", sql, schema is None, fp), lambda: _prepare(sql, _check_schema(schema)))
+        given = _check_schema(schema)
         return memo.get(("prepare", sql, given is None, schema_fingerprint(given)), lambda: _prepare(sql, given))
-    return _prepare(sql, given)
+    return _prepare(sql, _check_schema(schema))
 
 
 def _has_star_item(tree: exp.Expression) -> bool:

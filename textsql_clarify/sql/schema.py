@@ -18,6 +18,7 @@ import contextvars
 import functools
 import re
 import sqlite3
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -367,12 +368,22 @@ class AnalysisMemo:
     """What one env step has worked out about its SQL texts, keyed by the text and every input that matters
     (:func:`shared_analysis`). A failure is remembered too, and raised again to every later caller."""
 
-    __slots__ = ("_values", "calls")
+    __slots__ = ("_values", "calls", "schema", "fp")
 
     def __init__(self) -> None:
         self._values: dict[tuple, tuple[bool, Any]] = {}
         #: how many times each kind of work (``key[0]``) was really done, e.g. ``{"parse": 1}``
         self.calls: dict[str, int] = {}
+        #: the step's database schema object and its fingerprint (set by :func:`shared_analysis` when given)
+        self.schema: Any = None
+        self.fp: tuple | None = None
+
+    def fingerprint(self, schema: Any) -> tuple | None:
+        """:func:`schema_fingerprint` of ``schema``; not recomputed for the step's own schema object.
+        Raises as :func:`schema_fingerprint`."""
+        if schema is not None and schema is self.schema:
+            return self.fp
+        return schema_fingerprint(schema)
 
     def get(self, key: tuple, compute: Callable[[], Any]) -> Any:
         """The value under ``key``, computed by ``compute()`` on first use (its exception, if it raised,
@@ -388,18 +399,70 @@ class AnalysisMemo:
         ok, value = hit
         if ok:
             return value
-        raise value
+        # without its traceback: an error kept across steps (:data:`ANALYSIS_CACHE_SIZE`) and raised again at
+        # every step would grow its traceback chain by one raise each time (and hold the frames' locals)
+        raise value.with_traceback(None)
+
+    def __len__(self) -> int:
+        return len(self._values)
 
 
 _ACTIVE: contextvars.ContextVar[AnalysisMemo | None] = contextvars.ContextVar("textsql_analysis_memo", default=None)
 
 
+#: most predictions whose analysis :func:`shared_analysis` keeps across steps (least recently used dropped first);
+#: one entry holds the sqlglot trees and sets worked out in that prediction's steps (tens of KB for a Spider
+#: query). 0 turns the cross-step cache off (every step analyses its prediction afresh).
+ANALYSIS_CACHE_SIZE = 512
+#: most values one kept entry may gather (it also holds the gold-side analyses of the samples the prediction
+#: was scored against); past this it is emptied and starts again, which changes no result.
+ANALYSIS_ENTRY_CAP = 256
+#: ``(prediction text, database path, schema fingerprint) -> AnalysisMemo``, most recently used last.
+_CROSS_STEP: "OrderedDict[tuple, AnalysisMemo]" = OrderedDict()
+#: ``id(schema) -> (schema, fingerprint)``: the fingerprint of the last schema objects seen, so that a step does not
+#: rebuild its database schema's fingerprint (the schema is held, so its id is not reused; a sandbox's schema mapping
+#: is read once and never changed).
+_FINGERPRINTS: dict[int, tuple[Any, tuple | None]] = {}
+
+
+def _fingerprint_once(schema: Any) -> tuple | None:
+    """:func:`schema_fingerprint` of ``schema``, computed once per schema object. Raises as it does."""
+    hit = _FINGERPRINTS.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    fp = schema_fingerprint(schema)
+    if len(_FINGERPRINTS) >= 256:
+        _FINGERPRINTS.clear()
+    _FINGERPRINTS[id(schema)] = (schema, fp)
+    return fp
+
+
+def clear_analysis_cache() -> None:
+    """Drop every prediction analysis :func:`shared_analysis` kept across steps (frees their memory)."""
+    _CROSS_STEP.clear()
+
+
 class shared_analysis:  # noqa: N801 - used as a function: ``with shared_analysis() as memo``
     """Context manager for one env step: inside it, :func:`parse_for_analysis` parses each text once,
     :func:`qualified_for_analysis` qualifies it once per schema, and the metric modules share their
-    per-text work (:func:`active_memo`); on exit it is all dropped (nothing is cached across steps). Nested
-    use joins the scope already open. Results are the same as without it (``tests/test_step_sharing.py``).
-    A class rather than a generator: entering and leaving it costs well under a microsecond.
+    per-text work (:func:`active_memo`). Nested use joins the scope already open. Results are the same as
+    without it (``tests/test_step_sharing.py``). A class rather than a generator: entering and leaving it
+    costs well under a microsecond.
+
+    Across steps: opened with the step's prediction, its database path and schema (``shared_analysis(sql,
+    db_path, schema)``), the step's memo is kept in a bounded LRU (:data:`ANALYSIS_CACHE_SIZE` predictions,
+    each at most :data:`ANALYSIS_ENTRY_CAP` values) keyed by all three, so a prediction seen again (GRPO: the
+    same completion within a group and across epochs) is not parsed, qualified or canonicalised again.
+    Every value in a memo is keyed by the text and every input it depends on, and callers never mutate
+    what they get (they copy), so a kept memo gives what a fresh one would; the database path and the
+    schema's fingerprint in the key keep one database's analysis from ever serving another. Opened without
+    them, the memo is dropped on exit (nothing is cached across steps).
+
+    Args:
+        sql: the step's prediction text (``None``: no cross-step cache).
+        db_path: the database the prediction is scored on.
+        schema: that database's ``{table: {column: type}}`` (its fingerprint, :func:`schema_fingerprint`, is
+            part of the key; one that cannot be fingerprinted turns the cross-step cache off for the step).
 
     Source: issue 12, item 2 (one parse and one qualify of the prediction per step).
 
@@ -407,15 +470,46 @@ class shared_analysis:  # noqa: N801 - used as a function: ``with shared_analysi
         The step's :class:`AnalysisMemo`.
     """
 
-    __slots__ = ("_token", "_memo")
+    __slots__ = ("_token", "_key")
+
+    def __init__(self, sql: str | None = None, db_path: str | None = None, schema: Any = None) -> None:
+        self._key = (sql, db_path, schema) if isinstance(sql, str) and ANALYSIS_CACHE_SIZE > 0 else None
 
     def __enter__(self) -> AnalysisMemo:
         memo = _ACTIVE.get()
         if memo is not None:
             self._token = None
             return memo
-        memo = AnalysisMemo()
+        memo = None
+        if self._key is not None:
+            sql, db_path, schema = self._key
+            try:
+                fp = _fingerprint_once(schema)
+            except (TypeError, AttributeError):
+                pass  # a schema that cannot be keyed: a fresh memo, dropped on exit
+            else:
+                memo = self._kept((sql, str(db_path), fp))
+                memo.schema, memo.fp = schema, fp  # every schema under this key has this fingerprint
+        if memo is None:
+            memo = AnalysisMemo()
         self._token = _ACTIVE.set(memo)
+        return memo
+
+    @staticmethod
+    def _kept(key: tuple) -> AnalysisMemo:
+        """The cross-step memo of ``key`` (created, and the least recently used dropped, as needed)."""
+        memo = _CROSS_STEP.get(key)
+        try:
+            if memo is None:
+                memo = _CROSS_STEP[key] = AnalysisMemo()
+                while len(_CROSS_STEP) > ANALYSIS_CACHE_SIZE:
+                    _CROSS_STEP.popitem(last=False)
+            else:
+                _CROSS_STEP.move_to_end(key)
+                if len(memo) > ANALYSIS_ENTRY_CAP:
+                    memo = _CROSS_STEP[key] = AnalysisMemo()
+        except KeyError:  # another thread dropped the entry meanwhile: this step's memo is still valid
+            pass
         return memo
 
     def __exit__(self, *exc: object) -> None:
@@ -454,7 +548,7 @@ def qualified_for_analysis(sql: str, schema: Schema | None) -> exp.Expression:
     if memo is None:
         return qualify_sql(parse_for_analysis(sql), schema)
     try:
-        fp = schema_fingerprint(schema)
+        fp = memo.fingerprint(schema)
     except (TypeError, AttributeError):
         return qualify_sql(parse_for_analysis(sql), schema)
     return memo.get(("qualify", sql, fp),
