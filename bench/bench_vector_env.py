@@ -9,14 +9,19 @@ Workloads (Spider dev, 1,034 golds, one episode per sample: the seeded draw of t
 Settings, each timed on a fresh env over the same number of episodes, all through ``gym.make`` /
 ``gym.make_vec``:
 
-* ``loop``: ``gym.make("TextSQLClarify-v0")``, ``reset()`` then ``step(gold)`` per episode (the baseline);
-* ``sync N``: ``gym.make_vec(..., num_envs=N)`` (:class:`~textsql_clarify.envs.vector.TextSQLClarifyVectorEnv`),
-  autoreset ``next_step``: one step answers, the next one resets; the agent reads ``info["sample_id"]``;
+* ``loop``: ``gym.make("TextSQLClarify-v0")``, ``reset(options={"sample_id": ...})`` then ``step(gold)`` per
+  episode (the baseline), over a fixed shuffled order of the 1,034 samples;
+* ``sync N``: ``gym.make_vec(..., num_envs=N)`` (:class:`~textsql_clarify.envs.vector.TextSQLClarifyVectorEnv`):
+  ``reset(options={"sample_ids": [...]})`` with the next N samples of the same order, then one step of N gold
+  SQL actions (the GRPO pattern): the same episodes as the loop;
 * ``async N``: ``gym.make_vec(..., num_envs=N, vectorization_mode="async")`` (Gymnasium's ``AsyncVectorEnv``,
-  shared memory on, a worker process per sub-env; start-up not timed).
+  shared memory on, a worker process per sub-env; start-up not timed). Its sub-envs take one options dict, so
+  they play their seeded draws, autoreset ``next_step`` (one step answers, the next resets; the agent reads
+  ``info["sample_id"]``): other samples than the loop's, about as many of each over 1,000 episodes.
 
-Every setting's env is built once and warmed (``--warmup`` untimed episodes, times N for an async env so that
-each worker process sees as many: the static per-sample caches and the gold results reach their steady state); then each round times every setting once,
+Every setting's env is built once and warmed (``--warmup`` untimed episodes, in the order; an async env gets
+3 N times as many seeded draws, so that each worker has met ~95% of the samples: the static per-sample caches
+and the gold results reach their steady state); then each round times every setting once,
 in order (so load drifts hit all of them). The ratio is episodes/s over the loop's in the same round, and the
 table gives the median over ``--rounds``. It also gives the CPU seconds per episode (this process plus an async
 env's worker processes, from ``/proc``) and the loop's CPU over the setting's: a loaded machine disturbs CPU
@@ -44,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -103,10 +109,10 @@ class Setting:
         kwargs: env options. golds: sample id -> gold SQL action. clarify: one clarification per episode first.
     """
 
-    def __init__(self, env_id: str, mode: str, n: int, kwargs: dict, golds: dict, clarify: bool):
+    def __init__(self, env_id: str, mode: str, n: int, kwargs: dict, golds: dict, clarify: bool, order: list[str]):
         import gymnasium as gym
 
-        self.mode, self.n, self.golds, self.clarify = mode, n, golds, clarify
+        self.mode, self.n, self.golds, self.clarify, self.order = mode, n, golds, clarify, order
         self.name = "loop" if mode == "loop" else f"{mode} {n}"
         if mode == "loop":
             self.env = gym.make(env_id, **kwargs)
@@ -117,16 +123,27 @@ class Setting:
 
     def run(self, episodes: int) -> tuple[float, float]:
         """``(wall-clock seconds, CPU seconds of this process and its async workers)`` for ``episodes``
-        finished episodes (autoreset ``next_step`` in the vector envs: one step answers, the next resets)."""
+        finished episodes. The loop and the sync env play the samples of ``order`` from its start (the same
+        episodes: ``reset(options={"index": ...})`` / ``{"indices": [...]}``, then the gold SQL); the async env
+        (whose sub-envs take one options dict) plays its seeded draws, autoreset ``next_step``: one step
+        answers, the next one resets."""
         t0, c0, w0 = time.perf_counter(), time.process_time(), _worker_cpu(self.pids)
-        done, env, info = 0, self.env, self.info
+        done, env, info, order = 0, self.env, self.info, self.order
         if self.mode == "loop":
-            for _ in range(episodes):
+            for k in range(episodes):
+                _, info = env.reset(options={"sample_id": order[k % len(order)]})
                 if self.clarify:
                     env.step("<clarify>Which one do you mean?</clarify>")
                 env.step(self.golds[info["sample_id"]])
-                _, info = env.reset()
             done = episodes
+        elif self.mode == "sync":
+            while done < episodes:
+                ids = [order[(done + i) % len(order)] for i in range(self.n)]
+                env.reset(options={"sample_ids": ids})
+                if self.clarify:
+                    env.step(["<clarify>Which one do you mean?</clarify>"] * self.n)
+                env.step([self.golds[sid] for sid in ids])
+                done += self.n
         else:
             while done < episodes:
                 if self.clarify:
@@ -158,12 +175,14 @@ def bench_workloads(args) -> dict:
         clarify = args.clarify_ms is not None
         if clarify:
             kwargs["simulator"] = SlowUser(args.clarify_ms)
-        settings = [Setting(ENV_ID, "loop", 1, kwargs, golds, clarify)]
-        settings += [Setting(ENV_ID, "sync", n, kwargs, golds, clarify) for n in args.sync]
-        settings += [Setting(ENV_ID, "async", n, kwargs, golds, clarify) for n in args.async_]
+        order = [samples[i].id for i in random.Random(0).sample(range(len(samples)), len(samples))]
+        settings = [Setting(ENV_ID, "loop", 1, kwargs, golds, clarify, order)]
+        settings += [Setting(ENV_ID, "sync", n, kwargs, golds, clarify, order) for n in args.sync]
+        settings += [Setting(ENV_ID, "async", n, kwargs, golds, clarify, order) for n in args.async_]
         try:
             for st in settings:  # steady state: static caches and gold results warm, in every async worker too
-                st.run(args.warmup * (st.n if st.mode == "async" else 1))
+                # (an async worker meets seeded draws: 3 x 1,034 of them reach ~95% of the samples)
+                st.run(args.warmup * (3 * st.n if st.mode == "async" else 1))
             secs: dict[str, list[tuple[float, float]]] = {st.name: [] for st in settings}
             for _ in range(args.rounds):
                 for st in settings:
