@@ -415,7 +415,11 @@ def is_empty_result(result: ExecutionResult) -> bool:
     """
     if not result.ok:
         raise ValueError(f"is_empty_result needs a successful result, got error kind {result.error_kind!r}")
-    return all(v is None for row in result.rows for v in row)
+    for row in result.rows:  # a plain loop: a generator per call cost more than the scan of a usual gold
+        for v in row:
+            if v is not None:
+                return False
+    return True
 
 
 # -- verdicts --------------------------------------------------------------------------------
@@ -452,12 +456,14 @@ def gold_scorability(gold: ExecutionResult, nondeterministic: str | None = None)
 
 def _compare(pred: ExecutionResult, gold: ExecutionResult, ordered: bool, search_budget: int,
              pconst: frozenset[int], gconst: frozenset[int], max_extra: int | None, max_extra_single: int | None,
-             strict: bool) -> tuple[EXVerdict, bool]:
+             strict: bool, gold_checked: bool = False) -> tuple[EXVerdict, bool]:
     """:func:`compare_results`, plus whether the verdict came from column matching (a mismatch that the
-    tie and rounding options may still turn into a match)."""
-    early = _gold_verdict(gold)
-    if early is not None:
-        return early, False
+    tie and rounding options may still turn into a match). ``gold_checked``: the caller already found that
+    :func:`_gold_verdict` decides nothing for ``gold`` (it is not checked again)."""
+    if not gold_checked:
+        early = _gold_verdict(gold)
+        if early is not None:
+            return early, False
     if not pred.ok:
         return EXVerdict(0.0, "pred_error", f"prediction failed ({pred.error_kind}): {pred.error_message}"), False
     m, k = len(gold.columns), len(pred.columns)
@@ -716,8 +722,9 @@ def score_execution(pred: ExecutionResult, gold: ExecutionResult, pred_sql: str,
         return lazy["segs"]
 
     def run(p: ExecutionResult) -> tuple[EXVerdict, bool]:
+        # the gold was checked above (``early``, a superset of _compare's own gold check)
         return _compare(p, gold, ordered, search_budget, pconst, gconst, opts.max_extra_columns,
-                        opts.max_extra_columns_single_row, False)
+                        opts.max_extra_columns_single_row, False, True)
 
     verdict, retry = run(pred)
     candidates = [pred]
