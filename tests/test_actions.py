@@ -93,3 +93,40 @@ def test_json_junk_never_crashes(obj):
         parse_action(json.dumps(obj))
     except ActionError:
         pass
+
+
+def _outcome(raw: str):
+    try:
+        return parse_action(raw)
+    except ActionError as e:
+        return ("error", e.reason)
+
+
+PLAIN_SQL_CASES = [
+    "<sql>SELECT 1</sql>", "<sql></sql>", "<sql>   </sql>", "<sql> SELECT name FROM singer ; </sql>",
+    "<sql>```sql\nSELECT 1\n```</sql>", "<sql>``````</sql>", "<sql>```</sql>", "<sql>SELECT '</sql>'</sql>",
+    "<sql>SELECT a FROM t WHERE b < 3</sql>", "<sql>SELECT 1</sql></sql>", "<sql><sql>SELECT 1</sql>",
+    "<sql>SELECT 'x > y'</sql>", "<sql>SELECT '\u00e9\U0001F600'</sql>", "<sql>\n\tSELECT 1\n</sql>",
+    "<sql>SELECT 1 -- done</sql>", "<sql>{\"type\": \"sql\"}</sql>", "<sql>\ufeffSELECT 1</sql>",
+]
+
+
+@pytest.mark.parametrize("raw", PLAIN_SQL_CASES)
+def test_plain_sql_fast_path_reads_what_the_general_path_reads(raw):
+    """A leading space sends the same action through the general path (which strips it): same action or
+    the same refusal, for the fast path's boundary cases (empty body, fences, tags and ``<`` in the body)."""
+    assert _outcome(raw) == _outcome(" " + raw)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.text(alphabet=st.sampled_from(list("<>/sqlSQL `{}'\"\n xyz;-")), max_size=30))
+def test_plain_sql_fast_path_matches_on_generated_bodies(body):
+    raw = f"<sql>{body}</sql>"
+    assert _outcome(raw) == _outcome(" " + raw)
+
+
+def test_plain_sql_fast_path_on_spider_like_sql():
+    got = parse_action("<sql>SELECT count(*) FROM singer WHERE age  >  20</sql>")
+    assert got == Action("sql", "SELECT count(*) FROM singer WHERE age  >  20")
+    with pytest.raises(ActionError, match="empty <sql> action"):
+        parse_action("<sql> </sql>")

@@ -232,6 +232,14 @@ def parse_action(raw: object, *, max_chars: int = MAX_ACTION_CHARS) -> Action:
     problem = text_problem(raw)
     if problem:
         raise ActionError(f"action {problem}")
+    if raw.startswith("<sql>") and raw.endswith("</sql>") and len(raw) >= 11 and "<" not in raw[5:-6]:
+        # the plain ``<sql>…</sql>`` of an RL completion, without reasoning around it: no other ``<`` means no
+        # think block, no BOM, nothing to strip and exactly these two tags, so the general path below would
+        # read the same body (issue 12: the EX-only step's fixed cost)
+        body = _clean_body("sql", raw[5:-6])
+        if not body:
+            raise ActionError("empty <sql> action")
+        return Action("sql", body)
     text = strip_think(raw.lstrip(_BOM)).strip()
     if not text:
         raise ActionError("empty action")
