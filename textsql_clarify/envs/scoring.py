@@ -114,7 +114,11 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
         return _score_sql_turn(pred_sql, gold_sql, sandbox, gold_key=gold_key, detailed=detailed,
                                offered_tables=offered_tables, ex_options=ex_options, gold_withheld=gold_withheld,
                                other_readings=other_readings)
-    with shared_analysis(pred_sql, sandbox.db_path, sandbox.schema):
+    try:
+        key = (pred_sql, sandbox.db_path, sandbox.schema)
+    except Exception:  # noqa: BLE001 - no key, no cross-step cache; the scorers meet (and report) it as before
+        key = (None, None, None)
+    with shared_analysis(*key):
         return _score_sql_turn(pred_sql, gold_sql, sandbox, gold_key=gold_key, detailed=detailed,
                                offered_tables=offered_tables, ex_options=ex_options, gold_withheld=gold_withheld,
                                other_readings=other_readings)
