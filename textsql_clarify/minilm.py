@@ -14,6 +14,8 @@ import threading
 from typing import Any, Callable, Iterator
 
 _LOCK = threading.Lock()
+#: Held for the whole of a :func:`torch_threads` block that changes the count (re-entrant: a block may nest).
+_THREADS_LOCK = threading.RLock()
 
 
 def minilm_available() -> bool:
@@ -67,7 +69,9 @@ def torch_threads(num_threads: int | None) -> Iterator[None]:
 
     ``torch.set_num_threads`` is process-wide: torch has no per-call setting. So the count is changed
     only for the duration of the block and restored after it, even when the block raises; torch work
-    that other Python threads run at the same time sees the same count. Nothing happens when
+    that other Python threads run at the same time sees the same count. Blocks that change the count run
+    one at a time (a process-wide re-entrant lock), so two threads cannot interleave their set and restore
+    and leave torch at the wrong count. Nothing happens when
     ``num_threads`` is ``None``, when it is already torch's count, or when torch was never imported (an
     encoder that is not torch-based).
 
@@ -82,15 +86,21 @@ def torch_threads(num_threads: int | None) -> Iterator[None]:
     if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
         raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
     torch = sys.modules.get("torch")
-    old = torch.get_num_threads() if torch is not None else num_threads
-    if old == num_threads:
+    if torch is None:
         yield
         return
-    torch.set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
+    # One block at a time: the setting is process-wide, so two threads interleaving set/restore could leave
+    # torch at the wrong count for the rest of the process (issue 12 review).
+    with _THREADS_LOCK:
+        old = torch.get_num_threads()
+        if old == num_threads:
+            yield
+            return
+        torch.set_num_threads(num_threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(old)
 
 
 #: Texts on which :func:`lean_encoder` checks its output against ``model.encode`` before it is used.

@@ -410,11 +410,14 @@ class SemanticFeedbackJudge:
             is the path before issue 12: every judgement parses both sides and embeds the pair in one
             encode call.
         num_threads: torch threads for each encode call (:func:`~textsql_clarify.minilm.torch_threads`:
-            set for the call, restored after it; process-wide while it runs). ``"auto"`` (the default): one
-            thread while the machine is busy (1-minute load average at or above the CPUs this process may
+            set for the call, restored after it; process-wide while it runs). ``1`` (the default): fast for
+            short sentences and the same float results whatever the machine's load, so the same seed gives
+            the same verdicts (DESIGN.md "Determinism"; a different thread count moves a cosine score by up
+            to about 1e-7). ``"auto"``: one thread while the machine is busy (1-minute load average at or above the CPUs this process may
             use), where a second thread that the OS has descheduled stalls every matrix product (7x slower
             measured on 2 loaded cores), else torch's own setting, which is faster on an idle machine
-            (:func:`auto_threads`); an int: that many; ``None``: torch's setting always.
+            (:func:`auto_threads`); it depends on the load, so a score within about 1e-7 of the threshold may
+            be decided differently from one run to the next; an int: that many; ``None``: torch's setting.
         lean: with ``cache``, embed through :func:`~textsql_clarify.minilm.lean_encoder` (the same
             operations as ``SentenceTransformer.encode`` with about 40 % less time per short sentence;
             used only where it matches ``encode`` on its check texts), else through ``model.encode``.
@@ -424,7 +427,7 @@ class SemanticFeedbackJudge:
     model: Any = None
     fallback: LexicalFeedbackJudge = field(default_factory=LexicalFeedbackJudge)
     cache: bool = True
-    num_threads: int | str | None = "auto"
+    num_threads: int | str | None = 1
     lean: bool = True
     used: str = field(default="minilm", init=False)
     name: str = field(default="minilm", init=False)
