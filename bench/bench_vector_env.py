@@ -17,7 +17,10 @@ Settings, each timed on a fresh env over the same number of episodes, all throug
 * ``async N``: ``gym.make_vec(..., num_envs=N, vectorization_mode="async")`` (Gymnasium's ``AsyncVectorEnv``,
   shared memory on, a worker process per sub-env; start-up not timed). Its sub-envs take one options dict, so
   they play their seeded draws, autoreset ``next_step`` (one step answers, the next resets; the agent reads
-  ``info["sample_id"]``): other samples than the loop's, about as many of each over 1,000 episodes.
+  ``info["sample_id"]``): other samples than the loop's, about as many of each over 1,000 episodes;
+* ``compact N``: the same episodes as ``async N`` through
+  :class:`~textsql_clarify.envs.async_vector.TextSQLClarifyAsyncVectorEnv` (``make_async_vector_env``): the
+  worker sends each info as arrays and the parent merges by plan (the async results, less parent work).
 
 Every setting's env is built once and warmed (``--warmup`` untimed episodes, in the order; an async env gets
 3 N times as many seeded draws, so that each worker has met ~95% of the samples: the static per-sample caches
@@ -65,7 +68,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 SPIDER = REPO.parent / "shared" / "data" / "spider_dev"
 WORKLOADS = {"sql": {"detailed_scores": False, "reward_preset": "binary"},
              "sql-detailed": {"detailed_scores": True, "reward_preset": "binary"}}
-TARGETS = {"sync": 1.0, "async": 1.7}
+TARGETS = {"sync": 1.0, "async": 1.7, "compact": 1.7}
 
 
 class SlowUser:
@@ -116,6 +119,10 @@ class Setting:
         self.name = "loop" if mode == "loop" else f"{mode} {n}"
         if mode == "loop":
             self.env = gym.make(env_id, **kwargs)
+        elif mode == "compact":  # the compact worker and merge (textsql_clarify.envs.async_vector)
+            from textsql_clarify.envs.async_vector import make_async_vector_env
+
+            self.env = make_async_vector_env(n, **kwargs)
         else:
             self.env = gym.make_vec(env_id, num_envs=n, vectorization_mode=None if mode == "sync" else mode, **kwargs)
         self.pids = [p.pid for p in getattr(self.env, "processes", [])]
@@ -144,7 +151,7 @@ class Setting:
                     env.step(["<clarify>Which one do you mean?</clarify>"] * self.n)
                 env.step([self.golds[sid] for sid in ids])
                 done += self.n
-        else:
+        else:  # async / compact
             while done < episodes:
                 if self.clarify:
                     env.step(["<clarify>Which one do you mean?</clarify>"] * self.n)
@@ -178,11 +185,12 @@ def bench_workloads(args) -> dict:
         order = [samples[i].id for i in random.Random(0).sample(range(len(samples)), len(samples))]
         settings = [Setting(ENV_ID, "loop", 1, kwargs, golds, clarify, order)]
         settings += [Setting(ENV_ID, "sync", n, kwargs, golds, clarify, order) for n in args.sync]
-        settings += [Setting(ENV_ID, "async", n, kwargs, golds, clarify, order) for n in args.async_]
+        settings += [Setting(ENV_ID, mode, n, kwargs, golds, clarify, order) for n in args.async_
+                     for mode in ("async", "compact")]
         try:
             for st in settings:  # steady state: static caches and gold results warm, in every async worker too
                 # (an async worker meets seeded draws: 3 x 1,034 of them reach ~95% of the samples)
-                st.run(args.warmup * (3 * st.n if st.mode == "async" else 1))
+                st.run(args.warmup * (3 * st.n if st.mode in ("async", "compact") else 1))
             secs: dict[str, list[tuple[float, float]]] = {st.name: [] for st in settings}
             for _ in range(args.rounds):
                 for st in settings:

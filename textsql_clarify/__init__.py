@@ -21,9 +21,10 @@ ENV_ID = "TextSQLClarify-v0"
 
 if ENV_ID not in registry:
     # no TimeLimit wrapper: the env bounds its own episodes (clarification budget + forced final turn)
-    # gym.make_vec(ENV_ID, num_envs=N) builds the vector env that batches clarifications across sub-envs
+    # gym.make_vec(ENV_ID, num_envs=N) builds the vector env that batches clarifications across sub-envs;
+    # gym.make_vec(ENV_ID, num_envs=N, processes=True) the compact async one (a worker process per sub-env)
     register(id=ENV_ID, entry_point="textsql_clarify.envs.env:TextSQLClarifyEnv", disable_env_checker=False,
-             vector_entry_point="textsql_clarify.envs.vector:TextSQLClarifyVectorEnv")
+             vector_entry_point="textsql_clarify.envs.async_vector:vector_entry_point")
 
 
 def make_env(**kwargs):
