@@ -301,8 +301,9 @@ def _outcome(text: str):
     (lambda n: "< /" * (n // 3), "no action found"),
     (lambda n: "<sql>```" + " " * n + "x</sql>", lambda n: Action("sql", "```" + " " * n + "x")),  # open fence
     (lambda n: "<sql>a</sql>" * (n // 12), "actions; send exactly one"),
+    (lambda n: "<sql>SELECT 1</sql><" + " " * n + "x", lambda n: Action("sql", "SELECT 1")),  # review: 6.7 s at 16k
 ], ids=["unclosed-think", "unclosed-think-then-action", "closed-thinks", "tag-like", "unclosed-fence",
-        "many-actions"])
+        "many-actions", "bracket-spaces"])
 def test_parse_time_is_linear(make, expect):
     # operation-count style: 4x the input may cost at most 8x the time (quadratic would be 16x)
     small, big = make(100_000), make(400_000)

@@ -153,10 +153,16 @@ def _gold_forms(gold_sql: str) -> frozenset[str]:
     return frozenset(forms)
 
 
+_CAPS_RUN_END = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])")
+
+
 def _split_words(identifier: str) -> list[str]:
     """``"StuID"`` -> ``["stu", "id"]``; ``"home_city"`` -> ``["home", "city"]`` (lower-case)."""
     s = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", identifier)
-    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1 \2", s)
+    # a space before the last capital of a run that a lower-case letter follows ("HTMLParser" -> "HTML Parser"), by
+    # lookaround: the former ``([A-Z]+)([A-Z][a-z])`` retried the run from each capital, quadratic on "A" * n (a
+    # clarification is agent text; issue 12 review)
+    s = _CAPS_RUN_END.sub(" ", s)
     return [w for w in re.split(r"[^0-9A-Za-z]+", s.lower()) if w]
 
 
