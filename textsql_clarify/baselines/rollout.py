@@ -125,50 +125,54 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
         raise TypeError(f"num_envs={num_envs} needs one agent per env, and {type(agent).__name__} cannot be "
                         f"deep-copied ({e}); give it a fork(k) method that returns the agent for env k "
                         f"(sharing any model it holds)") from e
-    trajs: list[Trajectory | None] = [None] * len(samples)
-    live: dict[int, list] = {}  # env slot -> [episode index, obs, info, turns taken]
-    nxt = 0
-    while nxt < len(samples) or live:
-        for k in range(n_envs):
-            if k not in live and nxt < len(samples):
-                obs, info = envs[k].reset(seed=seed + nxt, options={"index": nxt})
-                agents[k].begin_episode(envs[k].current_sample if getattr(agents[k], "privileged", False) else None)
-                live[k] = [nxt, obs, info, 0]
-                nxt += 1
-        results: dict[int, tuple] = {}
-        pending = []
-        for k, (i, _obs, _info, turns) in live.items():
-            if turns > envs[k].max_turns:
-                raise RuntimeError(f"episode for sample {samples[i].id} did not end within {envs[k].max_turns} turns")
-        actions: dict[int, Any] = {}
-        if batched:
-            slots = list(live)
-            try:
-                batch = _act_batch(agent, [live[k][1] for k in slots], [live[k][2] for k in slots])
-            except Exception as e:
-                if hasattr(e, "add_note"):
-                    e.add_note("raised by the agent's act_batch on " + ", ".join(
-                        f"sample {samples[live[k][0]].id} (episode {live[k][0]}, turn {live[k][3] + 1})" for k in slots))
-                raise
-            actions = dict(zip(slots, batch))
-        for k, (i, obs, info, turns) in live.items():
-            live[k][3] += 1
-            action = actions[k] if batched else _act(agents[k], obs, info,
-                                                     f"sample {samples[i].id} (episode {i}, turn {turns + 1})")
-            out = envs[k].begin_step(action)
-            if isinstance(out, UserRequest):
-                pending.append((k, out))
-            else:
+    try:
+        trajs: list[Trajectory | None] = [None] * len(samples)
+        live: dict[int, list] = {}  # env slot -> [episode index, obs, info, turns taken]
+        nxt = 0
+        while nxt < len(samples) or live:
+            for k in range(n_envs):
+                if k not in live and nxt < len(samples):
+                    obs, info = envs[k].reset(seed=seed + nxt, options={"index": nxt})
+                    agents[k].begin_episode(envs[k].current_sample if getattr(agents[k], "privileged", False) else None)
+                    live[k] = [nxt, obs, info, 0]
+                    nxt += 1
+            results: dict[int, tuple] = {}
+            pending = []
+            for k, (i, _obs, _info, turns) in live.items():
+                if turns > envs[k].max_turns:
+                    raise RuntimeError(f"episode for sample {samples[i].id} did not end within {envs[k].max_turns} turns")
+            actions: dict[int, Any] = {}
+            if batched:
+                slots = list(live)
+                try:
+                    batch = _act_batch(agent, [live[k][1] for k in slots], [live[k][2] for k in slots])
+                except Exception as e:
+                    if hasattr(e, "add_note"):
+                        e.add_note("raised by the agent's act_batch on " + ", ".join(
+                            f"sample {samples[live[k][0]].id} (episode {live[k][0]}, turn {live[k][3] + 1})" for k in slots))
+                    raise
+                actions = dict(zip(slots, batch))
+            for k, (i, obs, info, turns) in live.items():
+                live[k][3] += 1
+                action = actions[k] if batched else _act(agents[k], obs, info,
+                                                         f"sample {samples[i].id} (episode {i}, turn {turns + 1})")
+                out = envs[k].begin_step(action)
+                if isinstance(out, UserRequest):
+                    pending.append((k, out))
+                else:
+                    results[k] = out
+            for (k, _), out in zip(pending, answer_clarifications(sim, [(envs[k], req) for k, req in pending])):
                 results[k] = out
-        for (k, _), out in zip(pending, answer_clarifications(sim, [(envs[k], req) for k, req in pending])):
-            results[k] = out
-        for k, (obs, _reward, terminated, truncated, info) in results.items():
-            if terminated or truncated:
-                trajs[live.pop(k)[0]] = info["trajectory"]
-                if bar is not None:
-                    bar.update(1)
-            else:
-                live[k][1], live[k][2] = obs, info
+            for k, (obs, _reward, terminated, truncated, info) in results.items():
+                if terminated or truncated:
+                    trajs[live.pop(k)[0]] = info["trajectory"]
+                    if bar is not None:
+                        bar.update(1)
+                else:
+                    live[k][1], live[k][2] = obs, info
+    finally:
+        for e in envs:  # their sandboxes and, with isolation="process", their worker processes
+            e.close()
     return trajs  # type: ignore[return-value]
 
 
@@ -180,7 +184,8 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
 
     Args:
         samples: the samples (one episode each).
-        agent: the agent.
+        agent: the agent, or a spec string for :func:`~textsql_clarify.baselines.agents.make_agent`
+            (``"oracle"``, ``"no-clarify"``, ``"random"`` (seeded with ``seed``), ``"hf:PATH"`` ...).
         seed: reset seed of the first episode (episode i uses ``seed + i``).
         out_dir: if given, write ``trajectories.jsonl`` and ``metrics.json`` there (created if needed).
         progress: show a tqdm progress bar.
@@ -218,6 +223,11 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
     from ..envs.env import TextSQLClarifyEnv, episode_samples
 
     samples = episode_samples("", samples, env_kwargs.pop("limit", None))
+    if isinstance(agent, str):  # a spec, as the CLI's --agent takes it ("oracle", "random", "hf:PATH", ...)
+        from .agents import make_agent
+
+        agent_spec = agent if agent_spec is None else agent_spec
+        agent = make_agent(agent, seed=seed)
     if backend not in ("local", "ray"):
         raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
     if backend == "ray":
@@ -242,9 +252,12 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
             else:
                 env = TextSQLClarifyEnv(samples=samples, **env_kwargs)
                 trajs = []
-                for i in range(len(samples)):
-                    trajs.append(run_episode(env, agent, index=i, seed=seed + i))
-                    bar.update(1)
+                try:
+                    for i in range(len(samples)):
+                        trajs.append(run_episode(env, agent, index=i, seed=seed + i))
+                        bar.update(1)
+                finally:
+                    env.close()  # its sandboxes and, with isolation="process", its worker processes
     except BaseException:
         for p in created:  # a run that failed (a bad option, a model that cannot load) leaves no empty folder
             try:

@@ -240,6 +240,9 @@ class _Worker:
                                    args=(child_end, max_memory_bytes, WORKER_SANDBOXES, forkserver))
         try:
             _start_even_from_a_daemon(self.process)
+        except BaseException:
+            parent_end.close()  # a failed start (then retried by the pool) must not leak the pipe's other end
+            raise
         finally:
             child_end.close()
         self.conn = parent_end
@@ -395,7 +398,12 @@ class WorkerPool:
                              f"got {start_method!r}")
         self._ctx = multiprocessing.get_context(start_method)
         if start_method == "forkserver":  # workers fork from a server that imported this module once
-            self._ctx.set_forkserver_preload([__name__])
+            from multiprocessing import forkserver as _fs  # keep any preload the user set: add ours to it
+
+            have = list(getattr(getattr(_fs, "_forkserver", None), "_preload_modules", None) or [])
+            if have == ["__main__"]:  # Python's default, not a user's choice: don't re-import the main script
+                have = []
+            self._ctx.set_forkserver_preload(have if __name__ in have else have + [__name__])
         self.size = size
         self.max_memory_bytes = max_memory_bytes
         self.start_method = start_method
@@ -456,7 +464,11 @@ class WorkerPool:
         why = worker.wait_ready(self.startup_timeout_s)
         if why is not None:
             self._release(worker, False)
-            raise RuntimeError(f"SQL worker process {worker.pid} did not start: {why}")
+            hint = ""
+            if self.start_method != "fork" and getattr(sys.modules.get("__main__"), "__file__", None):
+                hint = ("; a script that starts workers must keep its top-level code under "
+                        "`if __name__ == \"__main__\":` (multiprocessing start methods 'forkserver' and 'spawn')")
+            raise RuntimeError(f"SQL worker process {worker.pid} did not start: {why}{hint}")
         return worker
 
     def _new_worker(self) -> _Worker:
@@ -788,7 +800,8 @@ def _cacheable(res: ExecutionResult) -> bool:
     if res.error_kind in ("timeout", "resource"):
         return False
     msg = (res.error_message or "").lower()
-    return not (msg.startswith(("the sql worker process died", "sql worker process", "out of memory in the worker"))
+    return not (msg.startswith(("the sql worker process died", "sql worker process", "out of memory in the worker",
+                                "sql worker error"))  # e.g. the file briefly missing while a worker re-opened it
                 or any(m in msg for m in _TRANSIENT_MARKERS))
 
 
