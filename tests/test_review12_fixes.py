@@ -103,3 +103,47 @@ def test_clarification_of_capitals_is_checked_fast():
 
     ratio = _ratio(named, lambda n: "A" * n, 2_000)
     assert ratio < 8, f"4x the input took {ratio:.1f}x the CPU time"
+
+
+# ------------------------------------------------------------------ 2. a transient reading failure is not cached
+def test_a_reading_locked_on_the_first_look_does_not_turn_hedge_detection_off(tmp_path):
+    import sqlite3
+
+    from textsql_clarify.envs import scoring
+    from textsql_clarify.sql.sandbox import SQLiteSandbox
+
+    db = tmp_path / "h.sqlite"
+    con = sqlite3.connect(db)
+    con.executescript("CREATE TABLE t(x INTEGER, y TEXT); INSERT INTO t VALUES (1, 'a'), (2, 'b');")
+    con.commit()
+    con.close()
+    gold, other, hedge = "SELECT x FROM t", "SELECT y FROM t", "SELECT x, y FROM t"
+    readings = (("s#1", other),)
+    with SQLiteSandbox(db, timeout_s=0.3) as sb:
+        gold_res = sb.execute_gold("s", gold)
+        writer = sqlite3.connect(db, isolation_level=None)
+        writer.execute("BEGIN EXCLUSIVE")  # another connection holds the database during the first look
+        try:
+            locked = sb.execute_gold("s#1", other)
+            assert locked.error_kind == "runtime" and "locked" in locked.error_message
+            assert scoring._distinct_readings(gold_res, gold, readings, sb, None) == ()
+        finally:
+            writer.execute("ROLLBACK")
+            writer.close()
+        score = scoring.score_sql_turn(hedge, gold, sb, gold_key="s", detailed=False, other_readings=readings)
+    assert (score.components["ex"], bool(score.flags.get("hedged"))) == (0.0, True)  # was ex=1.0, hedged False
+
+
+def test_reading_failures_that_may_pass_later_are_named():
+    from textsql_clarify.envs.scoring import _may_pass_later
+    from textsql_clarify.sql.sandbox import ExecutionResult
+
+    def failed(kind, msg):
+        return ExecutionResult(columns=(), rows=(), elapsed_s=0.0, error_kind=kind, error_message=msg)
+
+    assert _may_pass_later(failed("timeout", "time limit"))
+    assert _may_pass_later(failed("runtime", "database is locked"))
+    assert _may_pass_later(failed("runtime", "out of memory"))
+    assert _may_pass_later(failed("runtime", "the SQL worker process died (signal 9)"))
+    assert not _may_pass_later(failed("runtime", "no such column: z"))
+    assert not _may_pass_later(ExecutionResult(columns=("a",), rows=((1,),), elapsed_s=0.0))

@@ -233,24 +233,36 @@ def _distinct_readings(gold: ExecutionResult, gold_sql: str, readings: Sequence[
     back whole and with rows, and that the gold, submitted as its answer, does not match under relaxed EX (a
     reading the gold itself answers is not a different one: an indistinguishable pair). It depends only on the
     sample, its database and the EX options, not on the prediction, so it is worked out once per sample and
-    cached; not when a reading timed out (the sandbox retries timeouts, so the answer may change)."""
+    cached; not when a reading failed in a way that may pass later (:func:`_may_pass_later`: the sandbox does not
+    cache such a gold either, so the next look may run it)."""
     memo = _DISTINCT.setdefault(sandbox, {})
     key = (gold_sql, tuple(readings), ex_options)
     hit = memo.get(key)
     if hit is not None:
         return hit
-    out, timed_out = [], False
+    out, retry = [], False
     for rkey, sql in readings:
         r = sandbox.execute_gold(rkey, sql)
-        timed_out = timed_out or r.error_kind == "timeout"
+        retry = retry or (r.error_kind is not None and _may_pass_later(r))
         if not r.ok or r.truncated or not r.rows:
             continue
         if score_execution(gold, r, gold_sql, sql, sandbox, gold_key=rkey, options=ex_options)[0].score == 1.0:
             continue
         out.append((rkey, sql, r))
-    if not timed_out:
+    if not retry:
         memo[key] = tuple(out)
     return tuple(out)
+
+
+def _may_pass_later(r: ExecutionResult) -> bool:
+    """Whether a failed gold or reading may run on a later try: a timeout, a locked or busy database, SQLite's
+    out-of-memory, a dead or killed SQL worker; the failures :meth:`SQLiteSandbox.execute_gold` (``_is_transient``,
+    ``_is_memory``) and :class:`~textsql_clarify.sql.isolated.ProcessSandbox` (``_cacheable``) do not cache.
+    Source: issue 12 review (a reading locked on the first look turned hedge detection off for the sample)."""
+    from ..sql.isolated import _cacheable
+    from ..sql.sandbox import _is_memory, _is_transient
+
+    return r.error_kind is not None and (not _cacheable(r) or _is_transient(r) or _is_memory(r))
 
 
 def _norm(v: Any) -> Any:
