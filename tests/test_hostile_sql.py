@@ -246,6 +246,43 @@ def test_wal_database_gets_no_side_files_and_is_unchanged(tmp_path):
     assert path.read_bytes() == data
 
 
+def test_wal_database_read_by_schema_reset_and_detailed_step_gets_no_side_files(tmp_path):
+    """The schema readers (sql/schema.py, envs/render.py) open a WAL file with immutable=1 too (sql/uri.py
+    ``ro_uri``): before, ``sb.schema`` alone left wal.sqlite-shm and wal.sqlite-wal in the folder."""
+    import dataclasses
+
+    import gymnasium as gym
+
+    from textsql_clarify.datasets import embedded_db_path, load_dataset
+    from textsql_clarify.sql.uri import is_wal, ro_uri
+
+    folder = tmp_path / "walenv"
+    folder.mkdir()
+    path = folder / "wal.sqlite"
+    shutil.copyfile(embedded_db_path(), path)
+    con = sqlite3.connect(path)
+    assert con.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal"
+    con.close()
+    before, data = sorted(p.name for p in folder.iterdir()), path.read_bytes()
+    assert before == ["wal.sqlite"] and is_wal(path) and ro_uri(path).endswith("?mode=ro&immutable=1")
+    with SQLiteSandbox(path) as sb:
+        assert "students" in sb.schema
+        assert sorted(p.name for p in folder.iterdir()) == before
+    sample = dataclasses.replace(next(s for s in load_dataset("embedded") if s.group == "answerable"),
+                                 id="wal-1", db_path=str(path))
+    env = gym.make("TextSQLClarify-v0", samples=[sample], detailed_scores=True)
+    try:
+        env.reset(options={"sample_id": "wal-1"})
+        assert sorted(p.name for p in folder.iterdir()) == before
+        _, reward, _, _, info = env.step(f"<sql>{sample.gold_sql}</sql>")
+        assert reward == 1.0 and info["reward_components"]["cell_f1"] == 1.0
+        assert sorted(p.name for p in folder.iterdir()) == before
+    finally:
+        env.close()
+    assert sorted(p.name for p in folder.iterdir()) == before
+    assert path.read_bytes() == data
+
+
 def test_rollback_database_gets_no_side_files(db):
     before = sorted(p.name for p in db.parent.iterdir())
     with SQLiteSandbox(db) as sb:

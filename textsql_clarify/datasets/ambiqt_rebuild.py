@@ -49,6 +49,8 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from ..sql.uri import ro_uri
+
 __all__ = ["BUILD_VERSION", "AGG_PREFIXES", "SchemaTable", "BuildPlan", "RebuildError", "parse_schema_text",
            "read_schema", "plan_rebuild", "build_database", "file_sha256", "rebuilt_schema"]
 
@@ -185,7 +187,7 @@ def parse_schema_text(text: str) -> list[tuple[str, list[str]]]:
 
 
 def _ro_uri(path: str | os.PathLike) -> str:
-    return Path(path).resolve().as_uri() + "?mode=ro"
+    return ro_uri(path)  # mode=ro, and immutable=1 for a WAL file (no -wal/-shm beside it)
 
 
 def read_schema(db_path: str | os.PathLike) -> dict[str, SchemaTable]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..samples import DialogueTurn, Sample
+from ..sql.uri import ro_uri
 from ..taxonomy import SUBCATEGORIES, taxonomy_text
 
 CATEGORY_MODES = ("ground_truth", "predicted", "taxonomy_only", "taxonomy_free")
@@ -30,8 +31,7 @@ CLASSIFY_INSTRUCTIONS = (
 
 @functools.lru_cache(maxsize=128)
 def _schema_statements(db_path: str, mtime: float) -> tuple[tuple[str, str], ...]:
-    uri = Path(db_path).resolve().as_uri() + "?mode=ro"
-    con = sqlite3.connect(uri, uri=True)
+    con = sqlite3.connect(ro_uri(db_path), uri=True)  # immutable=1 for a WAL file: no -wal/-shm beside it
     try:
         rows = con.execute(
             "SELECT name, sql FROM sqlite_master WHERE type IN ('table','view') AND name NOT LIKE 'sqlite_%' "

@@ -30,6 +30,7 @@ from sqlglot import exp
 from ..sql.sandbox import ExecutionResult, SQLiteSandbox
 from ..errors import SQLParseError
 from ..sql.schema import analysis_errors, is_star, parse_for_analysis
+from ..sql.uri import ro_uri
 from .execution import gold_is_ordered, is_empty_result, normalise_value
 
 #: the kinds of auxiliary column, in the order variants are produced.
@@ -57,7 +58,7 @@ def primary_keys(db_path: str | Path) -> dict[str, str]:
     Raises:
         sqlite3.Error: the file is not a readable SQLite database.
     """
-    con = sqlite3.connect(Path(db_path).resolve().as_uri() + "?mode=ro", uri=True)
+    con = sqlite3.connect(ro_uri(db_path), uri=True)  # immutable=1 for a WAL file: no -wal/-shm beside it
     try:
         out = {}
         for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"):

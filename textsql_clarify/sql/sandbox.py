@@ -71,6 +71,7 @@ from .guards import (  # noqa: F401  (the public limits are re-exported for user
 from . import guards as _guards
 from .watchdog import _Watchdog
 from .schema import Schema, read_schema
+from .uri import is_wal, ro_uri
 
 #: Error kinds of a failed :class:`ExecutionResult`, see :meth:`SQLiteSandbox.execute`.
 ERROR_KINDS = ("syntax", "forbidden", "timeout", "runtime")
@@ -142,14 +143,7 @@ GOLD_RETRIES = 1
 GOLD_RETRY_WAIT_S = 0.05
 
 
-def _is_wal(path: str) -> bool:
-    """``True`` when the SQLite file at ``path`` is in WAL mode (header bytes 18-19 are 2, 2)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(20)
-    except OSError:
-        return False
-    return len(head) == 20 and head[18] == 2 and head[19] == 2
+_is_wal = is_wal  # the former name (sql/uri.py holds it now)
 
 
 class DatabaseOpenError(TextSQLClarifyError):
@@ -331,8 +325,7 @@ class SQLiteSandbox:
 
     # -- set-up -----------------------------------------------------------------------------
     def _open(self) -> sqlite3.Connection:
-        # immutable=1 for WAL files: mode=ro alone creates -wal and -shm files beside them
-        uri = Path(self.db_path).as_uri() + ("?mode=ro&immutable=1" if _is_wal(self.db_path) else "?mode=ro")
+        uri = ro_uri(self.db_path)  # immutable=1 for WAL files: mode=ro alone creates -wal and -shm files beside them
         try:
             con = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
                                   timeout=self.timeout_s)

@@ -27,6 +27,7 @@ import sqlglot
 from sqlglot import exp
 
 from ..errors import SQLParseError, TextSQLClarifyError
+from .uri import ro_uri
 
 DIALECT = "sqlite"
 
@@ -174,8 +175,7 @@ def _parse_bounded(sql: str, max_chars: int, max_nodes: int, max_depth: int) -> 
 
 @functools.lru_cache(maxsize=256)
 def _read_schema_cached(path: str, mtime: float) -> tuple:
-    uri = Path(path).resolve().as_uri() + "?mode=ro"
-    con = sqlite3.connect(uri, uri=True)
+    con = sqlite3.connect(ro_uri(path), uri=True)  # immutable=1 for a WAL file: no -wal/-shm beside it
     try:
         tables = [r[0] for r in con.execute(
             "SELECT name FROM sqlite_master WHERE type IN ('table','view') AND name NOT LIKE 'sqlite_%' ORDER BY name")]
