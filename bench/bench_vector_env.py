@@ -20,7 +20,10 @@ Settings, each timed on a fresh env over the same number of episodes, all throug
   ``info["sample_id"]``): other samples than the loop's, about as many of each over 1,000 episodes;
 * ``compact N``: the same episodes as ``async N`` through
   :class:`~textsql_clarify.envs.async_vector.TextSQLClarifyAsyncVectorEnv` (``make_async_vector_env``): the
-  worker sends each info as arrays and the parent merges by plan (the async results, less parent work).
+  worker sends each info as arrays and the parent merges by plan (the async results, less parent work);
+* ``compact-same N``: the same env with ``autoreset_mode=same_step``: a step that ends an episode resets at
+  once (the new episode's info at the top, the old one under ``final_info``), so a one-action episode costs
+  one round trip instead of two.
 
 Every setting's env is built once and warmed (``--warmup`` untimed episodes, in the order; an async env gets
 3 N times as many seeded draws, so that each worker has met ~95% of the samples: the static per-sample caches
@@ -68,7 +71,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 SPIDER = REPO.parent / "shared" / "data" / "spider_dev"
 WORKLOADS = {"sql": {"detailed_scores": False, "reward_preset": "binary"},
              "sql-detailed": {"detailed_scores": True, "reward_preset": "binary"}}
-TARGETS = {"sync": 1.0, "async": 1.7, "compact": 1.7}
+TARGETS = {"sync": 1.0, "async": 1.7, "compact": 1.7, "compact-same": 1.7}
 
 
 class SlowUser:
@@ -123,6 +126,12 @@ class Setting:
             from textsql_clarify.envs.async_vector import make_async_vector_env
 
             self.env = make_async_vector_env(n, **kwargs)
+        elif mode == "compact-same":  # the same, autoreset same_step: one round trip per episode, not two
+            from gymnasium.vector.vector_env import AutoresetMode
+
+            from textsql_clarify.envs.async_vector import make_async_vector_env
+
+            self.env = make_async_vector_env(n, vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **kwargs)
         else:
             self.env = gym.make_vec(env_id, num_envs=n, vectorization_mode=None if mode == "sync" else mode, **kwargs)
         self.pids = [p.pid for p in getattr(self.env, "processes", [])]
@@ -151,6 +160,12 @@ class Setting:
                     env.step(["<clarify>Which one do you mean?</clarify>"] * self.n)
                 env.step([self.golds[sid] for sid in ids])
                 done += self.n
+        elif self.mode == "compact-same":  # each step ends the episode and resets (info: the new episode's)
+            while done < episodes:
+                if self.clarify:
+                    env.step(["<clarify>Which one do you mean?</clarify>"] * self.n)
+                _, _, term, trunc, info = env.step([self.golds[sid] for sid in info["sample_id"]])
+                done += int(term.sum() + trunc.sum())
         else:  # async / compact
             while done < episodes:
                 if self.clarify:
@@ -165,6 +180,48 @@ class Setting:
 
     def close(self) -> None:
         self.env.close()
+
+
+def _echo(conn) -> None:
+    """A worker that answers each message at once with a step-sized tuple (the pipe floor's other end)."""
+    while (msg := conn.recv()) is not None:
+        conn.send(((None, 0.0, False, False, (0, None, b"", (msg,)), ()), True))
+
+
+def pipe_floor(n: int, trips: int = 20000) -> dict:
+    """What one lockstep round trip to ``n`` worker processes costs with no env at all: the parent sends a
+    short action down each of ``n`` pipes and reads a step-sized reply from each (as ``AsyncVectorEnv`` does
+    per step). Returns wall-clock and CPU (parent, workers) microseconds per round trip."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context()
+    pipes, procs = [], []
+    for _ in range(n):
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_echo, args=(child,), daemon=True)
+        proc.start()
+        pipes.append(parent)
+        procs.append(proc)
+    try:
+        for _ in range(200):
+            for p in pipes:
+                p.send("<sql>SELECT 1</sql>")
+            for p in pipes:
+                p.recv()
+        t0, c0, w0 = time.perf_counter(), time.process_time(), _worker_cpu([p.pid for p in procs])
+        for _ in range(trips):
+            for p in pipes:
+                p.send("<sql>SELECT 1</sql>")
+            for p in pipes:
+                p.recv()
+        return {"workers": n, "wall_us": round((time.perf_counter() - t0) / trips * 1e6, 1),
+                "parent_cpu_us": round((time.process_time() - c0) / trips * 1e6, 1),
+                "workers_cpu_us": round((_worker_cpu([p.pid for p in procs]) - w0) / trips * 1e6, 1)}
+    finally:
+        for p in pipes:
+            p.send(None)
+        for proc in procs:
+            proc.join(5)
 
 
 def bench_workloads(args) -> dict:
@@ -186,11 +243,11 @@ def bench_workloads(args) -> dict:
         settings = [Setting(ENV_ID, "loop", 1, kwargs, golds, clarify, order)]
         settings += [Setting(ENV_ID, "sync", n, kwargs, golds, clarify, order) for n in args.sync]
         settings += [Setting(ENV_ID, mode, n, kwargs, golds, clarify, order) for n in args.async_
-                     for mode in ("async", "compact")]
+                     for mode in ("async", "compact", "compact-same")]
         try:
             for st in settings:  # steady state: static caches and gold results warm, in every async worker too
                 # (an async worker meets seeded draws: 3 x 1,034 of them reach ~95% of the samples)
-                st.run(args.warmup * (3 * st.n if st.mode in ("async", "compact") else 1))
+                st.run(args.warmup * (3 * st.n if st.mode in ("async", "compact", "compact-same") else 1))
             secs: dict[str, list[tuple[float, float]]] = {st.name: [] for st in settings}
             for _ in range(args.rounds):
                 for st in settings:
@@ -280,12 +337,18 @@ def main(argv: list[str] | None = None) -> dict:
           f"{args.rounds} rounds, {result['cpus']} CPUs, load average {result['loadavg_1min']} at start")
     for name, rows in result["workloads"].items():
         print(f"\n{name}")
-        print(f"{'setting':>10} {'episodes/s':>11} {'x loop':>7} {'target':>7} {'CPU us/ep':>10} {'x loop CPU':>11}"
+        print(f"{'setting':>14} {'episodes/s':>11} {'x loop':>7} {'target':>7} {'CPU us/ep':>10} {'x loop CPU':>11}"
               f"  per round (wall)")
         for r in rows:
             target = "" if r["target"] is None else f">={r['target']:.1f}"
-            print(f"{r['setting']:>10} {r['episodes_per_s']:>11.1f} {r['ratio']:>7.2f} {target:>7} "
+            print(f"{r['setting']:>14} {r['episodes_per_s']:>11.1f} {r['ratio']:>7.2f} {target:>7} "
                   f"{r['cpu_us_per_episode']:>10} {r['cpu_ratio']:>11.2f}  {r['ratios']}")
+    if args.async_:
+        result["pipe_floor"] = [pipe_floor(n) for n in args.async_]
+        print("\nthe pipe floor: one lockstep round trip to N echo workers, no env (an async step pays at least this)")
+        for r in result["pipe_floor"]:
+            print(f"  N={r['workers']}: {r['wall_us']} us wall, CPU {r['parent_cpu_us']} us parent + "
+                  f"{r['workers_cpu_us']} us workers")
     if args.transformers:
         result["transformers"] = bench_transformers(args)
         print("\nevaluation with the transformers user (lockstep, ratio of replies/s)")

@@ -22,8 +22,8 @@ autoreset modes, errors and ``call``/``get_attr``/``set_attr``, and changes only
 
 The results are those of Gymnasium's ``AsyncVectorEnv`` over the same sub-envs (``tests/test_async_vector.py``).
 Build it with :func:`make_async_vector_env` or ``gym.make_vec("TextSQLClarify-v0", num_envs=N,
-processes=True)`` (the registered ``vector_entry_point``, :func:`vector_entry_point`). ``docs/platform.md`` ("Vector and async envs")
-says when it pays.
+processes=True)`` (the registered ``vector_entry_point``, :func:`vector_entry_point`). ``docs/platform.md``
+("Vector and async envs", "Compact async") says when it pays.
 """
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from ..errors import TextSQLClarifyError
 
-__all__ = ["TextSQLClarifyAsyncVectorEnv", "compact_worker", "flatten_info", "make_async_vector_env", "vector_entry_point"]
+__all__ = ["TextSQLClarifyAsyncVectorEnv", "compact_worker", "flatten_info", "make_async_vector_env",
+           "vector_entry_point"]
 
 # leaf kinds of a schema entry; "d" marks a nested dict (its children follow, one level deeper)
 _FLOAT, _INT, _BOOL, _ARRAY, _OBJECT, _DICT = "f", "i", "b", "a", "o", "d"
@@ -203,7 +204,8 @@ def compact_worker(index: int, env_fn: Any, pipe: Any, parent_pipe: Any, shared_
                 elif command == "_call":
                     name, args, kwargs = data
                     if name in ["reset", "step", "close", "_setattr", "_check_spaces"]:
-                        raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
+                        raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly "
+                                         "instead.")
                     attr = env.get_wrapper_attr(name)
                     pipe.send((attr(*args, **kwargs) if callable(attr) else attr, True))
                 elif command == "_setattr":
@@ -233,8 +235,10 @@ def compact_worker(index: int, env_fn: Any, pipe: Any, parent_pipe: Any, shared_
 class _Plan:
     """How to build the merged info of one combination of sub-env schemas (``_add_info``'s result).
 
-    ``nodes``: ``(parent dict index, key, kind, row, dict index)`` in Gymnasium's insertion order; ``rows`` per
-    kind; ``sources[e]``: per kind, the rows env ``e``'s leaves go to (in its schema order)."""
+    ``nodes``: ``(parent dict index, key, kind, slot)`` in Gymnasium's insertion order (``slot``: the row in
+    the kind's matrix, or a nested dict's index); ``counts``: rows per kind; ``sources[e]``: per kind, the rows
+    sub-env ``e``'s leaves go to (in its schema order); ``mask``: ``(nodes, num_envs)``, who reported what;
+    ``ok``: False where a key has two kinds (the caller merges with ``_add_info``)."""
 
     def __init__(self, schemas: list[tuple], n: int):
         index: dict[tuple, tuple] = {}   # path -> (kind, row or dict index)
@@ -402,7 +406,7 @@ class TextSQLClarifyAsyncVectorEnv(AsyncVectorEnv):
         return deepcopy(obs)
 
     # ----------------------------------------------------------------------------------- Gymnasium's waits
-    def reset_wait(self, timeout: float | None = None, seed: Any = None, options: Any = None):
+    def reset_wait(self, timeout: float | None = None):
         """As ``AsyncVectorEnv.reset_wait``, with the compact infos (same results)."""
         self._assert_is_running()
         if self._state != AsyncState.WAITING_RESET:
