@@ -300,6 +300,7 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
             raise RuntimeError(f"sub-envs {ended} have ended and autoreset is disabled: reset them first "
                                f"(reset(options={{'reset_mask': ...}}))")
         resetting = self._autoreset_envs.tolist() if mode == AutoresetMode.NEXT_STEP else [False] * n
+        same_step = mode == AutoresetMode.SAME_STEP
         envs = self.envs
         results: list[tuple | None] = [None] * n
         # each sub-env's state is saved just before the step first changes it (only resets draw from the RNG),
@@ -336,9 +337,16 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
                     obs, info = env.reset()
                     results[i] = (obs, 0.0, False, False, info)
                 else:
-                    if i != last:
+                    if i != last or same_step:  # a same-step autoreset after it may still fail
                         snaps.append((env, env.snapshot(rng=False)))
                     results[i] = env.begin_step(acts[i])
+            # 4. same-step autoresets, inside the try: a reset that fails (a sample whose database is missing)
+            # puts back every sub-env, those that already stepped too (issue 12 review)
+            for i, res in enumerate(results) if same_step else ():
+                if res[2] or res[3]:
+                    snaps.append((envs[i], envs[i].snapshot(rng=True)))
+                    obs, info = envs[i].reset()
+                    results[i] = (obs, res[1], res[2], res[3], {"final_obs": res[0], "final_info": res[4], **info})
         except BaseException:
             for env, snap in reversed(snaps):  # a step that fails anywhere changes no sub-env
                 env.restore(snap)
@@ -353,10 +361,6 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
             self._rewards[i] = reward
             self._terminations[i] = terminated
             self._truncations[i] = truncated
-            if mode == AutoresetMode.SAME_STEP and (terminated or truncated):
-                final = {"final_obs": obs, "final_info": info}
-                obs, info = envs[i].reset()
-                info = {**final, **info}
             self._env_obs[i] = obs
             entries.append((i, info))
         self._autoreset_envs = np.logical_or(self._terminations, self._truncations)
