@@ -382,12 +382,21 @@ def run_ray(samples: Sequence[Sample], agent: Any, *, seed: int = 0, num_envs: i
             pairs = [(i, samples[i].id) for i in chunks[c]]
             in_flight[actors[k].run.remote(pairs, seed)] = (k, c)
 
-        for _ in range(IN_FLIGHT_PER_ACTOR):
-            for k in range(num_actors):
-                if todo:
-                    submit(k)
-        while in_flight:
-            done, _ = ray.wait(list(in_flight), num_returns=1)
+        # work goes only to actors that are up: an actor still waiting for a CPU (more actors than the
+        # cluster has CPUs, e.g. a local instance that never grows) gets none, so the run never waits on it
+        starting: dict[Any, int] = {actors[k].ready.remote(): k for k in range(num_actors)}
+        while in_flight or (todo and starting):
+            done, _ = ray.wait(list(in_flight) + list(starting), num_returns=1)
+            if done[0] in starting:
+                k = starting.pop(done[0])
+                try:
+                    ray.get(done[0])
+                except ray.exceptions.RayActorError as e:  # the actor died before it could take work
+                    raise RayEpisodeError(f"Ray actor {k} could not start: {getattr(e, 'cause', None) or e}") from e
+                for _ in range(IN_FLIGHT_PER_ACTOR):
+                    if todo:
+                        submit(k)
+                continue
             k, c = in_flight.pop(done[0])
             try:
                 result = ray.get(done[0])

@@ -294,9 +294,10 @@ def _qualify(tree: exp.Expression, schema: Schema | None, *, expand_stars: bool,
 
 
 def _safe_sql(tree: exp.Expression) -> str:
-    """The SQL text of ``tree`` for an error message; never raises."""
+    """The SQL text of ``tree`` for an error message; never raises, and logs nothing (sqlglot would warn
+    on its ``sqlglot`` logger for what the dialect cannot spell, e.g. a VALUES alias with named columns)."""
     try:
-        return tree.sql(dialect=DIALECT)
+        return tree.sql(dialect=DIALECT, unsupported_level=sqlglot.ErrorLevel.IGNORE)
     except Exception:  # noqa: BLE001 - only used to label an error
         return f"<{type(tree).__name__} node>"
 
