@@ -96,11 +96,8 @@ LOADED_SLACK_S = 3.0
 #: such a chain of n terms costs 2^n copies
 #: before the first VM step: measured on the loaded 2-core machine with raw sqlite3 and a progress handler
 #: every 1,000 instructions, n = 16: 3.7 s before the first callback; n = 17: 5.3 s and "out of memory" at
-#: the 256 MiB heap limit with no callback at all. Only the heap limit stops it; the in-process step
-#: overruns a 0.5 s limit by ~5 s. Open (reported, not fixed here): a static bound on CTE expansion
-#: before prepare, or isolation="process".
-@pytest.mark.xfail(reason="issue 12 review: SQLite's CTE expansion at prepare time is bounded only by the heap "
-                          "limit (open)", strict=False)
+#: the 256 MiB heap limit with no callback at all. Only the heap limit stopped it; the in-process step
+#: overran a 0.5 s limit by ~5 s. Fixed by a static bound on CTE expansion before prepare (sql/cte_bound.py).
 def test_cte_expansion_at_prepare_keeps_the_issue_bar(spider_root):
     """The sandbox's statement with the 17-term chain, 0.5 s limit: issue 12's bar (1.1 x limit + 1 s)."""
     from textsql_clarify.sql.sandbox import SQLiteSandbox
@@ -114,6 +111,25 @@ def test_cte_expansion_at_prepare_keeps_the_issue_bar(spider_root):
         wall = time.perf_counter() - t
     assert not res.ok
     assert wall <= 1.1 * 0.5 + 1.0, f"{wall:.2f} s ({res.error_kind}: {res.error_message})"
+    assert res.error_kind == "runtime" and res.error_message.startswith("statement too complex"), res
+    assert "131071 copies" in res.error_message  # 2 ** 17 - 1: each term doubles the copies (sql/cte_bound.py)
+
+
+def test_cte_copies_counts_what_sqlite_copies():
+    """sql/cte_bound.py: a reference costs one copy of the CTE plus its body's copies; a recursive CTE's reference
+    to itself counts once; no WITH, or SQL sqlglot cannot read, is 0 (SQLite decides)."""
+    from textsql_clarify.sql.cte_bound import MAX_CTE_COPIES, cte_copies
+
+    def chain(n: int) -> str:
+        terms = ["a0 AS (SELECT * FROM t)"] + [f"a{i} AS (SELECT * FROM a{i - 1} UNION ALL SELECT * FROM a{i - 1})"
+                                              for i in range(1, n + 1)]
+        return "WITH " + ", ".join(terms) + f" SELECT count(*) FROM a{n}"
+
+    assert [cte_copies(chain(n)) for n in (0, 1, 4, 9, 10)] == [1, 3, 31, 1023, 2047]
+    assert cte_copies(chain(8)) <= MAX_CTE_COPIES < cte_copies(chain(9))
+    assert cte_copies("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 5) SELECT * FROM c") == 1
+    assert cte_copies("with x as (select 1) select * from x, x") == 2
+    assert cte_copies("SELECT 1") == 0 and cte_copies("WITH ((( nonsense") == 0
 
 
 @pytest.mark.parametrize("name", list(HOSTILE))

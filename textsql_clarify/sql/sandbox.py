@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import marshal
 import math
+import re
 import os
 import sqlite3
 import threading
@@ -69,7 +70,10 @@ from .guards import (  # noqa: F401  (the public limits are re-exported for user
     apply_heap_limits,
 )
 from . import guards as _guards
+from .cte_bound import MAX_CTE_COPIES, cte_copies
 from .watchdog import _Watchdog
+
+_WITH = re.compile("with", re.IGNORECASE).search
 from .schema import Schema, read_schema
 from .uri import is_wal, ro_uri
 
@@ -415,6 +419,11 @@ class SQLiteSandbox:
         """
         if not isinstance(sql, str):
             raise TypeError(f"sql must be a str, got {type(sql).__name__}")
+        if _WITH(sql) is not None and len(sql) < self.max_sql_bytes:
+            copies = cte_copies(sql)  # SQLite copies CTEs while preparing, where no limit reaches (issue 12)
+            if copies > MAX_CTE_COPIES:
+                return _failure("runtime", f"statement too complex: its common table expressions expand to about "
+                                f"{copies} copies (limit {MAX_CTE_COPIES})", 0.0)
         state = self._state
         watchdog = _WATCHDOG
         with self._lock:
