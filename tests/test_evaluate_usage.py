@@ -42,3 +42,12 @@ def test_the_envs_of_a_run_are_closed(monkeypatch):
     assert len(closed) == 1
     evaluate(samples, "oracle", progress=False, num_envs=3)
     assert len(closed) == 1 + 3
+
+
+def test_no_samples_is_an_error_for_every_backend():
+    import pytest
+
+    samples = load_dataset("embedded")
+    for backend in ("local", "ray"):
+        with pytest.raises(ValueError, match="at least one sample"):
+            evaluate(samples, "oracle", progress=False, limit=0, backend=backend)

@@ -223,6 +223,8 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
     from ..envs.env import TextSQLClarifyEnv, episode_samples
 
     samples = episode_samples("", samples, env_kwargs.pop("limit", None))
+    if not samples:  # as the env says it, for every backend (Ray returned empty metrics for limit=0)
+        raise ValueError("the env needs at least one sample")
     if isinstance(agent, str):  # a spec, as the CLI's --agent takes it ("oracle", "random", "hf:PATH", ...)
         from .agents import make_agent
 
