@@ -32,6 +32,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Tokenizer, TokenType
 
 from ..errors import SQLParseError
+from ..sql.readonly import ReadOnlySchema
 from ..sql.schema import analysis_errors, is_star, parse_for_analysis
 
 #: SQLite aggregate functions that sqlglot parses as ``Anonymous`` (not an ``AggFunc``).
@@ -286,13 +287,16 @@ def projection_info(sql: str, schema: Mapping[str, Mapping[str, str]] | None = N
     return cols
 
 
-#: ``id(schema) -> (schema, key)``: the last schemas' table and column names, so that an env step does not rebuild
-#: the key of its database's schema for every lookup (issue 12). The schema is held, so its id is not reused; a
-#: schema mapping is not changed once it is scored (``SQLiteSandbox.schema`` is read once).
+#: ``id(schema) -> (schema, key)``: the last sandbox schemas' table and column names, so that an env step does not
+#: rebuild the key of its database's schema for every lookup (issue 12). The schema is held, so its id is not
+#: reused; only a :class:`~textsql_clarify.sql.readonly.ReadOnlySchema` (a sandbox's) is kept: it cannot change,
+#: where a plain dict changed in place would keep a stale key (issue 12 review).
 _NAMES_KEYS: dict[int, tuple[Mapping, tuple]] = {}
 
 
 def _names_key(schema: Mapping[str, Mapping[str, str]]) -> tuple:
+    if type(schema) is not ReadOnlySchema:
+        return tuple((t, tuple(cols)) for t, cols in schema.items())
     hit = _NAMES_KEYS.get(id(schema))
     if hit is not None and hit[0] is schema:
         return hit[1]

@@ -49,6 +49,7 @@ from typing import Any
 
 from . import sandbox as _sandbox
 from .sandbox import ExecutionResult, SandboxClosedError, SQLiteSandbox, get_sandbox
+from .readonly import ReadOnlySchema
 from .schema import Schema, read_schema
 
 __all__ = ["ISOLATION_MODES", "ProcessSandbox", "WorkerPool", "check_isolation", "default_pool", "make_sandbox",
@@ -764,9 +765,9 @@ class ProcessSandbox:
     @property
     def schema(self) -> Schema:
         """``{table: {column: type}}`` of this database, read in this process
-        (:func:`textsql_clarify.sql.schema.read_schema`)."""
+        (:func:`textsql_clarify.sql.schema.read_schema`), as a :class:`~textsql_clarify.sql.readonly.ReadOnlySchema`."""
         if self._schema is None:
-            self._schema = read_schema(self.db_path)
+            self._schema = ReadOnlySchema(read_schema(self.db_path))
         return self._schema
 
     @property

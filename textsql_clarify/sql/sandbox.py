@@ -71,10 +71,11 @@ from .guards import (  # noqa: F401  (the public limits are re-exported for user
 )
 from . import guards as _guards
 from .cte_bound import MAX_CTE_COPIES, cte_copies
-from .watchdog import _Watchdog
 
 _WITH = re.compile("with", re.IGNORECASE).search
+from .watchdog import _Watchdog
 from .schema import Schema, read_schema
+from .readonly import ReadOnlySchema
 from .uri import is_wal, ro_uri
 
 #: Error kinds of a failed :class:`ExecutionResult`, see :meth:`SQLiteSandbox.execute`.
@@ -581,9 +582,10 @@ class SQLiteSandbox:
 
     @property
     def schema(self) -> Schema:
-        """``{table: {column: type}}`` of this database (:func:`textsql_clarify.sql.schema.read_schema`)."""
+        """``{table: {column: type}}`` of this database (:func:`textsql_clarify.sql.schema.read_schema`), read once,
+        as a :class:`~textsql_clarify.sql.readonly.ReadOnlySchema` (``dict(sb.schema)`` gives a copy to change)."""
         if self._schema is None:
-            self._schema = read_schema(self.db_path)
+            self._schema = ReadOnlySchema(read_schema(self.db_path))
         return self._schema
 
     @property

@@ -27,6 +27,7 @@ import sqlglot
 from sqlglot import exp
 
 from ..errors import SQLParseError, TextSQLClarifyError
+from .readonly import ReadOnlySchema
 from .uri import ro_uri
 
 DIALECT = "sqlite"
@@ -420,14 +421,18 @@ ANALYSIS_CACHE_SIZE = 512
 ANALYSIS_ENTRY_CAP = 256
 #: ``(prediction text, database path, schema fingerprint) -> AnalysisMemo``, most recently used last.
 _CROSS_STEP: "OrderedDict[tuple, AnalysisMemo]" = OrderedDict()
-#: ``id(schema) -> (schema, fingerprint)``: the fingerprint of the last schema objects seen, so that a step does not
-#: rebuild its database schema's fingerprint (the schema is held, so its id is not reused; a sandbox's schema mapping
-#: is read once and never changed).
+#: ``id(schema) -> (schema, fingerprint)``: the fingerprint of the last sandbox schemas seen, so that a step does not
+#: rebuild its database schema's fingerprint (the schema is held, so its id is not reused). Only a
+#: :class:`~textsql_clarify.sql.readonly.ReadOnlySchema` (a sandbox's) is kept: a plain dict changed in place would
+#: keep a stale fingerprint (issue 12 review).
 _FINGERPRINTS: dict[int, tuple[Any, tuple | None]] = {}
 
 
 def _fingerprint_once(schema: Any) -> tuple | None:
-    """:func:`schema_fingerprint` of ``schema``, computed once per schema object. Raises as it does."""
+    """:func:`schema_fingerprint` of ``schema``, computed once per :class:`ReadOnlySchema` object (each time for
+    any other mapping). Raises as it does."""
+    if type(schema) is not ReadOnlySchema:
+        return schema_fingerprint(schema)
     hit = _FINGERPRINTS.get(id(schema))
     if hit is not None and hit[0] is schema:
         return hit[1]
