@@ -345,7 +345,7 @@ def test_env_with_process_isolation_scores_as_in_process_and_close_leaves_no_pro
         if isolation == "process":
             assert env.unwrapped.isolation == "process"
             pids = env.unwrapped.worker_pool.worker_pids()
-            assert len(pids) == 1
+            assert 1 <= len(pids) <= 2  # the worker and, once started, its spare (env pools: spares=1)
         else:
             assert env.unwrapped.worker_pool is None
         env.close()
@@ -420,3 +420,31 @@ def test_cli_eval_isolation_flag(tmp_path, capsys):
     assert proc["overall"] == inproc["overall"]
     with pytest.raises(SystemExit):
         main(["eval", "--isolation", "thread", "--no-progress"])
+
+
+def test_with_a_spare_the_statement_after_a_kill_starts_no_worker(toy):
+    """Issue 12 attacks: after a runaway prediction is killed, the gold that follows in the same step waited for
+    a new worker to start (0.5-1.3 s on a loaded machine). With ``spares=1`` (the env's pools) a started idle
+    worker takes it: the caller's thread starts no worker; replacements start in the background."""
+    settings = {"timeout_s": 0.2, "max_value_bytes": 16 << 20}
+    with WorkerPool(size=1, spares=1) as p:
+        sb = p.sandbox(toy, **settings)
+        assert sb.execute("SELECT 1").ok and sb.execute("SELECT 2").ok  # the second hands out the idle one
+        deadline = time.monotonic() + 30
+        while len(p.worker_pids()) < 2 and time.monotonic() < deadline:  # the spare starts in the background
+            time.sleep(0.05)
+        assert len(p.worker_pids()) == 2
+        starts: list[str] = []
+        real = p._new_worker
+
+        def recording():
+            starts.append(threading.current_thread().name)
+            return real()
+
+        p._new_worker = recording
+        res = sb.execute(COMPARE_CHAIN)
+        assert res.error_kind == "timeout" and p.killed == 1
+        assert sb.execute("SELECT count(*) FROM t").rows == ((50,),)
+        assert "MainThread" not in starts, starts
+    with pytest.raises(ValueError, match="spares"):
+        WorkerPool(size=1, spares=-1)

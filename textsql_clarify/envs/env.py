@@ -176,7 +176,7 @@ class TextSQLClarifyEnv(gym.Env):
             raise ValueError("worker_pool must be a WorkerPool, given only with isolation='process'")
         self._own_pool = isolation == "process" and worker_pool is None
         #: the worker processes of ``isolation="process"`` (None in-process); started on first use
-        self.worker_pool = WorkerPool(size=1) if self._own_pool else worker_pool
+        self.worker_pool = WorkerPool(size=1, spares=1) if self._own_pool else worker_pool
         self.weights = resolve_preset(reward_preset)
         self._gold_csets: dict[tuple, frozenset | None] = {}  # gold pairs' commitment sets, across episodes
         needs_detail = sorted(k for k, w in self.weights.items() if w and k in DETAIL_KEYS)
@@ -325,7 +325,7 @@ class TextSQLClarifyEnv(gym.Env):
     def _build_static(self, s: Sample) -> tuple:
         """Per-sample content that does not change during an episode, computed once per env."""
         if self._own_pool and self.worker_pool.closed:  # a reset after close(): new workers, as sandboxes reopen
-            self.worker_pool = WorkerPool(size=1)
+            self.worker_pool = WorkerPool(size=1, spares=1)
         sandbox = (get_sandbox(s.db_path, timeout_s=self.timeout_s, row_cap=self.row_cap) if self.worker_pool is None
                    else self.worker_pool.sandbox(s.db_path, timeout_s=self.timeout_s, row_cap=self.row_cap))
         if self.schema_tables is not None:

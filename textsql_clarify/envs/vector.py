@@ -105,7 +105,7 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
         self._worker_pool = None
         if env_kwargs.get("isolation") == "process" and env_kwargs.get("worker_pool") is None:
             from ..sql.isolated import WorkerPool
-            self._worker_pool = env_kwargs["worker_pool"] = WorkerPool(size=1)
+            self._worker_pool = env_kwargs["worker_pool"] = WorkerPool(size=1, spares=1)
         make_one = functools.partial(TextSQLClarifyEnv, samples=shared, simulator=user,
                                      feedback_judge=judge, **env_kwargs)
         super().__init__([make_one] * int(num_envs), copy=copy, autoreset_mode=autoreset_mode)
