@@ -48,7 +48,7 @@ from collections import OrderedDict
 from typing import Any
 
 from . import sandbox as _sandbox
-from .sandbox import ExecutionResult, SandboxClosedError, SQLiteSandbox, get_sandbox
+from .sandbox import ExecutionResult, SandboxClosedError, SQLiteSandbox, _is_transient, get_sandbox
 from .readonly import ReadOnlySchema
 from .schema import Schema, read_schema
 
@@ -806,9 +806,6 @@ class ProcessSandbox:
                 f"{'closed' if self.closed else 'open'})")
 
 
-_TRANSIENT_MARKERS = ("database is locked", "database is busy", "database table is locked")
-
-
 def _cacheable(res: ExecutionResult) -> bool:
     """Whether a gold result may be cached: not a timeout, a dead worker or a busy/locked database."""
     if res.error_kind is None:
@@ -818,7 +815,7 @@ def _cacheable(res: ExecutionResult) -> bool:
     msg = (res.error_message or "").lower()
     return not (msg.startswith(("the sql worker process died", "sql worker process", "out of memory in the worker",
                                 "sql worker error"))  # e.g. the file briefly missing while a worker re-opened it
-                or any(m in msg for m in _TRANSIENT_MARKERS))
+                or _is_transient(res))
 
 
 _DEFAULT: dict[int, WorkerPool] = {}
