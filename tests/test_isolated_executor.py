@@ -227,12 +227,11 @@ def test_heavy_row_is_stopped_at_the_deadline_and_the_worker_replaced(toy):
         sb = p.sandbox(toy, **settings)
         assert sb.execute("SELECT 1").ok  # the worker has started
         before = p.worker_pids()
-        t0 = time.perf_counter()
-        res = sb.execute(COMPARE_CHAIN)
-        wall = time.perf_counter() - t0
+        # the mechanism: the worker is killed at the deadline (issue 12's bar, limit + 10 % + a constant, is
+        # measured by bench/bench_isolation.py; here only a generous bound that a loaded machine keeps)
+        with generous_bound("a heavy row under a 0.2 s limit in a worker"):
+            res = sb.execute(COMPARE_CHAIN)
         assert res.error_kind == "timeout", res
-        # issue 12's bar: no more than 10 % plus a small constant past the limit (generous for a loaded machine)
-        assert wall <= 0.2 * 1.1 + 2.0, wall  # the issue's bar is + 1 s idle (bench/bench_isolation.py); loaded CI
         assert p.killed == 1 and "worker process killed" in res.error_message
         assert sb.execute("SELECT count(*) FROM t").rows == ((50,),)  # a new worker serves
         assert p.worker_pids() and p.worker_pids() != before
@@ -246,10 +245,11 @@ def test_a_worker_that_cannot_answer_is_killed_at_the_deadline(toy, start_method
         (pid,) = p.worker_pids()
         os.kill(pid, signal.SIGSTOP)  # a statement that no in-process check can stop, made certain
         t0 = time.perf_counter()
-        res = sb.execute("SELECT count(*) FROM t")
+        with generous_bound("a stopped worker under a 0.3 s limit"):
+            res = sb.execute("SELECT count(*) FROM t")
         wall = time.perf_counter() - t0
         assert res.error_kind == "timeout" and "worker process killed" in res.error_message
-        assert 0.3 <= wall <= 0.3 * 1.1 + 2.0, wall  # + 1 s idle (the bench); loaded CI
+        assert wall >= 0.3  # it waited for the deadline (never killed early); the upper bound is the bench's
         assert p.killed == 1
         assert _gone([pid])
         assert sb.execute("SELECT count(*) FROM t").rows == ((50,),)  # the replacement (started by a thread) serves

@@ -10,11 +10,11 @@ import hashlib
 import json
 import os
 import signal
-import time
 from contextlib import contextmanager
 
 import pytest
 
+from conftest import generous_bound
 from textsql_clarify.baselines.agents import OracleAgent
 from textsql_clarify.baselines.rollout import evaluate
 from textsql_clarify.datasets import load_dataset
@@ -86,9 +86,6 @@ HOSTILE = {
 }
 
 
-#: The constant of the time bound here, seconds: issue 12's bar is 1 s on an idle machine; 3 s for the
-#: loaded 2-core machine (the scorers run after the query).
-LOADED_SLACK_S = 3.0
 
 
 #: A CTE chain whose every term reads the previous one twice. SQLite copies a CTE's SELECT for every
@@ -106,11 +103,9 @@ def test_cte_expansion_at_prepare_keeps_the_issue_bar(spider_root):
         f"a{i} AS(SELECT*FROM {'singer' if i == 0 else 'a%d UNION ALL SELECT*FROM a%d' % (i - 1, i - 1)})"
         for i in range(17)) + " SELECT count(*)FROM a16"
     with SQLiteSandbox(spider_root / "database" / "concert_singer" / "concert_singer.sqlite", timeout_s=0.5) as sb:
-        t = time.perf_counter()
-        res = sb.execute(sql)
-        wall = time.perf_counter() - t
+        with generous_bound("the 17-term CTE chain under a 0.5 s limit"):
+            res = sb.execute(sql)
     assert not res.ok
-    assert wall <= 1.1 * 0.5 + LOADED_SLACK_S, f"{wall:.2f} s ({res.error_kind}: {res.error_message})"
     assert res.error_kind == "runtime" and res.error_message.startswith("statement too complex"), res
     assert "131071 copies" in res.error_message  # 2 ** 17 - 1: each term doubles the copies (sql/cte_bound.py)
 
@@ -145,13 +140,13 @@ def test_hostile_step_keeps_the_time_bound_and_the_database(spider_root, name):
         db = env.samples[0].db_path
         folder = os.path.dirname(db)
         before, files = _hash(db), sorted(os.listdir(folder))
-        t = time.perf_counter()
-        _obs, reward, _term, _trunc, info = env.step(json.dumps({"type": "sql", "content": HOSTILE[name]}))
-        wall = time.perf_counter() - t
+        with generous_bound(f"env.step of {name} under a 0.5 s limit"):
+            _obs, reward, _term, _trunc, info = env.step(json.dumps({"type": "sql", "content": HOSTILE[name]}))
     finally:
         env.close()
     assert reward == 0.0 and info["error"] is None
-    assert wall <= 1.1 * 0.5 + LOADED_SLACK_S, f"{name}: {wall:.2f} s"
+    kind = info["trajectory"].turns[-1].execution["error_kind"]
+    assert kind in ("timeout", "runtime", "forbidden", "syntax"), (name, kind)  # a limit or refusal stopped it
     assert _hash(db) == before and sorted(os.listdir(folder)) == files
 
 
