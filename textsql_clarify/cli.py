@@ -166,7 +166,7 @@ def _eval(args: argparse.Namespace) -> int:
                           protocol=args.protocol, num_envs=args.num_envs, agent_spec=args.agent,
                           include_indistinguishable=args.include_indistinguishable,
                           backend="local" if args.ray is None else "ray", ray_address=args.ray or None,
-                          ray_actors=args.ray_actors)
+                          ray_actors=args.ray_actors, dataset=args.dataset)
     if args.json:
         print(json.dumps(metrics, indent=2, default=str))
     else:

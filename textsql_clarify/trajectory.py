@@ -69,6 +69,8 @@ class Trajectory:
         flags: the sample's load-time validation flags (``Sample.flags``,
             :data:`~textsql_clarify.samples.SAMPLE_FLAGS`); metrics count them and, unless asked, leave
             ``indistinguishable`` trajectories out of every mean (``docs/metrics.md``).
+        question: the sample's question (issue 13: the report's dialogue browser shows it);
+            ``""`` in records written before it existed.
     """
 
     sample_id: str
@@ -89,6 +91,7 @@ class Trajectory:
     scores: dict[str, Any] = field(default_factory=dict)
     seed: int | None = None
     flags: list[str] = field(default_factory=list)
+    question: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (one line of ``trajectories.jsonl``)."""
@@ -96,7 +99,8 @@ class Trajectory:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
-        """Inverse of :meth:`to_dict` (a record written before ``flags`` existed reads as unflagged)."""
+        """Inverse of :meth:`to_dict` (a record written before ``flags`` existed reads as unflagged, one
+        written before ``question`` existed has ``question == ""``)."""
         d = dict(d)
         d["turns"] = [Turn(**t) for t in d.get("turns", [])]
         return cls(**d)

@@ -179,7 +179,8 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
 def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: str | os.PathLike | None = None,
              progress: bool = True, num_envs: int = 1, agent_spec: str | None = None,
              include_indistinguishable: bool = False, backend: str = "local", ray_address: str | None = None,
-             ray_actors: int | None = None, **env_kwargs: Any) -> tuple[list[Trajectory], dict]:
+             ray_actors: int | None = None, dataset: str | None = None,
+             **env_kwargs: Any) -> tuple[list[Trajectory], dict]:
     """Run ``agent`` once on every sample, in order, and aggregate.
 
     Args:
@@ -187,7 +188,8 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
         agent: the agent, or a spec string for :func:`~textsql_clarify.baselines.agents.make_agent`
             (``"oracle"``, ``"no-clarify"``, ``"random"`` (seeded with ``seed``), ``"hf:PATH"`` ...).
         seed: reset seed of the first episode (episode i uses ``seed + i``).
-        out_dir: if given, write ``trajectories.jsonl`` and ``metrics.json`` there (created if needed).
+        out_dir: if given, write ``trajectories.jsonl``, ``metrics.json`` and ``run.json`` (what ran:
+            :func:`run_info`) there (created if needed).
         progress: show a tqdm progress bar.
         num_envs: episodes played at once (:func:`run_lockstep`); their clarifications reach the
             simulated user in one batch, which a transformers user answers in one padded call per
@@ -206,6 +208,7 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
         ray_address: ``backend="ray"``: ``"local"``, ``"auto"``, ``"host:port"`` or ``"ray://host:10001"``
             (``None``: ``RAY_ADDRESS``, else a new local instance); unused when Ray is already initialised.
         ray_actors: ``backend="ray"``: actors in the pool (``None``: one per cluster CPU).
+        dataset: the dataset spec the samples came from (the CLI's ``--dataset``), recorded in ``run.json``.
         env_kwargs: passed to :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` (``limit`` keeps the first
             ``limit`` samples).
 
@@ -280,4 +283,46 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
     with open(out / "metrics.json", "w", encoding="utf-8") as fh:
         json.dump(metrics, fh, indent=2, ensure_ascii=False)
         fh.write("\n")
+    info = run_info(run, dataset=dataset, seed=seed, backend=backend, num_envs=num_envs, n_samples=len(samples),
+                    env_kwargs=env_kwargs)
+    with open(out / "run.json", "w", encoding="utf-8") as fh:
+        json.dump(info, fh, indent=2, ensure_ascii=False, default=str)
+        fh.write("\n")
     return trajs, metrics
+
+
+def _spec_name(value: Any) -> Any:
+    """A simulator or preset as ``run.json`` records it: a string or dict spec as given, else the object's
+    ``name``, else its class name."""
+    if value is None or isinstance(value, (str, dict)):
+        return value
+    return str(getattr(value, "name", None) or type(value).__name__)
+
+
+def run_info(run: dict, *, dataset: str | None, seed: int, backend: str, num_envs: int, n_samples: int,
+             env_kwargs: dict) -> dict[str, Any]:
+    """What a run was (issue 13): the ``run.json`` that :func:`evaluate` writes next to ``metrics.json``, so
+    that ``textsql-clarify report`` can name and compare runs.
+
+    Args:
+        run: the metrics' ``run`` block (``agent``, ``privileged``).
+        dataset: the dataset spec (``None`` when the caller did not say).
+        seed: reset seed of the first episode; backend: ``local`` | ``ray``; num_envs: envs played at once;
+        n_samples: episodes played.
+        env_kwargs: the env options evaluate passed on (simulator, isolation, preset, budget, protocol ...).
+    Returns:
+        A JSON-ready dict: ``agent``, ``privileged``, ``dataset``, ``n_samples``, ``seed``, ``simulator``,
+        ``reward_preset``, ``max_clarifications``, ``category_mode``, ``protocol``, ``isolation``, ``backend``,
+        ``num_envs`` and ``version`` (the package's); env options not given are the env's defaults.
+    """
+    from .. import __version__
+
+    return {"agent": run.get("agent"), "privileged": run.get("privileged"), "dataset": dataset,
+            "n_samples": n_samples, "seed": seed,
+            "simulator": _spec_name(env_kwargs.get("simulator", "rule")),
+            "reward_preset": _spec_name(env_kwargs.get("reward_preset", "binary")),
+            "max_clarifications": env_kwargs.get("max_clarifications", 3),
+            "category_mode": env_kwargs.get("category_mode", "taxonomy_free"),
+            "protocol": env_kwargs.get("protocol", "f"),
+            "isolation": env_kwargs.get("isolation", "in_process"), "backend": backend, "num_envs": num_envs,
+            "version": __version__}

@@ -303,7 +303,7 @@ class TextSQLClarifyEnv(gym.Env):
             protocol=self.protocol if s.chain is not None else "f",  # p only changes chain samples
             category_mode=self.category_mode, seed=seed,
             gold_status="withheld" if s.gold_withheld else "none" if s.gold_sql is None else "ok",
-            flags=list(s.flags))
+            flags=list(s.flags), question=s.question)
         self._scores: dict[str, Any] = {"ex": None, "ex_strict": None, "ex_post": None, "fb": None, "abstained": None,
                                         "drift_recognised": None if s.drift is None else False,
                                         "drift_revised": None if s.drift is None else False}
