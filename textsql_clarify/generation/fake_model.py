@@ -53,6 +53,18 @@ def _styled(question: str, style: str) -> str:
     return out + ("?" if style == "interrogative" else ".")
 
 
+def _first_table(sql: str) -> str:
+    """The first table the seed SQL reads (sqlglot), or ``"record"``."""
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        t = next(sqlglot.parse_one(sql, read="sqlite").find_all(exp.Table), None)
+    except Exception:  # noqa: BLE001 - a fake: any seed is fine
+        t = None
+    return t.name if t is not None and t.name else "record"
+
+
 def _abiss_nlq(self: "FakeModel", prompt: str) -> str:
     sub = prompt_field(prompt, "Subcategory").split(" ")[0]
     group = prompt_field(prompt, "Group")
@@ -60,13 +72,16 @@ def _abiss_nlq(self: "FakeModel", prompt: str) -> str:
     seed_q = prompt_field(prompt, "Seed question")
     db = prompt_field(prompt, "Database", "the database")
     if group == "unanswerable":
-        q = _styled(f"What is the favourite colour of each person in {db}", style)
+        q = _styled(f"What is the favourite colour of each {_first_table(prompt_field(prompt, 'Seed SQL'))} "
+                    f"in {db}", style)
         lines = [f"Question: {q}", "Evidence: none",
                  f"Hidden knowledge: The {db} database has no column or table that records favourite colours, "
                  "so this cannot be answered; ask the database administrator to add that information."]
     elif group == "ambiguous":
         q = _styled(seed_q, style)
-        lines = [f"Question: {q}", "Evidence: none", "Hidden knowledge 1: I mean every matching row.",
+        ev = ("Two definitions are on file: the answer covers every row; the answer covers only the first row."
+              if sub == "conflicting_knowledge" else "none")
+        lines = [f"Question: {q}", f"Evidence: {ev}", "Hidden knowledge 1: I mean every matching row.",
                  "Hidden knowledge 2: I mean only the first matching row."]
     else:
         q = _styled(seed_q, style)
