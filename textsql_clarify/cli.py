@@ -7,6 +7,9 @@ any agent spec of :func:`textsql_clarify.baselines.agents.make_agent` (``hf:smol
 trainable SmolLM2 checkpoint once; ``models path smollm2`` prints its folder. ``data validate SPEC`` prints
 every load-time validation problem with its sample id (exit 0: none flagged, 1: some flagged, 2: the dataset
 cannot be loaded); ``data stats SPEC`` counts samples per group, subcategory, difficulty and gold status.
+``generate --anchors SPEC | --db FILE --queries FILE.jsonl --out DIR`` grows validated samples from gold queries
+with the recipes of :mod:`textsql_clarify.generation` and prints the per-stage rejection table (issue 11,
+``docs/generation.md``).
 """
 from __future__ import annotations
 
@@ -99,6 +102,30 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("spec", help="dataset spec, as for eval --dataset")
         q.add_argument("--db-root", default=None, help="folder of <db_id>/<db_id>.sqlite for records that name no database")
         q.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    g = sub.add_parser("generate", help="grow validated samples (drift, missing schema, ...) from gold queries "
+                                        "(docs/generation.md)")
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--anchors", default=None, metavar="SPEC",
+                     help="dataset spec whose gold SQL are the anchors (as for eval --dataset, e.g. spider:<root>)")
+    src.add_argument("--db", default=None, metavar="FILE", help="a SQLite database (with --queries)")
+    g.add_argument("--queries", default=None, metavar="FILE.jsonl",
+                   help="with --db: one {\"id\"?, \"question\", \"sql\", \"difficulty\"?} object per line")
+    g.add_argument("--recipes", default="drift,missing_schema,lexical_overlap",
+                   help="comma-separated recipes (default: the model-free drift,missing_schema,lexical_overlap); "
+                        "all: drift, missing_schema, lexical_overlap, abiss, tide_chain, tide_drift, tide_triplets, premise")
+    g.add_argument("--out", required=True, metavar="DIR", help="output folder (samples.jsonl, rejections.json, ...)")
+    g.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    g.add_argument("--limit", type=int, default=None, help="only the first N anchors")
+    g.add_argument("--model", action="append", default=[], metavar="SPEC",
+                   help="a council model (repeatable; needed by the model recipes): a local path, an installed "
+                        "package (smollm2), a cached hub id, or 'fake' (the deterministic fake model)")
+    g.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a recipe option (repeatable)")
+    g.add_argument("--timeout", type=float, default=5.0, help="seconds per SQL execution in the recipes (default 5)")
+    g.add_argument("--device", default="auto", help="council models: 'auto' (default), 'cpu' or 'cuda'")
+    g.add_argument("--no-resume", action="store_true", help="start over instead of continuing the run in --out")
+    g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    g.add_argument("--db-root", default=None, help="with --anchors: folder of <db_id>/<db_id>.sqlite files")
     return p
 
 
@@ -254,6 +281,46 @@ def _data(args: argparse.Namespace) -> int:
     return 1 if report.n_flagged else 0
 
 
+def _generate(args: argparse.Namespace) -> int:
+    """``generate``: anchors (:func:`~textsql_clarify.generation.anchors.load_anchors`) x recipes ->
+    :func:`~textsql_clarify.generation.pipeline.generate`; prints the rejection table and the counts (issue 11)."""
+    from .generation.anchors import load_anchors
+    from .generation.pipeline import generate
+    from .generation.recipes import make_recipes
+
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    if (args.db is None) != (args.queries is None):
+        raise ValueError("--db and --queries go together")
+    options = {}
+    for kv in args.option:
+        key, sep, value = kv.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--option takes KEY=VALUE, got {kv!r}")
+        options[key.strip()] = value
+    recipes = make_recipes(args.recipes)
+    anchors = load_anchors(args.anchors, db=args.db, queries=args.queries, limit=args.limit, db_root=args.db_root)
+    council = None
+    if args.model:
+        from .generation.council import load_council
+
+        council = load_council(args.model, device=args.device)
+    print(anchors.summary(), file=sys.stderr)
+    report = generate(anchors, recipes, args.out, seed=args.seed, council=council, resume=not args.no_resume,
+                      progress=not args.no_progress, timeout_s=args.timeout, options=options)
+    print(report.table(width=100))
+    c = report.counts
+    print(f"\nwrote {c['lines']} lines to {report.samples_path}: {c['samples']} samples, "
+          f"{c['paired_originals']} paired originals ({report.resumed} of {report.units} units from the journal)")
+    for name, b in c["by_recipe"].items():
+        parts = ", ".join(f"{k} {v}" for k, v in (b.get("by_drift_subtype") or b["by_group"]).items())
+        print(f"  {name}: {b['samples']} samples" + (f" ({parts})" if parts else "")
+              + (f", {b['paired_originals']} paired originals" if b["paired_originals"] else ""))
+    if report.load_validation:
+        print(f"  moved out by the load-time validation: {len(report.load_validation)} (rejections.json)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Returns the exit status (0 ok, 2 bad input; ``data validate``: 1 when a sample is flagged)."""
     args = _parser().parse_args(argv)
@@ -270,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
             return _export_sft(args)
         if args.command == "data":
             return _data(args)
+        if args.command == "generate":
+            return _generate(args)
     except (TextSQLClarifyError, ValueError, OSError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
