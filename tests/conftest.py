@@ -102,6 +102,24 @@ def check_generous(spent: float, what: str, seconds: float = GENEROUS_S) -> None
         pytest.fail(f"{what} took {spent:.2f} s, over the generous {seconds:g} s bound: the limit did not fire")
 
 
+# -- metrics.json cells ----------------------------------------------------------------------------
+class MeanIs:
+    """Compares equal to a metrics mean cell ``{"value", "n", "ci95"}`` (or a ``Mean.to_dict()``) with this
+    value and n: ``m["overall"]["EX"] == MeanIs(1.0, 36)``. The interval (``ci95``, issue 13) is asserted
+    by tests/test_bootstrap.py; here only value and n. ``value`` may be a ``pytest.approx``."""
+
+    def __init__(self, value, n: int):
+        self.value, self.n = value, n
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, dict) or not {"value", "n"} <= set(other):
+            return NotImplemented if not isinstance(other, dict) else False
+        return self.value == other["value"] and self.n == other["n"]
+
+    def __repr__(self) -> str:
+        return f"MeanIs(value={self.value!r}, n={self.n!r})"
+
+
 # -- markers ---------------------------------------------------------------------------------------
 def _source(item: pytest.Item) -> str:
     fn = getattr(item, "function", None)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import MeanIs
 from textsql_clarify.baselines.agents import make_agent
 from textsql_clarify.baselines.rollout import evaluate
 from textsql_clarify.datasets import load_dataset
@@ -213,8 +214,8 @@ def test_oracle_and_no_clarify_on_distinguishable(shared_data, loaded, tmp_path,
     assert len(dist) == 22
     trajs, oracle = evaluate(dist, make_agent("oracle"), out_dir=tmp_path / "o", progress=False)
     _, nocl = evaluate(dist, make_agent("no-clarify"), out_dir=tmp_path / "n", progress=False)
-    assert oracle["overall"]["EX"] == {"value": 1.0, "n": 22}
-    assert nocl["overall"]["EX"] == {"value": 0.0, "n": 22}
+    assert oracle["overall"]["EX"] == MeanIs(1.0, 22)
+    assert nocl["overall"]["EX"] == MeanIs(0.0, 22)
     assert oracle["by_subcategory"]["lexical_overlap"]["metrics"]["EX"]["value"] == 1.0
     # the rule-based user calls every oracle clarification relevant
     labels = [t.turns[0].user_reply["label"] for t in trajs]
@@ -227,11 +228,11 @@ def test_oracle_ex_over_every_valid_gold(shared_data, loaded):
     assert len(valid) == 351
     _, m = evaluate(valid, make_agent("oracle"), progress=False)
     # by default the metrics leave indistinguishable samples out of every mean
-    assert m["overall"]["EX"] == {"value": 1.0, "n": 22} and m["excluded_indistinguishable"] == 329
+    assert m["overall"]["EX"] == MeanIs(1.0, 22) and m["excluded_indistinguishable"] == 329
     _, m = evaluate(valid, make_agent("oracle"), progress=False, include_indistinguishable=True)
-    assert m["overall"]["EX"] == {"value": 1.0, "n": 351}
+    assert m["overall"]["EX"] == MeanIs(1.0, 351)
     _, nocl = evaluate(valid, make_agent("no-clarify"), progress=False, include_indistinguishable=True)
-    assert nocl["overall"]["EX"] == {"value": pytest.approx(329 / 351), "n": 351}  # only the 22 differ
+    assert nocl["overall"]["EX"] == MeanIs(pytest.approx(329 / 351), 351)  # only the 22 differ
 
 
 # -- synthetic: the other AmbiQT kinds and bad records ----------------------------------------------------

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from conftest import MeanIs
 from textsql_clarify.cli import main
 
 
@@ -17,8 +18,8 @@ def test_eval_with_no_options_runs_oracle_on_embedded(tmp_path, capsys, monkeypa
     assert "agent=oracle" in out and "episodes=48" in out
     assert "1.000 (n=36)" in out  # EX over the 36 solvable embedded samples
     metrics = json.loads((tmp_path / "runs" / "embedded-oracle-rule" / "metrics.json").read_text())
-    assert metrics["overall"]["EX"] == {"value": 1.0, "n": 36}
-    assert metrics["overall"]["FB"] == {"value": 1.0, "n": 12}
+    assert metrics["overall"]["EX"] == MeanIs(1.0, 36)
+    assert metrics["overall"]["FB"] == MeanIs(1.0, 12)
     lines = (tmp_path / "runs" / "embedded-oracle-rule" / "trajectories.jsonl").read_text().splitlines()
     assert len(lines) == 48
 
@@ -109,7 +110,7 @@ def test_privileged_agent_run_is_marked(tmp_path, capsys):
     header = capsys.readouterr().out.splitlines()[0]
     assert header == f"dataset=embedded agent={spec} simulator=rule episodes=2 (privileged: the agent sees the gold)"
     metrics = json.loads((tmp_path / "p" / "metrics.json").read_text())
-    assert metrics["run"] == {"agent": spec, "privileged": True} and metrics["overall"]["EX"] == {"value": 1.0, "n": 2}
+    assert metrics["run"] == {"agent": spec, "privileged": True} and metrics["overall"]["EX"] == MeanIs(1.0, 2)
     spec = f"{agent}:AlwaysFeedback"
     assert main(["eval", "--agent", spec, "--limit", "2", "--no-progress", "--out", str(tmp_path / "f")]) == 0
     assert capsys.readouterr().out.splitlines()[0] == f"dataset=embedded agent={spec} simulator=rule episodes=2"

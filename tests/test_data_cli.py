@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import MeanIs
 from textsql_clarify.cli import main
 from textsql_clarify.datasets import embedded_db_path
 from textsql_clarify.datasets import validate as V
@@ -125,7 +126,7 @@ def test_db_root_on_validate_and_eval(tmp_path, capsys):
     assert main(["eval", "--dataset", str(f), "--db-root", str(root), "--no-progress", "--json",
                  "--out", str(tmp_path / "run")]) == 0
     metrics = json.loads(capsys.readouterr().out)
-    assert metrics["overall"]["EX"] == {"value": 1.0, "n": 1}
+    assert metrics["overall"]["EX"] == MeanIs(1.0, 1)
 
 
 

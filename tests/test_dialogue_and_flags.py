@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from conftest import MeanIs
 from textsql_clarify.baselines.agents import NoClarifyAgent, OracleAgent
 from textsql_clarify.baselines.rollout import evaluate, run_episode
 from textsql_clarify.cli import main as cli_main
@@ -268,9 +269,9 @@ def test_classification_phase_with_unknown_subcategory(by_id):
     cls = [trajectory_metrics(t)["Cls"] for t in trajs]
     rec = [trajectory_metrics(t)["Rec"] for t in trajs]
     assert cls == [None, None, 1.0] and rec == [1.0, 1.0, 1.0]
-    assert m["overall"]["Cls"] == {"value": 1.0, "n": 1} and m["overall"]["Rec"] == {"value": 1.0, "n": 3}
-    assert m["by_subcategory"]["unknown"]["metrics"]["Cls"] == {"value": None, "n": 0}
-    assert m["by_subcategory"]["unknown"]["metrics"]["Rec"] == {"value": 1.0, "n": 2}
+    assert m["overall"]["Cls"] == MeanIs(1.0, 1) and m["overall"]["Rec"] == MeanIs(1.0, 3)
+    assert m["by_subcategory"]["unknown"]["metrics"]["Cls"] == MeanIs(None, 0)
+    assert m["by_subcategory"]["unknown"]["metrics"]["Rec"] == MeanIs(1.0, 2)
 
 
 def test_rule_user_unknown_subcategory_uses_generic_cues(by_id):
@@ -311,9 +312,9 @@ def test_indistinguishable_left_out_by_default_and_included_when_asked(samples, 
     assert m["flagged"]["indistinguishable"] == 1 and sum(m["flagged"].values()) == 1
     assert m["n_trajectories"] == 4
     # the never-asking agent misses both distinguishable ambiguous samples ...
-    assert m["by_group"]["ambiguous"]["metrics"]["EX"] == {"value": 0.0, "n": 2}
-    assert m["overall"]["EX"] == {"value": 1 / 3, "n": 3}
-    assert m["overall"]["AR"] == {"value": 0.0, "n": 4}
+    assert m["by_group"]["ambiguous"]["metrics"]["EX"] == MeanIs(0.0, 2)
+    assert m["overall"]["EX"] == MeanIs(1 / 3, 3)
+    assert m["overall"]["AR"] == MeanIs(0.0, 4)
     assert m["by_subcategory"]["lexical_vagueness"]["n_trajectories"] == 1
     # ... and scores the indistinguishable one, where its reading returns the gold's rows
     ind = next(t for t in trajs if t.sample_id == "amb-indist")
@@ -324,7 +325,7 @@ def test_indistinguishable_left_out_by_default_and_included_when_asked(samples, 
     _t, inc = evaluate(samples, NoClarifyAgent(), progress=False, include_indistinguishable=True)
     assert inc["excluded_indistinguishable"] == 0 and inc["include_indistinguishable"] is True
     assert inc["flagged"]["indistinguishable"] == 1 and inc["n_trajectories"] == 5
-    assert inc["by_group"]["ambiguous"]["metrics"]["EX"] == {"value": 1 / 3, "n": 3}
+    assert inc["by_group"]["ambiguous"]["metrics"]["EX"] == MeanIs(1 / 3, 3)
     assert inc["by_subcategory"]["lexical_vagueness"]["n_trajectories"] == 2
     table = render_table(m)
     assert "1 indistinguishable left out" in table and "flagged samples (load-time validation): indistinguishable=1" in table
@@ -333,9 +334,9 @@ def test_indistinguishable_left_out_by_default_and_included_when_asked(samples, 
 def test_oracle_beats_no_clarify_on_distinguishable_ambiguous(samples):
     _t, oracle = evaluate(samples, OracleAgent(), progress=False)
     _t, never = evaluate(samples, NoClarifyAgent(), progress=False)
-    assert oracle["by_group"]["ambiguous"]["metrics"]["EX"] == {"value": 1.0, "n": 2}
-    assert never["by_group"]["ambiguous"]["metrics"]["EX"] == {"value": 0.0, "n": 2}
-    assert oracle["overall"]["FB"] == {"value": 1.0, "n": 1}
+    assert oracle["by_group"]["ambiguous"]["metrics"]["EX"] == MeanIs(1.0, 2)
+    assert never["by_group"]["ambiguous"]["metrics"]["EX"] == MeanIs(0.0, 2)
+    assert oracle["overall"]["FB"] == MeanIs(1.0, 1)
 
 
 def test_by_subcategory_unknown_row_last_and_bird_difficulties(samples):
@@ -343,8 +344,8 @@ def test_by_subcategory_unknown_row_last_and_bird_difficulties(samples):
     subs = list(m["by_subcategory"])
     assert subs == ["answerable_without_evidence", "lexical_vagueness", "unknown"]
     assert m["by_subcategory"]["unknown"]["n_trajectories"] == 2
-    assert m["by_subcategory"]["unknown"]["metrics"]["EX"] == {"value": 1.0, "n": 1}
-    assert m["by_subcategory"]["unknown"]["metrics"]["FB"] == {"value": 1.0, "n": 1}
+    assert m["by_subcategory"]["unknown"]["metrics"]["EX"] == MeanIs(1.0, 1)
+    assert m["by_subcategory"]["unknown"]["metrics"]["FB"] == MeanIs(1.0, 1)
     assert list(m["by_difficulty"]) == ["simple", "moderate", "challenging", "unknown"]
     assert [k for k in DIFFICULTIES if k in m["by_difficulty"]] == list(m["by_difficulty"])
     assert "unknown" in render_table(m).split("subcategory", 1)[1]
@@ -375,9 +376,9 @@ def test_cli_eval_include_indistinguishable(tmp_path, capsys):
                      "--no-progress", "--json"]) == 0
     default = json.loads(capsys.readouterr().out)
     assert default["excluded_indistinguishable"] == 1
-    assert default["by_group"]["ambiguous"]["metrics"]["EX"] == {"value": 0.0, "n": 2}
+    assert default["by_group"]["ambiguous"]["metrics"]["EX"] == MeanIs(0.0, 2)
     assert cli_main(["eval", "--dataset", str(FIXTURE), "--agent", "no-clarify", "--out", str(out),
                      "--no-progress", "--json", "--include-indistinguishable"]) == 0
     inc = json.loads(capsys.readouterr().out)
     assert inc["excluded_indistinguishable"] == 0
-    assert inc["by_group"]["ambiguous"]["metrics"]["EX"] == {"value": 1 / 3, "n": 3}
+    assert inc["by_group"]["ambiguous"]["metrics"]["EX"] == MeanIs(1 / 3, 3)

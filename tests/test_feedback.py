@@ -16,7 +16,7 @@ from textsql_clarify.rewards.feedback import (CouncilFeedbackJudge, LexicalFeedb
 from textsql_clarify.samples import Sample
 from textsql_clarify.sql.schema import read_schema
 
-from conftest import SHARED_DATA
+from conftest import SHARED_DATA, MeanIs
 
 
 @pytest.fixture(scope="module")
@@ -398,8 +398,8 @@ def test_abstained_metric_and_table_column():
 
     s = no_rationale("How many parking spaces does each building have?")
     m = aggregate(_trajectories([s, s], ["<feedback>No parking data.</feedback>", "<sql>SELECT 1</sql>"]))
-    assert m["overall"]["abstained"] == {"value": 0.5, "n": 2}
-    assert m["overall"]["FB"] == {"value": None, "n": 0}
+    assert m["overall"]["abstained"] == MeanIs(0.5, 2)
+    assert m["overall"]["FB"] == MeanIs(None, 0)
     table = render_table(m, breakdowns=("group",))
     header, _, overall = table.splitlines()[2:5]
     assert "abstained" in header.split() and overall.startswith("overall") and "0.500 (n=2)" in overall

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import MeanIs
 from textsql_clarify.rewards import metrics as M
 from textsql_clarify.rewards.metrics import Mean, MetricsError, aggregate, mean, trajectory_metrics, write_metrics_json
 from textsql_clarify.rewards.report import render_table
@@ -85,8 +86,8 @@ def test_air_over_ambiguous_with_a_relevant_reply():
     ]
     res = aggregate(ts)
     assert ov(res, "AIR") == (0.5, 2)
-    assert res["by_group"]["ambiguous"]["metrics"]["AIR"] == {"value": 0.5, "n": 2}
-    assert res["by_group"]["answerable"]["metrics"]["AIR"] == {"value": None, "n": 0}
+    assert res["by_group"]["ambiguous"]["metrics"]["AIR"] == MeanIs(0.5, 2)
+    assert res["by_group"]["answerable"]["metrics"]["AIR"] == MeanIs(None, 0)
     # AR over all f-protocol episodes: all 5 asked
     assert ov(res, "AR") == (1.0, 5)
     # turns (ABISS App. D Avg. Turns): 2 + 2 + 4 + 1 + 2 = 11 over 5
@@ -111,8 +112,8 @@ def test_ex_and_fb_undefined_is_not_zero():
     res = aggregate(ts)
     assert ov(res, "EX") == (1 / 3, 3)  # u3, s1, s2
     assert ov(res, "FB") == (0.25, 4)  # u1..u3, s1
-    assert res["by_group"]["unanswerable"]["metrics"]["EX"] == {"value": 0.0, "n": 1}
-    assert res["by_group"]["ambiguous"]["metrics"]["EX"] == {"value": None, "n": 0}
+    assert res["by_group"]["unanswerable"]["metrics"]["EX"] == MeanIs(0.0, 1)
+    assert res["by_group"]["ambiguous"]["metrics"]["EX"] == MeanIs(None, 0)
     assert res["ceilings"]["gold_empty"] == 1 and res["ceilings"]["gold_error"] == 1
 
 
@@ -152,7 +153,7 @@ def test_tide_table4_joint_anchor():
     assert ov(res, "DEA") == (0.0, 2)
     assert ov(res, "L2-IR^p") == (None, 0)  # no p-protocol episode in the run
     assert list(res["by_sample_type"]) == ["joint"]
-    assert res["by_drift_subtype"]["constraint"]["metrics"]["DRR"] == {"value": 1.0, "n": 2}
+    assert res["by_drift_subtype"]["constraint"]["metrics"]["DRR"] == MeanIs(1.0, 2)
 
 
 def test_dea_drr_dra_by_hand():
@@ -290,7 +291,7 @@ def test_ceilings_counted_overall_and_per_breakdown():
     assert res["by_group"]["ambiguous"]["ceilings"]["scorer_inconsistent"] == 1
     assert res["by_group"]["ambiguous"]["ceilings"]["gold_error"] == 0
     assert list(res["by_difficulty"]) == ["easy", "hard", "unknown"]
-    assert res["by_difficulty"]["easy"]["metrics"]["EX"] == {"value": None, "n": 0}
+    assert res["by_difficulty"]["easy"]["metrics"]["EX"] == MeanIs(None, 0)
     assert res["by_difficulty"]["easy"]["n_trajectories"] == 2
     assert res["n_trajectories"] == 5
 
@@ -305,7 +306,7 @@ def test_breakdown_order_and_empty_run():
     assert res["by_drift_subtype"] == {} and res["by_sample_type"] == {}
     empty = aggregate([])
     assert empty["n_trajectories"] == 0
-    assert all(v == {"value": None, "n": 0} for v in empty["overall"].values())
+    assert all(v == MeanIs(None, 0) for v in empty["overall"].values())
     assert set(empty["overall"]) == set(M.METRICS)
 
 
@@ -322,8 +323,8 @@ def test_json_round_trip(tmp_path):
     out = write_metrics_json(ts, tmp_path / "metrics.json")
     assert out == res
     assert json.loads((tmp_path / "metrics.json").read_text(encoding="utf-8")) == res
-    assert res["overall"]["components.select.precision"] == {"value": 0.5, "n": 1}
-    assert res["by_group"]["answerable"]["metrics"]["components.select.recall"] == {"value": None, "n": 0}
+    assert res["overall"]["components.select.precision"] == MeanIs(0.5, 1)
+    assert res["by_group"]["answerable"]["metrics"]["components.select.recall"] == MeanIs(None, 0)
 
 
 @pytest.mark.parametrize("make,field", [

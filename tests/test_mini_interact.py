@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import MeanIs
 from textsql_clarify.baselines.agents import WITHHELD_FEEDBACK, make_agent
 from textsql_clarify.baselines.rollout import evaluate
 from textsql_clarify.sql.sandbox import get_sandbox
@@ -179,11 +180,11 @@ def test_oracle_asks_then_ends_without_pay(loaded):
     labels = _clar_labels(trajs)
     assert labels == {"relevant": 260, "irrelevant": 1}  # gaming_9: "my favorite ... categories" reads as personal
     ov = m["overall"]
-    assert ov["EX"] == {"value": None, "n": 0} and ov["FB"] == {"value": None, "n": 0}
-    assert ov["DEA"] == {"value": None, "n": 0}
-    assert ov["AR"] == {"value": 1.0, "n": 261}
-    assert ov["AIR"] == {"value": 1.0, "n": 260}
-    assert ov["turns"] == {"value": 2.0, "n": 261}
+    assert ov["EX"] == MeanIs(None, 0) and ov["FB"] == MeanIs(None, 0)
+    assert ov["DEA"] == MeanIs(None, 0)
+    assert ov["AR"] == MeanIs(1.0, 261)
+    assert ov["AIR"] == MeanIs(1.0, 260)
+    assert ov["turns"] == MeanIs(2.0, 261)
     assert m["ceilings"]["gold_withheld"] == 261
     assert m["by_subcategory"]["unknown"]["n_trajectories"] == 261
     leaked = sum(t.user_reply["leak_rejections"] > 0 for tr in trajs for t in tr.turns if t.action_type == "clarify")
@@ -192,8 +193,8 @@ def test_oracle_asks_then_ends_without_pay(loaded):
 
 def test_recognition_is_defined_with_the_classification_phase(loaded):
     trajs, m = evaluate(loaded.samples[:20], make_agent("oracle"), progress=False, classification_phase=True)
-    assert m["overall"]["Rec"] == {"value": 1.0, "n": 20}   # the oracle names the group: the subcategory is unknown
-    assert m["overall"]["Cls"] == {"value": None, "n": 0}
+    assert m["overall"]["Rec"] == MeanIs(1.0, 20)   # the oracle names the group: the subcategory is unknown
+    assert m["overall"]["Cls"] == MeanIs(None, 0)
     assert all(t.scores["ex"] is None for t in trajs)
 
 
@@ -234,7 +235,7 @@ def test_no_policy_farms_reward_on_withheld_golds(loaded, preset, expected):
     trajs, m = evaluate(samples, policies["always_ask"], progress=False)
     assert all(len(t.clarifications) == 3 for t in trajs)
     assert _clar_labels(trajs) == {"relevant": 120}
-    assert m["overall"]["AIR"] == {"value": 0.0, "n": 40}   # it never turns the answer into an ending
+    assert m["overall"]["AIR"] == MeanIs(0.0, 40)   # it never turns the answer into an ending
 
 
 # ----------------------------------------------------------------------------- the withheld gold in the format
@@ -367,7 +368,7 @@ def test_a_merged_ground_truth_is_used_as_gold(tmp_path):
     assert s2.gold_withheld and "preprocess_sql" in s2.provenance["gold_note"]
     trajs, m = evaluate([s1, s2], make_agent("oracle"), progress=False)
     assert [t.scores["ex"] for t in trajs] == [1.0, None]
-    assert m["overall"]["EX"] == {"value": 1.0, "n": 1}
+    assert m["overall"]["EX"] == MeanIs(1.0, 1)
 
 
 def test_hidden_knowledge_and_evidence_helpers_on_a_record():

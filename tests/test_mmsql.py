@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 
+from conftest import MeanIs
 from textsql_clarify.baselines.agents import make_agent
 from textsql_clarify.baselines.rollout import evaluate
 from textsql_clarify.datasets import load_dataset
@@ -147,7 +148,7 @@ def test_rule_user_labels_oracle_clarifications_relevant(mmsql):
     assert relevant / len(labels) >= 0.95, collections.Counter(labels)
     assert relevant == 75   # the one other: mmsql-117-6, whose confirmation only repeats the question
     # the same figure as the relevant_rate metric (one clarification per episode: the mean of 75 ones, 1 zero)
-    assert metrics["by_group"]["ambiguous"]["metrics"]["relevant_rate"] == {"value": 75 / 76, "n": 76}
+    assert metrics["by_group"]["ambiguous"]["metrics"]["relevant_rate"] == MeanIs(75 / 76, 76)
 
 
 def test_oracle_and_no_clarify_scores(mmsql, cache):
@@ -158,15 +159,15 @@ def test_oracle_and_no_clarify_scores(mmsql, cache):
     status = collections.Counter(t.gold_status for t in trajs)
     assert status == {"ok": 569, "none": 170, "empty": 58, "error": 3}
     assert {t.sample_id for t in trajs if t.gold_status == "error"} == {"mmsql-52-2", "mmsql-66-6", "mmsql-100-4"}
-    assert m["overall"]["EX"] == {"value": 1.0, "n": 569}
-    assert m["overall"]["FB"] == {"value": 1.0, "n": 7}
-    assert m["overall"]["abstained"] == {"value": 1.0, "n": 163}
-    assert m["by_group"]["ambiguous"]["metrics"]["EX"] == {"value": 1.0, "n": 68}
-    assert m["by_group"]["ambiguous"]["metrics"]["AR"] == {"value": 1.0, "n": 76}
+    assert m["overall"]["EX"] == MeanIs(1.0, 569)
+    assert m["overall"]["FB"] == MeanIs(1.0, 7)
+    assert m["overall"]["abstained"] == MeanIs(1.0, 163)
+    assert m["by_group"]["ambiguous"]["metrics"]["EX"] == MeanIs(1.0, 68)
+    assert m["by_group"]["ambiguous"]["metrics"]["AR"] == MeanIs(1.0, 76)
     nc_trajs, nc = evaluate([s for s in samples if s.group != "answerable"], make_agent("no-clarify"), progress=False)
-    assert nc["by_group"]["ambiguous"]["metrics"]["EX"] == {"value": 1.0, "n": 68}
-    assert nc["by_group"]["ambiguous"]["metrics"]["AR"] == {"value": 0.0, "n": 76}
-    assert nc["overall"]["FB"] == {"value": 0.0, "n": 7}
+    assert nc["by_group"]["ambiguous"]["metrics"]["EX"] == MeanIs(1.0, 68)
+    assert nc["by_group"]["ambiguous"]["metrics"]["AR"] == MeanIs(0.0, 76)
+    assert nc["overall"]["FB"] == MeanIs(0.0, 7)
 
 
 # ----------------------------------------------------------------------------- rules, on files we write

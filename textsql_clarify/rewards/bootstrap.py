@@ -35,10 +35,10 @@ DEFAULT_SEED = 0
 DEFAULT_RESAMPLES = 1000
 DEFAULT_LEVEL = 0.95
 
-#: cached count matrices, keyed by (n, n_resamples, seed); at most this many entries of at most
-#: :data:`_CACHE_MAX_CELLS` cells each are kept (a 1,034 x 1,000 matrix is 8 MB).
-_CACHE_SIZE = 8
-_CACHE_MAX_CELLS = 4_000_000
+#: cached count matrices, keyed by (n, n_resamples, seed), least recently used dropped first: at most
+#: :data:`_CACHE_SIZE` matrices and :data:`_CACHE_MAX_CELLS` cells in all (64 MB; a 1,034 x 1,000 matrix is 8 MB).
+_CACHE_SIZE = 64
+_CACHE_MAX_CELLS = 8_000_000
 _CACHE: "OrderedDict[tuple[int, int, int], np.ndarray]" = OrderedDict()
 
 
@@ -68,9 +68,23 @@ def _check_settings(n_resamples: int, level: float, seed: int) -> None:
         raise BootstrapError(f"seed must be a non-negative int, got {seed!r}")
 
 
+#: value types converted without a per-value check (the common case: the metrics' floats and bools).
+_PLAIN = frozenset({float, int, bool, np.float64, np.bool_})
+
+
 def _defined(values: Sequence[float | bool | None], what: str = "values") -> np.ndarray:
     """The non-``None`` entries as a float array; bools count 1/0."""
-    xs: list[float] = []
+    if isinstance(values, np.ndarray) and values.dtype.kind in "biuf":
+        plain = values.astype(float).ravel()
+        if np.isfinite(plain).all():
+            return plain
+    else:
+        kept = [v for v in values if v is not None]
+        if all(type(v) in _PLAIN for v in kept):
+            plain = np.asarray(kept, dtype=float)
+            if np.isfinite(plain).all():
+                return plain
+    xs: list[float] = []  # the slow path, which names the offending value
     for k, v in enumerate(values):
         if v is None:
             continue
@@ -113,9 +127,9 @@ def resample_counts(n: int, *, n_resamples: int = DEFAULT_RESAMPLES, seed: int =
     flat = idx + (np.arange(n_resamples, dtype=idx.dtype) * n)[:, None]
     w = np.bincount(flat.ravel(), minlength=n_resamples * n).reshape(n_resamples, n).astype(float)
     w.flags.writeable = False
-    if n * n_resamples <= _CACHE_MAX_CELLS:
+    if w.size <= _CACHE_MAX_CELLS:
         _CACHE[key] = w
-        while len(_CACHE) > _CACHE_SIZE:
+        while len(_CACHE) > _CACHE_SIZE or sum(m.size for m in _CACHE.values()) > _CACHE_MAX_CELLS:
             _CACHE.popitem(last=False)
     return w
 

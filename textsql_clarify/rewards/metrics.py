@@ -38,6 +38,8 @@ from ..errors import TextSQLClarifyError
 from ..samples import DIFFICULTIES, DRIFT_SUBTYPES, SAMPLE_FLAGS
 from ..taxonomy import GROUPS, PREMISE_FLAWS, SUBCATEGORIES, group_of
 from ..trajectory import ACTION_TYPES, Trajectory
+from .bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_ci, bootstrap_cis, bootstrap_settings
+from .outcomes import outcome_summary
 
 OUTCOMES = ("sql", "feedback", "abstain", "truncated")
 #: ``withheld``: an ambiguous sample whose gold the source withholds (``Sample.gold_withheld``): EX undefined.
@@ -495,16 +497,34 @@ def count_ceilings(trajectories: Sequence[Trajectory]) -> dict[str, int]:
     return c
 
 
-def _block(rows: list[dict[str, float | None]], names: Sequence[str],
-           trajs: Sequence[Trajectory]) -> dict[str, dict[str, Any]]:
-    out = {m: mean(r.get(m) for r in rows).to_dict() for m in names}
-    out["format_valid_rate"] = format_valid(trajs).to_dict()  # pooled over actions, not episodes
+def _cell(m: Mean, ci: tuple[float, float] | None) -> dict[str, Any]:
+    """``{"value", "n", "ci95"}``: a mean with its n and its bootstrap interval (``None`` when n == 0)."""
+    return {"value": m.value, "n": m.n, "ci95": None if ci is None else [ci[0], ci[1]]}
+
+
+def _block(rows: list[dict[str, float | None]], names: Sequence[str], trajs: Sequence[Trajectory],
+           boot: Mapping[str, int]) -> dict[str, dict[str, Any]]:
+    cols = {m: [r.get(m) for r in rows] for m in names}
+    means = {m: mean(cols[m]) for m in names}  # validates the values first (MetricsError names the index)
+    cis = bootstrap_cis(cols, **boot)
+    out = {m: _cell(means[m], cis[m]) for m in names}
+    flags = [f for t in trajs if t.protocol == "f" for f in _format_valid_flags(t)]
+    out["format_valid_rate"] = _cell(mean(flags), bootstrap_ci(flags, **boot))  # pooled over actions
     return out
 
 
+def _outcomes(trajs: Sequence[Trajectory], boot: Mapping[str, int]) -> dict[str, Any]:
+    """:func:`~textsql_clarify.rewards.outcomes.outcome_summary` of the f-protocol episodes (p-protocol
+    re-runs of chain samples are not counted twice), or of the p-protocol ones when there is no other."""
+    f = [t for t in trajs if t.protocol == "f"]
+    return outcome_summary(f or trajs, **boot)
+
+
 def aggregate(trajectories: Sequence[Trajectory | Mapping[str, Any]], *,
-              original_ids: Collection[str] | None = None, include_indistinguishable: bool = False) -> dict[str, Any]:
-    """Every supported metric over a run, with its n, overall and by breakdown, plus ceiling counts.
+              original_ids: Collection[str] | None = None, include_indistinguishable: bool = False,
+              bootstrap_seed: int = DEFAULT_SEED, n_resamples: int = DEFAULT_RESAMPLES) -> dict[str, Any]:
+    """Every supported metric over a run, with its n and 95 % interval, overall and by breakdown, plus
+    the episodes' outcomes and ceiling counts.
 
     Args:
         trajectories: the run's trajectories (or their ``to_dict()`` records, e.g. lines of
@@ -518,6 +538,9 @@ def aggregate(trajectories: Sequence[Trajectory | Mapping[str, Any]], *,
             readings return the same rows: EX cannot reward asking) in the means. Default ``False``: they
             are left out of every mean of every row (overall and each breakdown) and counted in
             ``excluded_indistinguishable``.
+        bootstrap_seed, n_resamples: the seeded percentile bootstrap of every mean's ``ci95``
+            (:mod:`~textsql_clarify.rewards.bootstrap`; unit: the values the mean is taken over, i.e. samples,
+            and actions for ``format_valid_rate``); default seed 0, 1,000 resamples, recorded in ``"bootstrap"``.
 
     Returns:
         JSON-ready dict::
@@ -525,12 +548,15 @@ def aggregate(trajectories: Sequence[Trajectory | Mapping[str, Any]], *,
             {"n_trajectories": N (aggregated, after the exclusion), "n_by_protocol": {"f": k, "p": k},
              "flagged": {flag: k for every flag in SAMPLE_FLAGS} (f-protocol trajectories given, before the
                  exclusion), "excluded_indistinguishable": k, "include_indistinguishable": bool,
-             "overall": {metric: {"value": v, "n": n}},
+             "bootstrap": {"seed", "n_resamples", "level": 0.95, "unit": "sample", "method": "percentile"},
+             "overall": {metric: {"value": v, "n": n, "ci95": [lo, hi] | None}},
+             "outcomes": outcome_summary(...) of the f-protocol episodes (rewards/outcomes.py),
              "ceilings": {"gold_error": k, "gold_empty": k, "gold_nondeterministic": k, "gold_truncated": k,
                           "pred_truncated": k,
                           "keyless": k, "scorer_inconsistent": k},
              "by_group" | "by_subcategory" | "by_difficulty" | "by_drift_subtype" | "by_sample_type":
-                 {key: {"n_trajectories": k, "metrics": {metric: {"value", "n"}}, "ceilings": {...}}},
+                 {key: {"n_trajectories": k, "metrics": {metric: {"value", "n", "ci95"}},
+                        "outcomes": {...}, "ceilings": {...}}},
              "premise_originals": {"rule": "original_ids" | "answerable_fallback" | None, "n": k}}
 
         Metric definitions: :func:`trajectory_metrics`. Breakdown keys appear in taxonomy order and only
@@ -544,6 +570,8 @@ def aggregate(trajectories: Sequence[Trajectory | Mapping[str, Any]], *,
         MetricsError: a trajectory is malformed (names the index, sample id and field), or an
             ``original_ids`` entry names a trajectory that has a premise flaw.
     """
+    boot = {"seed": bootstrap_seed, "n_resamples": n_resamples}
+    settings = bootstrap_settings(**boot)  # BootstrapError (a ValueError) for a bad setting
     trajs = [_as_trajectory(t, i) for i, t in enumerate(trajectories)]
     for i, t in enumerate(trajs):
         _validate(i, t)
@@ -576,7 +604,9 @@ def aggregate(trajectories: Sequence[Trajectory | Mapping[str, Any]], *,
         "flagged": flagged,
         "excluded_indistinguishable": n_given - len(trajs),
         "include_indistinguishable": bool(include_indistinguishable),
-        "overall": _block(rows, names, trajs),
+        "bootstrap": settings,
+        "overall": _block(rows, names, trajs, boot),
+        "outcomes": _outcomes(trajs, boot),
         "ceilings": count_ceilings(trajs),
     }
     for b in BREAKDOWNS:
@@ -586,10 +616,12 @@ def aggregate(trajectories: Sequence[Trajectory | Mapping[str, Any]], *,
         sub: dict[str, Any] = {}
         for k in order:
             idx = [j for j, t in enumerate(trajs) if _key(t, b) == k]
+            part = [trajs[j] for j in idx]
             sub[k] = {
                 "n_trajectories": len(idx),
-                "metrics": _block([rows[j] for j in idx], names, [trajs[j] for j in idx]),
-                "ceilings": count_ceilings([trajs[j] for j in idx]),
+                "metrics": _block([rows[j] for j in idx], names, part, boot),
+                "outcomes": _outcomes(part, boot),
+                "ceilings": count_ceilings(part),
             }
         out[f"by_{b}"] = sub
     out["premise_originals"] = {"rule": rule, "n": sum(originals)}
