@@ -178,7 +178,8 @@ def sql_difficulty(sql: str) -> str:
     complexity through automated keyword and pattern analysis"; our rule over the sqlglot AST).
 
     Points: one per join, aggregate, ``GROUP BY``, ``ORDER BY``, ``HAVING``, ``LIMIT``, ``WHERE`` predicate
-    beyond the first; two per subquery or set operation. 0-1 ``easy``, 2-3 ``medium``, 4-5 ``hard``, more
+    beyond the first; two per ``SELECT`` beyond the first (subqueries, set
+    operands) and per set operation. 0-1 ``easy``, 2-3 ``medium``, 4-5 ``hard``, more
     ``extra``; ``unknown`` when the SQL does not parse.
     """
     try:
@@ -189,8 +190,8 @@ def sql_difficulty(sql: str) -> str:
     pts += sum(len(list(tree.find_all(k))) for k in (exp.Group, exp.Order, exp.Having, exp.Limit))
     for w in tree.find_all(exp.Where):
         pts += max(0, len(list(w.find_all(exp.And, exp.Or))))
-    pts += 2 * (len(list(tree.find_all(exp.Subquery))) + len(list(tree.find_all(exp.Union, exp.Intersect,
-                                                                                   exp.Except))))
+    pts += 2 * (len(list(tree.find_all(exp.Select))) - 1 + len(list(tree.find_all(exp.Union, exp.Intersect,
+                                                                                     exp.Except))))
     return "easy" if pts <= 1 else "medium" if pts <= 3 else "hard" if pts <= 5 else "extra"
 
 

@@ -14,9 +14,11 @@ The caller's mappings are searched first (in their order), then the defaults of
 run with ``--model fake`` accepts samples; tests override one marker to make one validator reject.
 A prompt that matches no marker gets ``""`` from ``generate`` and the first option from ``score``.
 
-The ABISS defaults echo the anchor: the NLQ object reuses the seed question (ambiguous readings "every
-row" / "only the first row"; an unanswerable question about a column no table has), SQL grounding returns
-the seed SQL (wrapped in ``LIMIT 1`` for the "first row" reading), every SQL attempt without the hidden
+The ABISS defaults echo the anchor: the NLQ object reuses the seed question (ambiguous: with ", the
+matching ones" and the readings "every row" / "only the first row"; an unanswerable question about a column no table has), SQL grounding returns
+the seed SQL (as is for an answerable question without evidence, else wrapped: ``SELECT * FROM (seed)``
+with evidence, ``SELECT DISTINCT *`` for the "every row" reading, ``LIMIT 1`` for the "first row" one, so
+that the golds of different groups do not mask alike), every SQL attempt without the hidden
 knowledge or evidence is empty (so it matches nothing), every yes/no check says yes, and the category and
 style checks answer what the fake itself was asked to write (it remembers question -> subcategory, style).
 """
@@ -78,7 +80,7 @@ def _abiss_nlq(self: "FakeModel", prompt: str) -> str:
                  f"Hidden knowledge: The {db} database has no column or table that records favourite colours, "
                  "so this cannot be answered; ask the database administrator to add that information."]
     elif group == "ambiguous":
-        q = _styled(seed_q, style)
+        q = _styled(seed_q.strip().rstrip("?.") + ", the matching ones", style)
         ev = ("Two definitions are on file: the answer covers every row; the answer covers only the first row."
               if sub == "conflicting_knowledge" else "none")
         lines = [f"Question: {q}", f"Evidence: {ev}", "Hidden knowledge 1: I mean every matching row.",
@@ -93,8 +95,13 @@ def _abiss_nlq(self: "FakeModel", prompt: str) -> str:
 
 def _abiss_sql(self: "FakeModel", prompt: str) -> str:
     seed = prompt_field(prompt, "Reference SQL").rstrip(";")
-    if "only the first" in prompt_field(prompt, "Hidden knowledge"):
+    hk = prompt_field(prompt, "Hidden knowledge")
+    if "only the first" in hk:
         return f"SELECT * FROM ({seed}) LIMIT 1"
+    if "every matching" in hk:
+        return f"SELECT DISTINCT * FROM ({seed})"
+    if prompt_field(prompt, "Evidence", "none") != "none":
+        return f"SELECT * FROM ({seed})"
     return seed
 
 
