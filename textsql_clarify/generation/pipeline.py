@@ -265,8 +265,8 @@ class _Entry:
 def _assemble(plan: Sequence[tuple[Recipe, Anchor]], done: Mapping[tuple[str, str], dict], seed: int,
               models: list[str], tables: dict[str, RecipeRejections]) -> tuple[list[_Entry], list[dict[str, Any]]]:
     """The records in plan order, duplicates dropped (and counted), pairs linked: a paired original is written
-    right after its sample, or, when the same original (same id and identity) was written before, the sample is
-    linked to that one."""
+    right after its sample, or, when a record with its identity (:func:`_identity`) was written before, the
+    sample is linked to that one (``provenance["paired_original"]`` names it)."""
     entries: list[_Entry] = []
     ids: dict[str, int] = {}
     keys: dict[str, int] = {}
@@ -295,10 +295,8 @@ def _assemble(plan: Sequence[tuple[Recipe, Anchor]], done: Mapping[tuple[str, st
                     why = f"its paired original has the sample's own id {rec['id']!r}"
                 elif paired["id"] in ids and keys.get(pkey) != ids[paired["id"]]:
                     why = f"its paired original's id {paired['id']!r} is taken by another sample"
-                else:
+                else:  # the same original (or a sample equal to it) written before: the sample is linked to it
                     p_index = keys.get(pkey)
-                    if p_index is not None and not entries[p_index].is_original:
-                        why = f"its paired original equals the generated sample {entries[p_index].rec['id']!r}"
             if why is not None:
                 table.reject("duplicate", why)
                 duplicates.append({"id": rec["id"], "recipe": recipe.name, "anchor_id": anchor.id, "reason": why})
@@ -386,7 +384,7 @@ def _counts(entries: Sequence[_Entry], recipes: Sequence[Recipe]) -> dict[str, A
         by_recipe[r.name] = block
     return {"lines": len(entries), "samples": sum(b["samples"] for b in by_recipe.values()),
             "paired_originals": sum(b["paired_originals"] for b in by_recipe.values()),
-            "by_group": dict(Counter(e.rec["group"] for e in entries)), "by_recipe": by_recipe}
+            "lines_by_group": dict(Counter(e.rec["group"] for e in entries)), "by_recipe": by_recipe}
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -396,17 +394,18 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _anchors_meta(anchors: Sequence[Anchor]) -> dict[str, Any]:
+def _anchors_meta(anchors: Sequence[Anchor], given: Any) -> dict[str, Any]:
+    """The manifest's ``anchors`` block: source, count, digest, and (``given`` an AnchorList) skipped records."""
     h = hashlib.sha256()
     for a in anchors:
         h.update(_anchor_fp(a).encode("ascii"))
     sources = list(dict.fromkeys(a.source for a in anchors))
-    meta = {"source": getattr(anchors, "source", None) or (sources[0] if len(sources) == 1 else sources),
+    meta = {"source": getattr(given, "source", None) or (sources[0] if len(sources) == 1 else sources),
             "n": len(anchors), "digest": h.hexdigest()}
-    skipped = getattr(anchors, "skipped", None)
+    skipped = getattr(given, "skipped", None)
     if skipped is not None:
         meta["skipped"] = dict(skipped)
-        meta["n_source"] = getattr(anchors, "n_source", len(anchors))
+        meta["n_source"] = getattr(given, "n_source", len(anchors))
     return meta
 
 
@@ -524,7 +523,7 @@ def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir
 
     manifest = {"package": "textsql-clarify", "version": __version__, "seed": int(seed),
                 "recipes": [{"name": r.name, "stages": list(r.stages), "needs_model": bool(r.needs_model)} for r in built],
-                "models": models, "options": opts, "timeout_s": float(timeout_s), "anchors": _anchors_meta(anchors_list),
+                "models": models, "options": opts, "timeout_s": float(timeout_s), "anchors": _anchors_meta(anchors_list, anchors),
                 "units": len(plan), "counts": counts,
                 "files": {"samples": SAMPLES, "rejections": REJECTIONS, "journal": JOURNAL, "databases": DATABASES + "/"}}
     rejections = {"recipes": {r.name: tables[r.name].to_dict() for r in built}, "load_validation": moved,

@@ -73,7 +73,10 @@ def make_recipe(name: str, options: dict[str, str] | None = None) -> Recipe:
     cls: Any = getattr(mod, cls_name, None)
     if cls is None:
         raise RecipeError(f"recipe {name!r}: {full} has no class {cls_name}")
-    recipe = cls()
+    try:
+        recipe = cls()
+    except TypeError as e:
+        raise RecipeError(f"recipe {name!r}: {full}.{cls_name} cannot be built with no arguments: {e}") from e
     if not isinstance(recipe, Recipe):
         raise RecipeError(f"recipe {name!r}: {full}.{cls_name} lacks name, stages, needs_model or run")
     if recipe.name != name:
