@@ -9,7 +9,9 @@ every load-time validation problem with its sample id (exit 0: none flagged, 1: 
 cannot be loaded); ``data stats SPEC`` counts samples per group, subcategory, difficulty and gold status.
 ``generate --anchors SPEC | --db FILE --queries FILE.jsonl --out DIR`` grows validated samples from gold queries
 with the recipes of :mod:`textsql_clarify.generation` and prints the per-stage rejection table (issue 11,
-``docs/generation.md``).
+``docs/generation.md``). ``report RUN_DIR [RUN_DIR ...]`` writes one self-contained HTML report of eval run
+folders (leaderboard with paired differences, outcomes, charts with intervals, dialogue browser), or with
+``--format md|csv|json`` their tables alone (issue 13, :mod:`textsql_clarify.reports`, ``docs/metrics.md``).
 """
 from __future__ import annotations
 
@@ -102,6 +104,18 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("spec", help="dataset spec, as for eval --dataset")
         q.add_argument("--db-root", default=None, help="folder of <db_id>/<db_id>.sqlite for records that name no database")
         q.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    r = sub.add_parser("report", help="one self-contained HTML report of eval run folders (leaderboard, paired "
+                                      "differences, outcomes, charts, dialogue browser), or their tables alone")
+    r.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                   help="folders that eval --out wrote; the first is the reference of the paired differences")
+    r.add_argument("-o", "--output", default=None,
+                   help="file to write (default: report.html for --format html; stdout for md, csv, json)")
+    r.add_argument("--format", default="html", choices=["html", "md", "csv", "json"],
+                   help="html (default): the page; md | csv | json: the tables alone")
+    r.add_argument("--by", default="group,subcategory",
+                   help="breakdowns charted and tabled, comma-separated: group, subcategory, difficulty, drift_subtype, "
+                        "sample_type (default: group,subcategory)")
 
     g = sub.add_parser("generate", help="grow validated samples (drift, missing schema, ...) from gold queries "
                                         "(docs/generation.md)")
@@ -321,6 +335,39 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    """``report RUN_DIR ...``: the HTML page (:func:`~textsql_clarify.reports.write_report`) or, with
+    ``--format md|csv|json``, the tables (:func:`~textsql_clarify.reports.render_tables`), printed or written
+    to ``-o``."""
+    from .reports import BREAKDOWNS, load_runs, render_tables
+
+    by = [b.strip() for b in args.by.split(",") if b.strip()]
+    bad = [b for b in by if b not in BREAKDOWNS]
+    if bad or not by:
+        raise ValueError(f"--by takes breakdowns from {', '.join(BREAKDOWNS)}, got {args.by!r}")
+    runs = load_runs(args.runs)
+    if args.format == "html":
+        from .reports.html import render_html
+
+        try:
+            page = render_html(runs, by=by)
+        except ImportError as e:
+            raise ValueError(str(e)) from e
+        out = Path(args.output or "report.html")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(page, encoding="utf-8")
+        print(f"wrote {out} ({len(runs)} run(s), {sum(len(r.trajectories) for r in runs)} episodes)")
+        return 0
+    text = render_tables(runs, args.format, by=by)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {args.output}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Returns the exit status (0 ok, 2 bad input; ``data validate``: 1 when a sample is flagged)."""
     args = _parser().parse_args(argv)
@@ -339,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
             return _data(args)
         if args.command == "generate":
             return _generate(args)
+        if args.command == "report":
+            return _report(args)
     except (TextSQLClarifyError, ValueError, OSError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,295 @@
+"""``textsql-clarify report`` (issue 13 item 4) without a browser: run folders, the leaderboard and its paired
+differences, outcomes, the HTML page (self-contained, escaped), the table exports and the loaders' errors.
+
+The runs are real: the oracle, no-clarify and random agents on the embedded set (48 samples: 12 answerable,
+24 ambiguous, 12 unanswerable), played once per module. The expected numbers were read from their
+trajectories (and are recomputed from them below where a test can do so independently).
+"""
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import re
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.cli import main
+from textsql_clarify.datasets import load_dataset
+from textsql_clarify.reports import ReportError, load_run, load_runs, render_tables, report_tables, write_report
+from textsql_clarify.reports.assets import JS, script_hash
+from textsql_clarify.reports.html import render_html
+from textsql_clarify.reports.leaderboard import category_table, leaderboard, outcome_table, per_sample_values
+from textsql_clarify.rewards.bootstrap import paired_difference
+from textsql_clarify.trajectory import Trajectory
+
+pytest.importorskip("matplotlib")
+
+AGENTS = ("oracle", "no-clarify", "random")
+PAYLOAD = "</script><img src=x onerror=alert(1)>"
+
+
+@pytest.fixture(scope="module")
+def runs_root(tmp_path_factory):
+    """The three embedded runs, each in its own folder (what ``eval --out`` writes)."""
+    root = tmp_path_factory.mktemp("report_runs")
+    samples = load_dataset("embedded")
+    for agent in AGENTS:
+        evaluate(samples, agent, out_dir=root / agent, progress=False, dataset="embedded")
+    return root
+
+
+@pytest.fixture(scope="module")
+def runs(runs_root):
+    return load_runs([runs_root / a for a in AGENTS])
+
+
+@pytest.fixture(scope="module")
+def page(runs):
+    return render_html(runs)
+
+
+def _copy_run(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in (path / "trajectories.jsonl").read_text().splitlines()]
+
+
+def _write_records(path: Path, recs: list[dict]) -> None:
+    (path / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+# ------------------------------------------------------------------------------------- run folders
+
+def test_evaluate_writes_run_json_and_trajectories_carry_the_question(runs_root):
+    info = json.loads((runs_root / "random" / "run.json").read_text())
+    assert info == {**info, "agent": "random", "privileged": False, "dataset": "embedded", "n_samples": 48, "seed": 0,
+                    "simulator": "rule", "reward_preset": "binary", "max_clarifications": 3, "protocol": "f",
+                    "isolation": "in_process", "backend": "local", "num_envs": 1}
+    assert json.loads((runs_root / "oracle" / "run.json").read_text())["privileged"] is True
+    questions = {s.id: s.question for s in load_dataset("embedded")}
+    recs = _records(runs_root / "oracle")
+    assert len(recs) == 48
+    assert all(r["question"] == questions[r["sample_id"]] and r["question"] for r in recs)
+    old = {k: v for k, v in recs[0].items() if k != "question"}  # a record written before the field existed
+    assert Trajectory.from_dict(old).question == ""
+
+
+def test_loaded_runs_are_named_by_agent_and_keep_metrics_from_the_file(runs):
+    assert [r.name for r in runs] == list(AGENTS)
+    assert [len(r.trajectories) for r in runs] == [48, 48, 48]
+    assert [r.metrics_source for r in runs] == ["file"] * 3
+    assert [r.privileged for r in runs] == [True, True, False]
+    ex = runs[0].metrics["overall"]["EX"]
+    assert (ex["value"], ex["n"], ex["ci95"]) == (1.0, 36, [1.0, 1.0])
+
+
+def test_same_agent_twice_gets_folder_names(runs_root, tmp_path):
+    other = _copy_run(runs_root / "oracle", tmp_path / "oracle-again")
+    names = [r.name for r in load_runs([runs_root / "oracle", other])]
+    assert names == ["oracle (oracle)", "oracle (oracle-again)"]
+
+
+# ----------------------------------------------------------------------------- tables and numbers
+
+def test_leaderboard_values_and_paired_differences(runs):
+    board = leaderboard(runs)
+    assert board["reference"] == "oracle"
+    assert board["metrics"][:3] == ["EX", "FB", "EX_post"]
+    assert "abstained" not in board["metrics"] and "L2-IR^p" not in board["metrics"]  # undefined in every run
+    rows = {r["run"]: r for r in board["rows"]}
+    assert rows["oracle"]["diff"] is None
+    nc = rows["no-clarify"]
+    assert (nc["metrics"]["EX"]["value"], nc["metrics"]["EX"]["n"]) == (pytest.approx(12 / 36), 36)
+    d = nc["diff"]["EX"]
+    assert d["n"] == 36 and d["value"] == pytest.approx(-24 / 36)
+    assert d["ci95"][1] < 0 and d["p_value"] < 0.01
+    # the same difference straight from the trajectories' scores, keyed by sample id
+    ex = {r.name: {t.sample_id: t.scores.get("ex") for t in r.trajectories} for r in runs}
+    assert d == paired_difference(ex["no-clarify"], ex["oracle"])
+    # random answered SQL on 10 unanswerable samples: its EX has n=46, but pairs only over the oracle's 36
+    rnd = rows["random"]
+    assert rnd["metrics"]["EX"]["n"] == 46 and rnd["diff"]["EX"]["n"] == 36
+    assert rnd["diff"]["AR"]["n"] == 48 and rnd["diff"]["AR"]["value"] == pytest.approx(16 / 48 - 24 / 48)
+    assert per_sample_values(runs[2], "FB")["uni-ans-001"] in (0.0, None)
+
+
+def test_category_tables_and_outcomes(runs):
+    tab = category_table(runs, "group")
+    assert tab["keys"] == ["answerable", "ambiguous", "unanswerable"]
+    cell = {(r["key"], r["run"]): r for r in tab["rows"]}
+    assert cell[("ambiguous", "no-clarify")]["metrics"]["EX"]["value"] == 0.0
+    assert cell[("ambiguous", "no-clarify")]["metrics"]["EX"]["n"] == 24
+    assert cell[("answerable", "no-clarify")]["metrics"]["EX"]["value"] == 1.0
+    assert cell[("unanswerable", "oracle")]["metrics"]["EX"]["n"] == 0
+    sub = category_table(runs, "subcategory")
+    assert sub["keys"][:2] == ["answerable_without_evidence", "answerable_with_evidence"] and len(sub["keys"]) == 13
+    shares = {r.name: outcome_table(r)["shares"] for r in runs}
+    assert (shares["oracle"]["sql"]["count"], shares["oracle"]["feedback"]["count"]) == (36, 12)
+    assert (shares["random"]["sql"]["count"], shares["random"]["feedback"]["count"]) == (23, 25)
+    assert all(shares[a]["malformed"]["count"] == 0 for a in AGENTS)
+    with pytest.raises(ValueError, match="unknown breakdown"):
+        category_table(runs, "colour")
+
+
+# ----------------------------------------------------------------------------------- the HTML page
+
+def test_page_is_self_contained_and_well_formed(page):
+    assert page.startswith("<!DOCTYPE html>")
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:|//)""", page, re.I)  # nothing to fetch
+    assert "<link" not in page and "@import" not in page
+    assert not re.search(r"url\((?!#)", page)  # only the SVGs' own clip paths, url(#id)
+    assert page.count("<script") == 1 and html.escape(f"script-src {script_hash(JS)}") in page
+    assert html.escape("default-src 'none'") in page
+    svgs = re.findall(r"<svg\b.*?</svg>", page, re.S)
+    # group: EX, FB, EX_post, AIR, AR, DEA, SQL_behaviour, cell_f1 (8); subcategory: the same 8
+    assert len(svgs) == 16 == page.count('<figure class="plot"')
+    for svg in svgs:
+        root = ET.fromstring(svg)  # each inline SVG is well-formed XML
+        assert root.tag.endswith("svg") and len(root.findall(".//{http://www.w3.org/2000/svg}path")) > 0
+    assert 'data-by="subcategory" data-metric="EX"' in page
+
+
+def test_dialogue_browser_lists_every_episode_with_its_filters(runs, page):
+    eps = re.findall(r'<details class="episode" ([^>]*)>', page)
+    assert len(eps) == 144
+    attrs = [dict(re.findall(r'data-(\w+)="([^"]*)"', e)) for e in eps]
+    assert [sum(a["run"] == f"r{k}" for a in attrs) for k in range(3)] == [48, 48, 48]
+    rnd = [a for a in attrs if a["run"] == "r2"]
+    assert sum("ex:fail" in a["score"].split() for a in rnd) == 46
+    assert sum(a["outcome"] == "feedback" for a in attrs) == 12 + 12 + 25
+    assert sum(a["group"] == "ambiguous" and a["run"] == "r1" and "ex:fail" in a["score"].split() for a in attrs) == 24
+    # the turns: the user's relevancy labels and each turn's reward components are on the page
+    labels = [turn.user_reply["label"] for r in runs for t in r.trajectories for turn in t.turns if turn.user_reply]
+    assert page.count('<span class="label label-relevant">') == labels.count("relevant") > 0
+    assert page.count('<span class="label label-technical">') == labels.count("technical") > 0
+    assert "<td>components.tables.precision</td>" in page and "<td>turn_penalty</td>" in page
+    assert 'id="dlg-count" data-shown="144">144 of 144 episodes shown' in page
+
+
+def test_agent_text_cannot_inject_markup(runs_root, tmp_path):
+    bad = _copy_run(runs_root / "no-clarify", tmp_path / "hostile")
+    recs = _records(bad)
+    recs[0]["turns"][0]["content"] = PAYLOAD
+    recs[0]["question"] = "<b>bold</b> & 'quoted\""
+    recs[1]["turns"][0]["error"] = '"><script>alert(3)</script>'
+    _write_records(bad, recs)
+    info = json.loads((bad / "run.json").read_text())
+    (bad / "run.json").write_text(json.dumps({**info, "agent": "<svg onload=alert(2)>"}))
+    page = render_html(load_runs([bad]))
+    assert PAYLOAD not in page and "<img" not in page and "<svg onload" not in page and "<b>bold" not in page
+    assert page.count("<script") == 1
+    assert "&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "&lt;b&gt;bold&lt;/b&gt; &amp; &#x27;quoted&quot;" in page
+    for svg in re.findall(r"<svg\b.*?</svg>", page, re.S):  # the run name inside the charts is escaped too
+        ET.fromstring(svg)
+
+
+def test_write_report_and_cli(runs_root, tmp_path, capsys):
+    dirs = [str(runs_root / a) for a in AGENTS]
+    out = tmp_path / "sub" / "r.html"
+    assert main(["report", *dirs, "-o", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out and out.read_text().count('<details class="episode"') == 144
+    assert main(["report", dirs[0], "--by", "difficulty,drift_subtype", "-o", str(tmp_path / "d.html")]) == 0
+    html = (tmp_path / "d.html").read_text()
+    assert 'data-by="difficulty"' in html and 'data-by="group"' not in html
+    assert main(["report", dirs[0], "--by", "colour"]) == 2
+    assert "--by takes breakdowns" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert write_report(dirs[:1], tmp_path / "w.html").is_file()
+
+
+# ------------------------------------------------------------------------------------------ export
+
+def test_exports_md_csv_json(runs, runs_root, tmp_path, capsys):
+    data = json.loads(render_tables(runs, "json"))
+    assert data == json.loads(json.dumps(report_tables(runs), default=str))
+    assert data["leaderboard"]["rows"][1]["diff"]["EX"]["n"] == 36
+    rows = list(csv.DictReader(io.StringIO(render_tables(runs, "csv"))))
+    ex = [r for r in rows if r["table"] == "leaderboard" and r["run"] == "no-clarify" and r["metric"] == "EX"]
+    assert len(ex) == 1 and float(ex[0]["value"]) == pytest.approx(1 / 3) and ex[0]["n"] == "36"
+    diff = [r for r in rows if r["table"] == "paired_difference" and r["run"] == "random" and r["metric"] == "EX"]
+    assert float(diff[0]["value"]) == -1.0 and diff[0]["key"] == "oracle"
+    sub = [r for r in rows if r["table"] == "by_subcategory" and r["key"] == "scope" and r["metric"] == "EX"]
+    assert [r["run"] for r in sub] == list(AGENTS) and [r["n"] for r in sub] == ["3", "3", "3"]
+    undefined = [r for r in rows if r["table"] == "by_group" and r["key"] == "unanswerable" and r["metric"] == "EX"
+                 and r["run"] == "oracle"]
+    assert undefined[0]["value"] == "" and undefined[0]["n"] == "0"  # undefined is empty, never 0
+    out = tmp_path / "rows.csv"
+    assert main(["report", *(str(runs_root / a) for a in AGENTS), "--format", "csv", "-o", str(out)]) == 0
+    assert out.read_text() == render_tables(runs, "csv")
+    capsys.readouterr()
+    assert main(["report", str(runs_root / "oracle"), str(runs_root / "random"), "--format", "md"]) == 0
+    md = capsys.readouterr().out
+    assert "## Paired differences from oracle" in md and "| random | -1.000 [-1.000, -1.000] n=36 p=0.001 |" in md
+    assert "| oracle | 48 | 0.750 [0.625, 0.875] 36 of n=48 |" in md  # outcomes: sql 36 of 48
+    with pytest.raises(ValueError, match="unknown table format"):
+        render_tables(runs, "xlsx")
+
+
+# ------------------------------------------------------------------------------------------ errors
+
+def test_bad_run_folders_name_file_line_and_field(runs_root, tmp_path):
+    with pytest.raises(ReportError, match="does not exist"):
+        load_run(tmp_path / "nope")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ReportError, match="is not a folder"):
+        load_run(tmp_path / "file")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ReportError, match=r"trajectories\.jsonl: not found"):
+        load_run(tmp_path / "empty")
+
+    run = _copy_run(runs_root / "random", tmp_path / "bad")
+    good = (run / "trajectories.jsonl").read_text().splitlines()
+    cases = [
+        (2, "{not json", r"trajectories\.jsonl:3: not valid JSON"),
+        (4, "[1, 2]", r"trajectories\.jsonl:5: field '<record>': expected a JSON object"),
+        (0, json.dumps({**json.loads(good[0]), "group": "maybe"}), r"trajectories\.jsonl:1: field 'group': must be one of"),
+        (1, json.dumps({**json.loads(good[1]), "colour": 1}), r"trajectories\.jsonl:2: field 'colour': not a trajectory"),
+        (6, json.dumps({k: v for k, v in json.loads(good[6]).items() if k != "db_id"}),
+         r"trajectories\.jsonl:7: field 'db_id': missing"),
+        (7, json.dumps({**json.loads(good[7]), "turns": [{"index": 0}]}),
+         r"trajectories\.jsonl:8: field 'turns\[0\]\.phase': missing"),
+    ]
+    for line, text, pattern in cases:
+        lines = list(good)
+        lines[line] = text
+        (run / "trajectories.jsonl").write_text("\n".join(lines) + "\n")
+        with pytest.raises(ReportError, match=pattern):
+            load_run(run)
+    (run / "trajectories.jsonl").write_text("\n".join(good[:40]) + "\n")
+    with pytest.raises(ReportError, match=r"metrics\.json: field 'n_trajectories': counts 48 .* holds 40"):
+        load_run(run)
+    (run / "trajectories.jsonl").write_text("\n".join(good) + "\n")
+    (run / "metrics.json").write_text('{"overall": {}, ')
+    with pytest.raises(ReportError, match=r"metrics\.json:1: not valid JSON"):
+        load_run(run)
+
+
+def test_older_folder_without_run_json_or_intervals_is_recomputed(runs_root, tmp_path):
+    run = _copy_run(runs_root / "no-clarify", tmp_path / "old")
+    (run / "run.json").unlink()
+    m = json.loads((run / "metrics.json").read_text())
+    for v in m["overall"].values():
+        v.pop("ci95", None)
+    (run / "metrics.json").write_text(json.dumps(m))
+    recs = _records(run)
+    for r in recs:
+        r.pop("question")
+    _write_records(run, recs)
+    loaded = load_run(run)
+    assert loaded.metrics_source == "recomputed" and loaded.name == "no-clarify" and loaded.info == {}
+    ex = loaded.metrics["overall"]["EX"]
+    assert (ex["value"], ex["n"]) == (pytest.approx(1 / 3), 36) and ex["ci95"] is not None
+    assert "not recorded: this run was written before" in render_html([loaded])
+    (run / "metrics.json").unlink()
+    assert load_run(run).metrics["overall"]["EX"]["n"] == 36

@@ -1,0 +1,151 @@
+"""The report's tables alone: ``textsql-clarify report --format md|csv|json`` (issue 13 item 4).
+
+The same numbers as the HTML page: the leaderboard (headline metrics with 95 % intervals and n, and
+each run's paired difference from the first), the outcomes per run, and one table per breakdown.
+``json`` keeps the structure; ``csv`` is one long table (one row per run, table, category and metric:
+easy to load into pandas or a spreadsheet); ``md`` is GitHub Markdown, one table per section, each
+cell ``value [lo, hi] n``.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any, Sequence
+
+from .leaderboard import DEFAULT_BY, category_table, leaderboard, outcome_table
+from .runs import Run
+
+FORMATS = ("html", "md", "csv", "json")
+UNDEFINED = "—"
+CSV_COLUMNS = ("table", "run", "breakdown", "key", "metric", "value", "ci95_lo", "ci95_hi", "n", "p_value", "count")
+
+
+def report_tables(runs: Sequence[Run], *, by: Sequence[str] = DEFAULT_BY) -> dict[str, Any]:
+    """Every table of the report as one JSON-ready dict.
+
+    Args:
+        runs: the runs (the first is the paired differences' reference).
+        by: the breakdowns, in order.
+    Returns:
+        ``{"runs": [{"name", "agent", "dataset", "folder", "n_trajectories", "privileged"}],
+        "leaderboard": leaderboard(runs), "outcomes": {run name: outcome summary},
+        "by": {breakdown: category_table(runs, breakdown)}}``.
+    Raises:
+        ValueError: an unknown breakdown.
+    """
+    return {
+        "runs": [{"name": r.name, "agent": r.agent, "dataset": r.info.get("dataset"), "folder": str(r.path),
+                  "n_trajectories": r.metrics.get("n_trajectories"), "privileged": r.privileged} for r in runs],
+        "leaderboard": leaderboard(runs),
+        "outcomes": {r.name: outcome_table(r) for r in runs},
+        "by": {b: category_table(runs, b) for b in by},
+    }
+
+
+def _csv_row(table: str, run: str, metric: str, m: dict[str, Any] | None, *, breakdown: str = "",
+             key: str = "") -> dict[str, Any]:
+    m = m or {}
+    ci = m.get("ci95") or (None, None)
+    return {"table": table, "run": run, "breakdown": breakdown, "key": key, "metric": metric,
+            "value": m.get("value"), "ci95_lo": ci[0], "ci95_hi": ci[1], "n": m.get("n", 0),
+            "p_value": m.get("p_value"), "count": m.get("count")}
+
+
+def to_csv(tables: dict[str, Any]) -> str:
+    """:func:`report_tables` as one long CSV (columns :data:`CSV_COLUMNS`; undefined values are empty cells).
+
+    ``table`` is ``leaderboard``, ``paired_difference`` (the run minus the reference), ``outcomes`` or
+    ``by_<breakdown>``.
+    """
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    board = tables["leaderboard"]
+    for row in board["rows"]:
+        for m in board["metrics"]:
+            w.writerow(_csv_row("leaderboard", row["run"], m, row["metrics"][m]))
+    for row in board["rows"]:
+        if row["diff"] is not None:
+            for m in board["metrics"]:
+                w.writerow(_csv_row("paired_difference", row["run"], m, row["diff"][m], key=board["reference"]))
+    for run, t in tables["outcomes"].items():
+        for o, s in (t.get("shares") or {}).items():
+            w.writerow(_csv_row("outcomes", run, o, s))
+        for name in ("turns", "clarifications"):
+            w.writerow(_csv_row("outcomes", run, name, t.get(name)))
+    for b, tab in tables["by"].items():
+        for row in tab["rows"]:
+            for m in tab["metrics"]:
+                w.writerow(_csv_row(f"by_{b}", row["run"], m, row["metrics"][m], breakdown=b, key=row["key"]))
+    return buf.getvalue()
+
+
+def _cell(m: dict[str, Any] | None, *, diff: bool = False) -> str:
+    if not m or not m.get("n") or m.get("value") is None:
+        return UNDEFINED
+    v = m["value"]
+    text = f"{v:+.3f}" if diff else f"{v:.3f}"
+    ci = m.get("ci95")
+    if ci:
+        text += f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+    text += f" n={m['n']}" if m.get("count") is None else f" {m['count']} of n={m['n']}"
+    if diff and m.get("p_value") is not None:
+        text += f" p={m['p_value']:.3f}"
+    return text
+
+
+def _md_escape(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(_md_escape(h) for h in head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(_md_escape(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def to_markdown(tables: dict[str, Any]) -> str:
+    """:func:`report_tables` as Markdown: the leaderboard, the paired differences, the outcomes and one table
+    per breakdown; each cell ``value [lo, hi] n=k`` (differences with their p-value), undefined as —."""
+    from ..rewards.outcomes import OUTCOMES
+
+    board = tables["leaderboard"]
+    out = ["## Leaderboard", "",
+           _md_table(["run", "episodes", *board["metrics"]],
+                     [[r["run"], r["n_trajectories"], *(_cell(r["metrics"][m]) for m in board["metrics"])]
+                      for r in board["rows"]])]
+    diffs = [r for r in board["rows"] if r["diff"] is not None]
+    if diffs:
+        out += ["", f"## Paired differences from {board['reference']}", "",
+                _md_table(["run", *(f"Δ {m}" for m in board["metrics"])],
+                          [[r["run"], *(_cell(r["diff"][m], diff=True) for m in board["metrics"])] for r in diffs])]
+    rows = []
+    for run, t in tables["outcomes"].items():
+        shares = t.get("shares") or {}
+        rows.append([run, t.get("n"), *(_cell(shares.get(o)) for o in OUTCOMES),
+                     _cell(t.get("turns")), _cell(t.get("clarifications"))])
+    out += ["", "## Outcomes", "", _md_table(["run", "episodes", *OUTCOMES, "turns", "clarifications"], rows)]
+    for b, tab in tables["by"].items():
+        out += ["", f"## By {b}", "",
+                _md_table([b, "run", "episodes", *tab["metrics"]],
+                          [[r["key"], r["run"], r["n_trajectories"], *(_cell(r["metrics"][m]) for m in tab["metrics"])]
+                           for r in tab["rows"]])]
+    return "\n".join(out) + "\n"
+
+
+def to_json(tables: dict[str, Any]) -> str:
+    """:func:`report_tables` as indented JSON (undefined values are ``null``)."""
+    return json.dumps(tables, indent=2, ensure_ascii=False, default=str) + "\n"
+
+
+def render_tables(runs: Sequence[Run], fmt: str, *, by: Sequence[str] = DEFAULT_BY) -> str:
+    """The tables in ``fmt`` (``md`` | ``csv`` | ``json``).
+
+    Raises:
+        ValueError: an unknown format or breakdown.
+    """
+    if fmt not in ("md", "csv", "json"):
+        raise ValueError(f"unknown table format {fmt!r}; choose md, csv or json")
+    tables = report_tables(runs, by=by)
+    return {"md": to_markdown, "csv": to_csv, "json": to_json}[fmt](tables)

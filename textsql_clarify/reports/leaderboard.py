@@ -1,0 +1,162 @@
+"""The report's tables: the leaderboard with paired differences, per-category tables, outcomes (issue 13).
+
+Numbers come from each run's ``metrics.json`` (every mean with ``value``, ``n`` and ``ci95``; issue 13
+item 3). Paired differences are computed here, from the trajectories: each run's per-sample value of a
+metric (:func:`~textsql_clarify.rewards.metrics.trajectory_metrics`, the same definitions and
+exclusions as the means) and :func:`~textsql_clarify.rewards.bootstrap.paired_difference` over the
+samples both runs define (PremiseSQL's paired bootstrap), each run against the first one.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .runs import Run
+
+#: the leaderboard's metrics, in order; those undefined in every run are left out (:func:`defined_metrics`).
+HEADLINE = ("EX", "FB", "abstained", "EX_post", "AIR", "AR", "DEA", "DRR", "DRA", "L1-IR", "JIR", "L2-IR^p",
+            "SQL_behaviour", "DET", "TYPE", "cell_f1", "turns", "format_valid_rate")
+#: metrics plotted per category (bar charts), where defined.
+PLOTTED = ("EX", "FB", "abstained", "EX_post", "AIR", "AR", "DEA", "SQL_behaviour", "cell_f1")
+#: the breakdowns a report can show (``--by``); ``metrics.json`` keys ``by_<name>``.
+BREAKDOWNS = ("group", "subcategory", "difficulty", "drift_subtype", "sample_type")
+DEFAULT_BY = ("group", "subcategory")
+#: metrics whose values are not in [0, 1] (their axis is not fixed at 1).
+UNBOUNDED = {"SQL_behaviour": 2.0, "turns": None, "spurious_tables": None}
+
+
+def _defined(m: Any) -> bool:
+    return isinstance(m, dict) and bool(m.get("n")) and m.get("value") is not None
+
+
+def breakdown_block(run: Run, by: str) -> dict[str, Any]:
+    """``metrics.json``'s ``by_<by>`` block of a run (``{}`` when absent).
+
+    Raises:
+        ValueError: ``by`` is not one of :data:`BREAKDOWNS`.
+    """
+    if by not in BREAKDOWNS:
+        raise ValueError(f"unknown breakdown {by!r}; choose from {', '.join(BREAKDOWNS)}")
+    return run.metrics.get(f"by_{by}") or {}
+
+
+def defined_metrics(runs: Sequence[Run], names: Sequence[str] = HEADLINE) -> list[str]:
+    """The ``names`` that some run defines overall (n > 0), in the given order (undefined is not shown)."""
+    return [m for m in names if any(_defined(r.metrics["overall"].get(m)) for r in runs)]
+
+
+def per_sample_values(run: Run, metric: str) -> dict[str, float | None]:
+    """A run's value of ``metric`` for each of its samples, as its mean in ``metrics.json`` takes them.
+
+    The same trajectories as the mean (``indistinguishable`` ones out unless the run kept them; PremiseSQL
+    originals by the same rule as :func:`~textsql_clarify.rewards.metrics.aggregate`). Keys are sample ids;
+    a p-protocol episode (TIDE §4.1) is keyed ``<id>@p``. ``format_valid_rate`` is the episode's share of
+    well-formed actions here (the mean pools actions).
+
+    Args:
+        run: the run.
+        metric: a metric name of :func:`~textsql_clarify.rewards.metrics.trajectory_metrics`.
+    Returns:
+        ``{sample key: value or None}``.
+    """
+    from ..rewards.metrics import INDISTINGUISHABLE, trajectory_metrics
+
+    cache = run.per_sample
+    if not cache:
+        include = bool(run.metrics.get("include_indistinguishable", False))
+        trajs = [t for t in run.trajectories if include or INDISTINGUISHABLE not in t.flags]
+        fallback = any(t.premise_flaw is not None for t in trajs)
+        for t in trajs:
+            key = t.sample_id if t.protocol == "f" else f"{t.sample_id}@{t.protocol}"
+            original = fallback and t.premise_flaw is None and t.group == "answerable"
+            cache[key] = trajectory_metrics(t, original=original)
+    return {k: row.get(metric) for k, row in cache.items()}
+
+
+def leaderboard(runs: Sequence[Run], metrics: Sequence[str] | None = None, *, seed: int = 0,
+                n_resamples: int = 1000) -> dict[str, Any]:
+    """The runs side by side, with each run's paired difference from the first (issue 13 item 4).
+
+    Args:
+        runs: the runs; ``runs[0]`` is the reference.
+        metrics: the columns (default: :data:`HEADLINE` metrics that some run defines).
+        seed, n_resamples: of the paired bootstrap (:func:`~textsql_clarify.rewards.bootstrap.paired_difference`).
+    Returns:
+        ``{"metrics": [names], "reference": runs[0].name, "rows": [{"run": name, "agent", "dataset",
+        "n_trajectories", "privileged", "metrics": {m: {"value", "n", "ci95"}}, "diff": {m: {"value", "n",
+        "ci95", "p_value"}} | None (the reference)}]}``; ``diff`` is this run minus the reference over the
+        samples both define.
+    """
+    from ..rewards.bootstrap import paired_difference
+
+    names = list(metrics) if metrics is not None else defined_metrics(runs)
+    rows = []
+    for k, r in enumerate(runs):
+        row = {"run": r.name, "agent": r.agent, "dataset": r.info.get("dataset"),
+               "n_trajectories": r.metrics.get("n_trajectories"), "privileged": r.privileged,
+               "metrics": {m: _mean(r.metrics["overall"].get(m)) for m in names}, "diff": None}
+        if k > 0:
+            row["diff"] = {m: paired_difference(per_sample_values(r, m), per_sample_values(runs[0], m),
+                                                seed=seed, n_resamples=n_resamples) for m in names}
+        rows.append(row)
+    return {"metrics": names, "reference": runs[0].name if runs else None, "rows": rows}
+
+
+def _mean(m: Any) -> dict[str, Any]:
+    """A metrics.json mean as ``{"value", "n", "ci95"}`` (``ci95`` None where the file has none)."""
+    if not isinstance(m, dict):
+        return {"value": None, "n": 0, "ci95": None}
+    return {"value": m.get("value"), "n": m.get("n", 0), "ci95": m.get("ci95")}
+
+
+def category_keys(runs: Sequence[Run], by: str) -> list[str]:
+    """The breakdown's keys over all runs, in the first run's order (``metrics.json`` keeps taxonomy
+    order), then any other run's new keys in its order."""
+    keys: list[str] = []
+    for r in runs:
+        for k in breakdown_block(r, by):
+            if k not in keys:
+                keys.append(k)
+    return keys
+
+
+def category_table(runs: Sequence[Run], by: str, metrics: Sequence[str] | None = None) -> dict[str, Any]:
+    """One breakdown of every run (issue 13 item 4: per-category tables and charts).
+
+    Args:
+        runs: the runs.
+        by: one of :data:`BREAKDOWNS`.
+        metrics: the columns (default: :data:`HEADLINE` metrics defined in some row of this breakdown).
+    Returns:
+        ``{"by": by, "metrics": [names], "keys": [keys], "rows": [{"key", "run", "n_trajectories",
+        "metrics": {m: {"value", "n", "ci95"}}}]}``, rows by key, then by run (a run without the key has
+        ``n_trajectories`` 0 and undefined metrics).
+    Raises:
+        ValueError: ``by`` is unknown.
+    """
+    keys = category_keys(runs, by)
+    blocks = [breakdown_block(r, by) for r in runs]
+    if metrics is None:
+        metrics = [m for m in HEADLINE
+                   if any(_defined((b.get(k) or {}).get("metrics", {}).get(m)) for b in blocks for k in b)]
+    rows = []
+    for k in keys:
+        for r, b in zip(runs, blocks):
+            blk = b.get(k) or {}
+            rows.append({"key": k, "run": r.name, "n_trajectories": blk.get("n_trajectories", 0),
+                         "metrics": {m: _mean((blk.get("metrics") or {}).get(m)) for m in metrics}})
+    return {"by": by, "metrics": list(metrics), "keys": keys, "rows": rows}
+
+
+def outcome_table(run: Run) -> dict[str, Any]:
+    """How a run's episodes ended (issue 13 item 2): ``metrics.json``'s ``outcomes`` block, else
+    :func:`~textsql_clarify.rewards.outcomes.outcome_summary` of its trajectories (older folders).
+
+    Returns:
+        ``{"n": N, "shares": {outcome: {"value", "n", "count", "ci95"}}, "turns": {...}, "clarifications": {...}}``.
+    """
+    block = run.metrics.get("outcomes")
+    if isinstance(block, dict) and "shares" in block:
+        return block
+    from ..rewards.outcomes import outcome_summary
+
+    return outcome_summary([t for t in run.trajectories if t.protocol == "f"])
