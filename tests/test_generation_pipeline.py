@@ -321,6 +321,7 @@ def test_pipeline_stages_error_duplicate_and_load_validation(tmp_path, anchors):
     assert moved["trouble-empty"] == ["gold_empty: gold_sql returns no rows"]
     assert moved["trouble-orig"][0] == "gold_empty: gold_sql returns no rows"
     assert moved["trouble-flawed"] == ["its paired original 'trouble-orig' was moved out"]
+    assert t.reasons["load_validation"] == {"gold_empty": 1, "its paired original was moved out": 1}
     assert [r["stage"] for r in t.rows()] == ["error", "check", "duplicate", "load_validation"]
     assert [r["entered"] for r in t.rows()] == [10, 8, 7, 5]
 

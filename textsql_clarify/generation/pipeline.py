@@ -317,6 +317,15 @@ def _assemble(plan: Sequence[tuple[Recipe, Anchor]], done: Mapping[tuple[str, st
     return entries, duplicates
 
 
+def _short(reason: str) -> str:
+    """The table's reason for a sample moved out: the flag or check, without the ids and values of the message."""
+    if reason.startswith("its paired original"):
+        return "its paired original was moved out"
+    if reason.startswith(("record:", "drift check:")):
+        return reason.split(":", 2)[0] + ":" + reason.split(":", 2)[1]
+    return reason.split(":", 1)[0]
+
+
 def _validate(entries: list[_Entry], out_dir: Path, tables: dict[str, RecipeRejections]) -> tuple[list[_Entry], list[dict]]:
     """The load-time validation of the assembled records; flagged samples are moved out with their pairs (a
     sample whose original is moved; an original none of whose samples is left)."""
@@ -362,7 +371,7 @@ def _validate(entries: list[_Entry], out_dir: Path, tables: dict[str, RecipeReje
     for i in sorted(reasons):
         e = entries[i]
         if not e.is_original:  # a paired original is no candidate of its own
-            tables[e.recipe].reject("load_validation", reasons[i][0][:200])
+            tables[e.recipe].reject("load_validation", _short(reasons[i][0]))
         moved.append({"id": e.rec["id"], "recipe": e.recipe, "anchor_id": e.anchor_id, "reasons": reasons[i]})
     return [e for i, e in enumerate(entries) if i not in reasons], moved
 
