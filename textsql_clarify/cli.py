@@ -65,6 +65,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --ray: actors in the pool (default: one per cluster CPU)")
     e.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     e.add_argument("--json", action="store_true", help="print metrics.json to stdout instead of the table")
+    e.add_argument("--by", default="group,subcategory", metavar="B1,B2",
+                   help="breakdown tables to print, comma-separated: group, subcategory, difficulty, drift_subtype, "
+                        "sample_type, or 'none' (default: group,subcategory); metrics.json holds them all")
+    e.add_argument("--metrics", default=None, metavar="M1,M2",
+                   help="metrics of the headline and breakdown tables, comma-separated (e.g. EX,FB,AIR; names as in "
+                        "metrics.json); default: the headline metrics this run defines")
     e.add_argument("--include-indistinguishable", action="store_true",
                    help="keep samples flagged 'indistinguishable' (readings that return the same rows) in the means; "
                         "by default they are left out of every mean and counted")
@@ -182,10 +188,17 @@ def _eval(args: argparse.Namespace) -> int:
     from .baselines.agents import make_agent
     from .baselines.rollout import evaluate
     from .datasets import load_dataset
-    from .rewards.report import render_table
+    from .rewards.metrics import METRICS
+    from .rewards.report import parse_breakdowns, parse_metric_names, render_table
 
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    breakdowns = parse_breakdowns(args.by)  # bad names fail before the run, not after it
+    chosen = None if args.metrics is None else parse_metric_names(args.metrics)
+    unknown = [m for m in chosen or () if m not in METRICS and not m.startswith("components.")]
+    if unknown:
+        raise ValueError(f"--metrics: unknown metric(s) {unknown}; valid: {', '.join(METRICS)}, "
+                         "components.<set>.precision|recall")
     if args.num_envs < 1:
         raise ValueError(f"--num-envs must be >= 1, got {args.num_envs}")
     if args.ray_actors is not None and (args.ray is None or args.ray_actors < 1):
@@ -214,7 +227,7 @@ def _eval(args: argparse.Namespace) -> int:
         privileged = " (privileged: the agent sees the gold)" if metrics["run"]["privileged"] else ""
         print(f"dataset={args.dataset} agent={args.agent} simulator={args.simulator} episodes={len(samples)}"
               f"{privileged}")
-        print(render_table(metrics))
+        print(render_table(metrics, breakdowns=breakdowns, columns=chosen))
         fv = metrics["overall"].get("format_valid_rate") or {}
         if fv.get("n"):
             print(f"format-valid actions: {fv['value']:.3f} (n={fv['n']} actions; refused ones count as invalid)")

@@ -14,6 +14,8 @@ import threading
 from typing import Any, Callable, Iterator
 
 _LOCK = threading.Lock()
+#: devices whose model :func:`load_minilm` has loaded in this process (the load is announced once each).
+_LOADED: set[str] = set()
 #: Held for the whole of a :func:`torch_threads` block that changes the count (re-entrant: a block may nest).
 _THREADS_LOCK = threading.RLock()
 
@@ -45,16 +47,31 @@ def _load(device: str):
     return SentenceTransformer(str(path), device=device, local_files_only=True)
 
 
-def load_minilm(device: str = "cpu"):
+def load_minilm(device: str = "cpu", purpose: str | None = None):
     """The ``sentence_transformers.SentenceTransformer`` for all-MiniLM-L6-v2, once per process and device.
 
-    Nothing is fetched (``local_files_only``).
+    Nothing is fetched (``local_files_only``). The first load on a device writes one line such as
+    ``loading the feedback judge's sentence encoder (all-MiniLM-L6-v2) on cpu ...`` to stderr, above any
+    progress bar (:func:`textsql_clarify.progress.announce`; issue 13), before the few seconds it takes.
+
+    Args:
+        device: ``"cpu"`` or ``"cuda"``.
+        purpose: who needs it, for that line (``"the feedback judge's sentence encoder"``); default
+            ``"the MiniLM sentence encoder"``.
 
     Raises:
         ImportError: sentence-transformers or the model package is missing.
         FileNotFoundError: the package holds no model files.
     """
     with _LOCK:
+        if device not in _LOADED:
+            if minilm_available():
+                from .progress import announce
+
+                announce(f"loading {purpose or 'the MiniLM sentence encoder'} (all-MiniLM-L6-v2) on {device} ...")
+            model = _load(device)
+            _LOADED.add(device)
+            return model
         return _load(device)
 
 

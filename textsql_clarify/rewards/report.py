@@ -1,20 +1,52 @@
-"""Plain-text rendering of :func:`textsql_clarify.rewards.metrics.aggregate` output for the CLI.
+"""Plain-text rendering of :func:`textsql_clarify.rewards.metrics.aggregate` output for the CLI (issue 13).
 
-Every number is printed with the n it was taken over (``0.750 (n=4)``) and an undefined metric as
-``—``, never as 0 (article: "Every mean carries its n", "Undefined is not zero"). Ceiling counts are
-printed under the tables (article: "Ceilings are counted, never corrected"), then the load-time flags
-that some trajectory carries and how many ``indistinguishable`` ones were left out of the means.
+Every line fits :data:`WIDTH` (100) columns. In order:
+
+1. the run line (trajectories per protocol), and how many ``indistinguishable`` samples were left out;
+2. a short **headline** table: the main metrics this run defines (:data:`HEADLINE_ROWS`), rows = metric,
+   columns = value, 95 % interval, n;
+3. one table per metric **family** (ABISS, TIDE, PremiseSQL, the article's, the agent's), printed only
+   where some metric of it is defined;
+4. the **outcomes** table (:mod:`~textsql_clarify.rewards.outcomes`): share of episodes ending in SQL,
+   feedback, clarification budget spent, malformed action or truncated, with its interval and count, then
+   the mean turns and clarifications;
+5. one table per **breakdown** asked for (``group``, ``subcategory``, ``difficulty``, ``drift_subtype``,
+   ``sample_type``): rows = the breakdown's keys after an ``overall`` row, columns = metrics (``value (n=k)``),
+   as many of the defined headline metrics as fit (or the ones asked for, split over several tables when
+   they do not fit); then that breakdown's outcome shares;
+6. the ceiling counts and the load-time flags (article: "Ceilings are counted, never corrected").
+
+Every mean is printed with its n (``0.750 (n=4)``) and an undefined one as ``—``, never as 0 (article:
+"Every mean carries its n", "Undefined is not zero"); a metric undefined everywhere in the run is not
+printed. Names longer than their column are cut with ``…``.
 """
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Mapping, Sequence
 
-from .metrics import CEILINGS, FAMILIES, MetricsError
+from .metrics import BREAKDOWNS, CEILINGS, FAMILIES, MetricsError
+from .outcomes import OUTCOMES
 
-#: the headline columns, in order; EX and FB are always shown, the others only when defined overall.
-HEADLINE = ("EX", "EX_strict", "FB", "abstained", "Rec", "Cls", "AIR", "relevant_rate", "AR", "DEA", "L1-IR", "L2-IR^p", "JIR", "DRR", "DRA", "EX_post",
-            "SQL_behaviour", "DET", "TYPE", "GEN", "VAL", "format_valid_rate")
-_ALWAYS = ("EX", "FB")
+#: the widest line :func:`render_table` prints (issue 13: "tables no wider than 100 columns").
+WIDTH = 100
+#: metric columns of the breakdown tables, in order; those the run defines, as many as fit.
+HEADLINE = ("EX", "FB", "abstained", "AIR", "AR", "relevant_rate", "DEA", "DRR", "DRA", "L1-IR", "JIR",
+            "L2-IR^p", "EX_post", "EX_strict", "Rec", "Cls", "SQL_behaviour", "DET", "TYPE", "GEN", "VAL",
+            "format_valid_rate")
+#: the headline table's rows (one or two per family), those the run defines.
+HEADLINE_ROWS = ("EX", "FB", "abstained", "AIR", "AR", "DEA", "DRR", "SQL_behaviour", "GEN", "cell_f1",
+                 "format_valid_rate")
+#: family key -> title of its table.
+FAMILY_TITLES = {"abiss": "ABISS", "tide": "TIDE", "premisesql": "PremiseSQL", "article": "article",
+                 "agent": "agent"}
+#: the breakdowns the CLI prints unless told (``eval --by``).
+DEFAULT_BREAKDOWNS = ("group", "subcategory")
+#: outcome column headers of the breakdown outcome tables.
+_OUTCOME_HEADS = {"sql": "sql", "feedback": "feedback", "budget_spent": "budget", "malformed": "malformed",
+                  "truncated": "truncated", "turns": "turns", "clarifications": "clarif."}
+#: widest row name of a breakdown table (the longest subcategory, 30 characters, is cut).
+_NAME_WIDTH = 24
 UNDEFINED = "—"
 
 
@@ -25,81 +57,259 @@ def format_mean(cell: Mapping[str, Any] | None) -> str:
     return f"{cell['value']:.3f} (n={cell['n']})"
 
 
-def _table(title: str, rows: list[tuple[str, int, Mapping[str, Any]]], columns: Sequence[str]) -> list[str]:
-    header = [title, "N"] + list(columns)
-    body = [[name, str(n)] + [format_mean(m.get(c)) for c in columns] for name, n, m in rows]
-    widths = [max(len(r[k]) for r in [header] + body) for k in range(len(header))]
+def format_value(cell: Mapping[str, Any] | None) -> str:
+    """The value alone, 3 decimals (``"0.750"``); ``"—"`` when undefined."""
+    if not cell or cell.get("value") is None:
+        return UNDEFINED
+    return f"{cell['value']:.3f}"
 
-    def line(cells: list[str]) -> str:
-        first = cells[0].ljust(widths[0])
-        nn = cells[1].rjust(widths[1])
-        rest = [c.ljust(w) for c, w in zip(cells[2:], widths[2:])]
-        return "  ".join([first, nn] + rest).rstrip()
+
+def format_ci(cell: Mapping[str, Any] | None) -> str:
+    """``{"ci95": [0.5, 0.9]}`` -> ``"[0.500, 0.900]"``; ``"—"`` without an interval."""
+    ci = (cell or {}).get("ci95")
+    if not ci:
+        return UNDEFINED
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def defined(cell: Mapping[str, Any] | None) -> bool:
+    """True when the mean cell has a value (n > 0)."""
+    return bool(cell) and cell.get("value") is not None
+
+
+def short(name: str, limit: int) -> str:
+    """``name`` cut to ``limit`` characters, the last one ``…`` when it was cut."""
+    return name if len(name) <= limit else name[: max(limit - 1, 1)] + "…"
+
+
+def _metric_head(name: str) -> str:
+    """A breakdown column header: ``components.<set>.precision`` -> ``<set> P``; others cut to 17."""
+    if name.startswith("components."):
+        parts = name.split(".")
+        name = f"{'.'.join(parts[1:-1])} {'P' if parts[-1] == 'precision' else 'R'}"
+    return short(name, 17)
+
+
+def _grid(header: Sequence[str], body: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
+    """Fixed-width columns two spaces apart, a dashed rule under the header; ``right`` aligns a column right."""
+    widths = [max(len(r[k]) for r in [header, *body]) for k in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)).rstrip()
 
     return [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in body]
 
 
-def render_table(metrics: Mapping[str, Any], *, breakdowns: Sequence[str] = ("group", "subcategory"),
-                 columns: Sequence[str] | None = None) -> str:
-    """Fixed-width plain-text tables of aggregated metrics, one per breakdown.
+def _stat_table(title: str, names: Sequence[str], overall: Mapping[str, Any]) -> list[str]:
+    """Rows = metric; columns = value, 95 % interval, n (headline and family tables)."""
+    body = [[m, format_value(overall.get(m)), format_ci(overall.get(m)), str((overall.get(m) or {}).get("n", 0))]
+            for m in names]
+    return _grid([title, "value", "95% CI", "n"], body, [False, True, True, True])
 
-    Each table has an ``overall`` row, then one row per breakdown key; ``N`` is the number of
-    trajectories in the row and each cell is ``value (n=k)`` or ``—``. Below the tables: the article's
-    output/component families (overall, where defined) and the ceiling counts.
+
+def _component_table(sets: Sequence[str], overall: Mapping[str, Any]) -> list[str]:
+    """The article's component sets: rows = set; precision and recall with their intervals and n."""
+    body = []
+    for name in sets:
+        p, r = overall.get(f"components.{name}.precision"), overall.get(f"components.{name}.recall")
+        body.append([name, format_value(p), format_ci(p), str((p or {}).get("n", 0)),
+                     format_value(r), format_ci(r), str((r or {}).get("n", 0))])
+    return _grid(["components", "precision", "95% CI", "n", "recall", "95% CI", "n"], body,
+                 [False, True, True, True, True, True, True])
+
+
+def _outcome_table(outcomes: Mapping[str, Any]) -> list[str]:
+    """Rows = outcome (share, interval, count, n), then the mean turns and clarifications."""
+    shares = outcomes.get("shares") or {}
+    body = []
+    for o in OUTCOMES:
+        c = shares.get(o) or {}
+        body.append([o, format_value(c), format_ci(c), str(c.get("count", 0)), str(c.get("n", 0))])
+    for k, label in (("turns", "turns (mean)"), ("clarifications", "clarifications (mean)")):
+        c = outcomes.get(k) or {}
+        body.append([label, format_value(c), format_ci(c), "", str(c.get("n", 0))])
+    return _grid(["outcome", "share", "95% CI", "count", "n"], body, [False, True, True, True, True])
+
+
+def _breakdown_rows(metrics: Mapping[str, Any], b: str) -> list[tuple[str, int, Mapping[str, Any], Mapping]]:
+    key = f"by_{b}"
+    if key not in metrics:
+        have = [k[3:] for k in metrics if k.startswith("by_")]
+        raise MetricsError(f"breakdown {b!r} not in metrics (no {key!r}); available: {have}")
+    rows = [("overall", metrics.get("n_trajectories", 0), metrics["overall"], metrics.get("outcomes") or {})]
+    rows += [(name, blk["n_trajectories"], blk["metrics"], blk.get("outcomes") or {})
+             for name, blk in metrics[key].items()]
+    return rows
+
+
+def _metric_tables(b: str, rows: Sequence[tuple], columns: Sequence[str], width: int) -> list[str]:
+    """The breakdown's metric table(s): the columns split over as many tables as keep each line <= width."""
+    names = [short(r[0], _NAME_WIDTH) for r in rows]
+    counts = [str(r[1]) for r in rows]
+    fixed = max(len(x) for x in [short(b, _NAME_WIDTH), *names]) + 2 + max(len(x) for x in ["N", *counts])
+    chunks: list[list[str]] = [[]]
+    used = fixed
+    for c in columns:
+        w = max(len(x) for x in [_metric_head(c), *(format_mean(r[2].get(c)) for r in rows)]) + 2
+        if chunks[-1] and used + w > width:
+            chunks.append([])
+            used = fixed
+        chunks[-1].append(c)
+        used += w
+    out: list[str] = []
+    for k, chunk in enumerate(chunks):
+        if not chunk:
+            continue
+        if k:
+            out.append("")
+        header = [short(b, _NAME_WIDTH), "N"] + [_metric_head(c) for c in chunk]
+        body = [[nm, ct] + [format_mean(r[2].get(c)) for c in chunk] for nm, ct, r in zip(names, counts, rows)]
+        out.extend(_grid(header, body, [False, True] + [False] * len(chunk)))
+    return out
+
+
+def _fit_columns(rows: Sequence[tuple], b: str, columns: Sequence[str], width: int) -> list[str]:
+    """The leading ``columns`` that fit one table of ``width`` (the default choice: one table, no split)."""
+    names = [short(r[0], _NAME_WIDTH) for r in rows]
+    used = max(len(x) for x in [short(b, _NAME_WIDTH), *names]) + 2 + max(len(str(r[1])) for r in rows + [("", "N")])
+    kept = []
+    for c in columns:
+        w = max(len(x) for x in [_metric_head(c), *(format_mean(r[2].get(c)) for r in rows)]) + 2
+        if used + w > width:
+            break
+        kept.append(c)
+        used += w
+    return kept
+
+
+def _breakdown_outcomes(b: str, rows: Sequence[tuple]) -> list[str]:
+    """The breakdown's outcome shares (value only; n is the row's N) and mean turns / clarifications."""
+    keys = list(OUTCOMES) + ["turns", "clarifications"]
+    header = [short(f"{b}: outcomes", _NAME_WIDTH), "N"] + [_OUTCOME_HEADS[k] for k in keys]
+    body = []
+    for name, n, _m, oc in rows:
+        shares = oc.get("shares") or {}
+        cells = [format_value(shares.get(k)) for k in OUTCOMES] + [format_value(oc.get(k)) for k in keys[5:]]
+        body.append([short(name, _NAME_WIDTH), str(n)] + cells)
+    return _grid(header, body, [False, True] + [True] * len(keys))
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    return textwrap.wrap(text, width=width, subsequent_indent="  ", break_long_words=True, break_on_hyphens=False)
+
+
+def render_table(metrics: Mapping[str, Any], *, breakdowns: Sequence[str] = DEFAULT_BREAKDOWNS,
+                 columns: Sequence[str] | None = None, width: int = WIDTH) -> str:
+    """Fixed-width plain-text tables of aggregated metrics (module docstring for the order), every line at
+    most ``width`` columns.
 
     Args:
         metrics: the dict from :func:`~textsql_clarify.rewards.metrics.aggregate` (or ``metrics.json``).
         breakdowns: which ``by_<name>`` breakdowns to print (``group``, ``subcategory``, ``difficulty``,
-            ``drift_subtype``, ``sample_type``), in order.
-        columns: metric columns to print; default :data:`HEADLINE`, where EX and FB always appear and
-            the others only when defined overall.
+            ``drift_subtype``, ``sample_type``), in order; default :data:`DEFAULT_BREAKDOWNS`.
+        columns: the metrics of the headline table and the breakdown tables (``eval --metrics``), in order;
+            those undefined everywhere in the run are named in one note instead of printed. Default: the
+            defined :data:`HEADLINE_ROWS` in the headline, and as many defined :data:`HEADLINE` metrics as
+            fit one table in each breakdown.
+        width: the widest line allowed (default 100; at least 60).
 
     Returns:
         The text, lines joined by ``"\\n"``, no trailing newline.
 
     Raises:
-        MetricsError: ``metrics`` lacks ``overall`` or ``ceilings``, a requested breakdown is absent, or
-            a requested column is not a metric in ``overall`` (the message lists the valid names).
+        MetricsError: ``metrics`` lacks ``overall`` or ``ceilings``, a requested breakdown is absent, a
+            requested column is not a metric in ``overall`` (the message lists the valid names), or
+            ``width < 60``.
     """
     if not isinstance(metrics, Mapping):
         raise MetricsError(f"metrics must be the dict aggregate() returns, got {type(metrics).__name__}")
     for key in ("overall", "ceilings"):
         if key not in metrics:
             raise MetricsError(f"metrics dict has no {key!r} key; is it aggregate()'s output?")
+    if not isinstance(width, int) or width < 60:
+        raise MetricsError(f"width must be an int of at least 60 columns, got {width!r}")
     overall = metrics["overall"]
-    if columns is None:
-        columns = [c for c in HEADLINE if c in _ALWAYS or format_mean(overall.get(c)) != UNDEFINED]
-    else:
+    chosen = None
+    if columns is not None:
         unknown = [c for c in columns if c not in overall]
         if unknown:
             raise MetricsError(f"unknown metric column(s) {unknown}; valid: {list(overall)}")
+        chosen = list(dict.fromkeys(columns))
     n_all = metrics.get("n_trajectories", 0)
     protocols = metrics.get("n_by_protocol", {})
     head = f"Aggregated metrics: {n_all} trajectories"
     if protocols:
         head += " (" + ", ".join(f"{p}-protocol: {k}" for p, k in protocols.items()) + ")"
+    lines = _wrap(head, width)
     excluded = metrics.get("excluded_indistinguishable") or 0
     if excluded:
-        head += f"; {excluded} indistinguishable left out (include them with --include-indistinguishable)"
-    lines = [head]
+        lines += _wrap(f"{excluded} indistinguishable left out of the means (include them with "
+                       f"--include-indistinguishable)", width)
+    boot = metrics.get("bootstrap")
+    if boot:
+        lines += _wrap(f"95% CI: percentile bootstrap over samples ({boot.get('n_resamples')} resamples, "
+                       f"seed {boot.get('seed')}); n = the values averaged", width)
+
+    if chosen is not None:
+        missing = [c for c in chosen if not defined(overall.get(c))]
+        shown = [c for c in chosen if c not in missing]
+        headline = shown
+    else:
+        missing = []
+        shown = [c for c in HEADLINE if defined(overall.get(c))]
+        headline = [c for c in HEADLINE_ROWS if defined(overall.get(c))]
+    if headline:
+        lines += [""] + _stat_table("headline", headline, overall)
+    for fam, title in FAMILY_TITLES.items():
+        names = [m for m in FAMILIES[fam] if defined(overall.get(m))]
+        if names:
+            lines += [""] + _stat_table(title, names, overall)
+    sets = list(dict.fromkeys(m.split(".")[1] for m in overall
+                              if m.startswith("components.") and defined(overall.get(m))))
+    if sets:
+        lines += [""] + _component_table(sets, overall)
+    if metrics.get("outcomes"):
+        lines += [""] + _outcome_table(metrics["outcomes"])
     for b in breakdowns:
-        key = f"by_{b}"
-        if key not in metrics:
-            have = [k[3:] for k in metrics if k.startswith("by_")]
-            raise MetricsError(f"breakdown {b!r} not in metrics (no {key!r}); available: {have}")
-        rows = [("overall", n_all, overall)]
-        rows += [(name, blk["n_trajectories"], blk["metrics"]) for name, blk in metrics[key].items()]
-        lines.append("")
-        lines.extend(_table(b, rows, columns))
-    article = [m for m in overall if (m in FAMILIES["article"] or m.startswith("components."))
-               and format_mean(overall[m]) != UNDEFINED]
-    if article:
-        lines += ["", "article families (overall):"]
-        w = max(len(m) for m in article)
-        lines += [f"  {m.ljust(w)}  {format_mean(overall[m])}" for m in article]
+        rows = _breakdown_rows(metrics, b)
+        cols = shown if chosen is not None else _fit_columns(rows, b, shown, width)
+        if cols:
+            lines += [""] + _metric_tables(b, rows, cols, width)
+        if any(r[3] for r in rows):
+            lines += [""] + _breakdown_outcomes(b, rows)
+    if missing:
+        lines += [""] + _wrap("not defined in this run (not printed): " + ", ".join(missing), width)
     ceil = metrics["ceilings"]
-    lines += ["", "ceilings (trajectories): " + "  ".join(f"{c}={ceil.get(c, 0)}" for c in CEILINGS)]
+    lines += [""] + _wrap("ceilings (trajectories): " + "  ".join(f"{c}={ceil.get(c, 0)}" for c in CEILINGS), width)
     flagged = {f: k for f, k in (metrics.get("flagged") or {}).items() if k}
     if flagged:
-        lines.append("flagged samples (load-time validation): " + "  ".join(f"{f}={k}" for f, k in flagged.items()))
-    return "\n".join(lines)
+        lines += _wrap("flagged samples (load-time validation): "
+                       + "  ".join(f"{f}={k}" for f, k in flagged.items()), width)
+    return "\n".join(line if len(line) <= width else short(line, width) for line in lines)
+
+
+def parse_breakdowns(text: str) -> tuple[str, ...]:
+    """``"group,difficulty"`` -> ``("group", "difficulty")`` (``eval --by``); ``""`` or ``"none"`` -> ``()``.
+
+    Raises:
+        MetricsError: a name is not one of :data:`~textsql_clarify.rewards.metrics.BREAKDOWNS`.
+    """
+    names = tuple(dict.fromkeys(x.strip() for x in str(text).split(",") if x.strip()))
+    if names == ("none",):
+        return ()
+    bad = [x for x in names if x not in BREAKDOWNS]
+    if bad:
+        raise MetricsError(f"unknown breakdown(s) {bad}; valid: {', '.join(BREAKDOWNS)} (comma-separated) or 'none'")
+    return names
+
+
+def parse_metric_names(text: str) -> tuple[str, ...]:
+    """``"EX,FB"`` -> ``("EX", "FB")`` (``eval --metrics``); checked against a run by :func:`render_table`.
+
+    Raises:
+        MetricsError: no name given.
+    """
+    names = tuple(dict.fromkeys(x.strip() for x in str(text).split(",") if x.strip()))
+    if not names:
+        raise MetricsError("--metrics needs at least one metric name, e.g. EX,FB")
+    return names

@@ -96,7 +96,7 @@ class LexicalGrounder:
 
 def _load_minilm(device: str):
     """The all-MiniLM-L6-v2 SentenceTransformer, once per process (shared with the FB judge)."""
-    return load_minilm(device)
+    return load_minilm(device, purpose="the simulated user's grounding encoder")
 
 
 class MiniLMGrounder:

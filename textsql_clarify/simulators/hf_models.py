@@ -300,6 +300,9 @@ def load_causal_lm(spec: str | os.PathLike = DEFAULT_MODEL, *, device: str | Non
         from ..minilm import quiet_hf_progress
 
         quiet_hf_progress()  # no "Loading weights" / GGUF conversion bars in CLI output
+        from ..progress import announce
+
+        announce(f"loading the language model {src.name} on {dev} ...")  # one line above any bar (issue 13)
         kw: dict[str, Any] = {"local_files_only": True}
         if src.gguf_file:
             kw["gguf_file"] = src.gguf_file

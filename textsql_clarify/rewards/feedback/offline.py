@@ -435,7 +435,7 @@ class SemanticFeedbackJudge:
     def _model(self):
         if self.model is None and self.used == "minilm":
             try:
-                self.model = load_minilm()
+                self.model = load_minilm(purpose="the feedback judge's sentence encoder")
             except (ImportError, OSError) as e:
                 warnings.warn(f"MiniLM unavailable ({e}); the feedback judge falls back to the lexical judge",
                               RuntimeWarning, stacklevel=3)
