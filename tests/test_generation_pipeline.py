@@ -235,6 +235,15 @@ def test_generate_writes_validated_samples_with_provenance_and_pairs(tmp_path, a
     assert rej["recipes"]["stub"]["reasons"]["coin"] == {"top": [["tails", 7]], "distinct": 1}
 
 
+def test_keep_flags_keeps_the_flagged_sample_with_its_flag(tmp_path, anchors):
+    rep = generate(anchors, [StubRecipe()], tmp_path / "k", seed=3, progress=False, keep_flags=("duplicate_gold",))
+    assert rep.load_validation == [] and rep.counts["samples"] == 29
+    rec = next(r for r in _lines(tmp_path / "k" / "samples.jsonl") if r["id"] == "stub-uni-entity-003")
+    assert rec["flags"] == ["duplicate_gold"]
+    with pytest.raises(GenerationError, match="unknown validation flag"):
+        generate(anchors, [StubRecipe()], tmp_path / "k", seed=3, progress=False, keep_flags=("nope",))
+
+
 def test_same_seed_same_bytes_other_seed_other_samples(tmp_path, anchors):
     a = generate(anchors, [StubRecipe()], tmp_path / "a", seed=0, progress=False)
     b = generate(anchors, [StubRecipe()], tmp_path / "b", seed=0, progress=False)

@@ -143,6 +143,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a recipe option (repeatable)")
     g.add_argument("--timeout", type=float, default=5.0, help="seconds per SQL execution in the recipes (default 5)")
     g.add_argument("--device", default="auto", help="council models: 'auto' (default), 'cpu' or 'cuda'")
+    g.add_argument("--keep-flag", action="append", default=[], metavar="FLAG",
+                   help="a load-time validation flag that does not move a sample out (repeatable; e.g. duplicate_gold "
+                        "keeps samples grown from paraphrased anchors; they are written with the flag)")
     g.add_argument("--no-resume", action="store_true", help="start over instead of continuing the run in --out")
     g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     g.add_argument("--db-root", default=None, help="with --anchors: folder of <db_id>/<db_id>.sqlite files")
@@ -334,7 +337,8 @@ def _generate(args: argparse.Namespace) -> int:
         council = load_council(args.model, device=args.device)
     print(anchors.summary(), file=sys.stderr)
     report = generate(anchors, recipes, args.out, seed=args.seed, council=council, resume=not args.no_resume,
-                      progress=not args.no_progress, timeout_s=args.timeout, options=options)
+                      progress=not args.no_progress, timeout_s=args.timeout, options=options,
+                      keep_flags=args.keep_flag)
     print(report.table(width=100))
     c = report.counts
     print(f"\nwrote {c['lines']} lines to {report.samples_path}: {c['samples']} samples, "

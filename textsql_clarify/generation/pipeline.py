@@ -326,9 +326,11 @@ def _short(reason: str) -> str:
     return reason.split(":", 1)[0]
 
 
-def _validate(entries: list[_Entry], out_dir: Path, tables: dict[str, RecipeRejections]) -> tuple[list[_Entry], list[dict]]:
+def _validate(entries: list[_Entry], out_dir: Path, tables: dict[str, RecipeRejections],
+              keep_flags: frozenset[str] = frozenset()) -> tuple[list[_Entry], list[dict]]:
     """The load-time validation of the assembled records; flagged samples are moved out with their pairs (a
-    sample whose original is moved; an original none of whose samples is left)."""
+    sample whose original is moved; an original none of whose samples is left). A sample flagged only with
+    flags in ``keep_flags`` stays, its flags written in its record."""
     from ..datasets.drift_check import drift_problems
     from ..datasets.validate import validate_samples
 
@@ -359,7 +361,12 @@ def _validate(entries: list[_Entry], out_dir: Path, tables: dict[str, RecipeReje
         report = validate_samples([built[i] for i in order], use_cache=False)
         by_id = {built[i].id: i for i in order}
         for p in report.problems:
-            reasons.setdefault(by_id[p.sample_id], []).append(f"{p.flag}: {p.message}")
+            if p.flag not in keep_flags:
+                reasons.setdefault(by_id[p.sample_id], []).append(f"{p.flag}: {p.message}")
+        for k, i in enumerate(order):
+            kept = [f for f in report.samples[k].flags if f in keep_flags] if keep_flags else []
+            if kept and i not in reasons:
+                entries[i].rec["flags"] = list(dict.fromkeys([*entries[i].rec.get("flags", []), *kept]))
     for i, e in enumerate(entries):  # a sample whose original is out goes out too
         if e.original is not None and e.original in reasons and i not in reasons:
             reasons[i] = [f"its paired original {entries[e.original].rec['id']!r} was moved out"]
@@ -438,7 +445,7 @@ def _clear(out_dir: Path) -> None:
 
 def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir: str | os.PathLike, *, seed: int = 0,
              council: Any = None, resume: bool = True, progress: bool = True, timeout_s: float = 5.0,
-             options: Mapping[str, str] | None = None) -> GenerationReport:
+             options: Mapping[str, str] | None = None, keep_flags: Sequence[str] = ()) -> GenerationReport:
     """Run ``recipes`` on ``anchors`` and write validated samples to ``out_dir`` (module docstring).
 
     Args:
@@ -455,6 +462,9 @@ def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir
         progress: show a tqdm progress bar on stderr.
         timeout_s: time limit per SQL execution in the recipes, seconds (> 0).
         options: recipe options (``--option key=value``), strings.
+        keep_flags: load-time validation flags that do not move a sample out (e.g. ``("duplicate_gold",)`` keeps
+            the samples grown from paraphrased anchors, Spider's question pairs); the sample is written with the
+            flag, so ``data validate`` lists it. Default: none (the written file validates with nothing flagged).
 
     Returns:
         A :class:`GenerationReport`.
@@ -504,6 +514,11 @@ def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir
     opts = {str(k): str(v) for k, v in (options or {}).items()}
     header = {"format": JOURNAL_FORMAT, "seed": int(seed), "models": models, "options": opts,
               "timeout_s": float(timeout_s)}
+    from ..samples import SAMPLE_FLAGS
+
+    bad_flags = [f for f in keep_flags if f not in SAMPLE_FLAGS]
+    if bad_flags:
+        raise GenerationError(f"unknown validation flag(s) {bad_flags}; known: {list(SAMPLE_FLAGS)}")
     journal = _Journal(out / JOURNAL, header, resume)
     plan = [(r, a) for r in built for a in anchors_list]
     fps = {a.id: _anchor_fp(a) for a in anchors_list}
@@ -525,14 +540,14 @@ def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir
         journal.close()
     tables = {r.name: RecipeRejections(r.name, tuple(r.stages)) for r in built}
     entries, duplicates = _assemble(plan, journal.done, int(seed), models, tables)
-    entries, moved = _validate(entries, out, tables)
+    entries, moved = _validate(entries, out, tables, frozenset(keep_flags))
     _write_atomic(out / SAMPLES, "".join(json.dumps(e.rec, ensure_ascii=False) + "\n" for e in entries))
     counts = _counts(entries, built)
     from .. import __version__
 
     manifest = {"package": "textsql-clarify", "version": __version__, "seed": int(seed),
                 "recipes": [{"name": r.name, "stages": list(r.stages), "needs_model": bool(r.needs_model)} for r in built],
-                "models": models, "options": opts, "timeout_s": float(timeout_s), "anchors": _anchors_meta(anchors_list, anchors),
+                "models": models, "options": opts, "timeout_s": float(timeout_s), "keep_flags": sorted(keep_flags), "anchors": _anchors_meta(anchors_list, anchors),
                 "units": len(plan), "counts": counts,
                 "files": {"samples": SAMPLES, "rejections": REJECTIONS, "journal": JOURNAL, "databases": DATABASES + "/"}}
     rejections = {"recipes": {r.name: tables[r.name].to_dict() for r in built}, "load_validation": moved,
