@@ -171,7 +171,8 @@ def test_dialogue_browser_lists_every_episode_with_its_filters(runs, page):
     labels = [turn.user_reply["label"] for r in runs for t in r.trajectories for turn in t.turns if turn.user_reply]
     assert page.count('<span class="label label-relevant">') == labels.count("relevant") > 0
     assert page.count('<span class="label label-technical">') == labels.count("technical") > 0
-    assert "<td>components.tables.precision</td>" in page and "<td>turn_penalty</td>" in page
+    assert '<span class="k">components.tables.precision</span>' in page
+    assert '<span class="k">turn_penalty</span> <span class="v">-1.000</span>' in page
     assert 'id="dlg-count" data-shown="144">144 of 144 episodes shown' in page
 
 

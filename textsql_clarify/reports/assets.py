@@ -60,7 +60,10 @@ pre { background: var(--bg2); border: 1px solid var(--line); border-radius: 4px;
 .label-relevant { background: #1b7f3b; } .label-technical { background: #8a6d00; } .label-irrelevant { background: #b3261e; }
 .label-none { background: #888; }
 .error { color: var(--bad); }
-table.comps { margin: .2rem 0 .2rem; font-size: 12px; }
+.comps { display: flex; flex-wrap: wrap; gap: .2rem .35rem; margin: .25rem 0; font-size: 12px; }
+.comp { border: 1px solid var(--line); border-radius: 3px; padding: 0 .35em; background: #fff; white-space: nowrap; }
+.comp .k { color: var(--muted); } .comp .v { font-variant-numeric: tabular-nums; font-weight: 600; }
+.final { margin-top: .4rem; }
 [hidden] { display: none !important; }
 """
 

@@ -80,7 +80,7 @@ def _runs_section(runs: Sequence[Run]) -> str:
             + "".join(f"<td>{esc(fmt(info.get(key)) if info.get(key) is not None else UNDEFINED)}</td>"
                       for key in ("dataset", "simulator", "seed", "max_clarifications", "protocol", "isolation",
                                   "backend", "version"))
-            + f'<td class="num">{esc(len(r.trajectories))}</td><td>{esc(r.path)}</td>'
+            + f'<td class="num">{esc(len(r.trajectories))}</td><td title="{esc(r.path)}">{esc(r.path.name)}</td>'
             + f"<td>{esc(r.metrics_source)}</td></tr>")
     head = ("<tr><th>run (agent)</th><th>dataset</th><th>simulator</th><th>seed</th><th>budget</th><th>protocol</th>"
             "<th>isolation</th><th>backend</th><th>version</th><th>episodes</th><th>folder</th><th>metrics</th></tr>")
@@ -231,9 +231,9 @@ def _turn_html(turn: Any) -> str:
         parts.append(f'<div class="note">commitment drift (TIDE Rec(τ)): {esc(fmt(turn.commitment_drift))}</div>')
     comps = list(_flatten(turn.reward_components or {}))
     if comps:
-        parts.append('<table class="comps"><tr><th>reward component</th><th>value</th></tr>'
-                     + "".join(f"<tr><td>{esc(k)}</td><td class=\"num\">{esc(fmt(v))}</td></tr>" for k, v in comps)
-                     + "</table>")
+        parts.append('<div class="comps" title="this turn\'s reward components (— = undefined)">'
+                     + "".join(f'<span class="comp"><span class="k">{esc(k)}</span> <span class="v">{esc(fmt(v))}</span>'
+                               "</span>" for k, v in comps) + "</div>")
     parts.append("</li>")
     return "".join(parts)
 
@@ -271,9 +271,9 @@ def _episode_html(k: int, run: Run, t: Any) -> str:
             f'<p class="question"><b>Question:</b> {esc(question)}</p>'
             f'<p class="note">{esc(" · ".join(meta))}</p>'
             '<ol class="turns">' + "".join(_turn_html(turn) for turn in t.turns) + "</ol>"
-            '<details><summary>final scores</summary><table class="comps"><tr><th>score</th><th>value</th></tr>'
-            + "".join(f"<tr><td>{esc(a)}</td><td class=\"num\">{esc(fmt(b))}</td></tr>" for a, b in scores_tab)
-            + "</table></details></div></details>")
+            '<div class="final"><b>Final scores</b><div class="comps scores">'
+            + "".join(f'<span class="comp"><span class="k">{esc(a)}</span> <span class="v">{esc(fmt(b))}</span></span>'
+                      for a, b in scores_tab) + "</div></div></div></details>")
 
 
 def _options(name: str, label: str, values: Sequence[tuple[str, str]]) -> str:

@@ -88,8 +88,9 @@ def bar_chart_svg(title: str, categories: Sequence[str], series: Sequence[tuple[
             ax.set_ylim(len(categories) - 0.5, -0.5)  # first category on top; fixed, whatever has a bar
             right = (xmax if xmax is not None else max(top, 1e-9)) * 1.28
             ax.set_xlim(0, right)
-            if xmax is not None:
+            if xmax is not None:  # ticks stop at the scale's end; the room beyond is for the labels
                 ax.axvline(xmax, color="#bbb", lw=0.6, ls=":")
+                ax.set_xticks([xmax * i / 5 for i in range(6)])
             ax.set_title(title, fontsize=10, loc="left")
             if xlabel:
                 ax.set_xlabel(xlabel)
