@@ -1,0 +1,148 @@
+"""Acceptance of issue 11 on real data: the model-free recipes over every Spider dev gold.
+
+ONE module-scoped run (:func:`run`): ``drift``, ``missing_schema`` and ``lexical_overlap`` over the anchors of
+Spider dev's 1,034 records into a tmp folder, then the written file loaded as ``data validate`` loads it, and the
+oracle, no-clarify and a drift-ignoring agent played on a fixed subsample of it. The tests read that one run.
+Skips where ../shared/data/spider_dev is absent.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import SPIDER
+from textsql_clarify.baselines.agents import NoClarifyAgent, OracleAgent
+
+pytestmark = pytest.mark.realdata
+
+RECIPES = ("drift", "missing_schema", "lexical_overlap")
+#: every k-th non-ambiguous sample of the file is played (all ambiguous ones are): the episodes cost more than the
+#: generation on a loaded 2-core machine
+EVERY = 10
+
+
+class DriftIgnoringAgent(OracleAgent):
+    """The oracle, except that after the drift utterance it submits the pre-drift gold again (a policy that does
+    not track drift; TIDE §2.2): it must score below the oracle on the drift samples."""
+
+    name = "drift-ignoring"
+
+    def _after_drift(self):
+        s = self._sample
+        return f"<sql>{s.gold_sql}</sql>" if self._sql_sent and s.drift is not None else None
+
+
+def _sha(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    if not (SPIDER / "dev.json").is_file():
+        pytest.skip("real data absent: ../shared/data/spider_dev/dev.json not found")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TEXTSQL_CLARIFY_CACHE", str(tmp_path_factory.mktemp("cache")))
+        from textsql_clarify.baselines.rollout import evaluate
+        from textsql_clarify.datasets import load_dataset
+        from textsql_clarify.datasets.validate import validate_samples
+        from textsql_clarify.generation import generate, load_anchors
+
+        anchors = load_anchors(f"spider:{SPIDER}")
+        dbs = sorted({a.db_path for a in anchors})
+        before = {p: _sha(p) for p in dbs}
+        out = tmp_path_factory.mktemp("generated")
+        report = generate(anchors, list(RECIPES), out, seed=0, progress=False)
+        # as `textsql-clarify data validate` does: the JSONL loader (with its drift checks), then every check
+        loaded = load_dataset(str(out / "samples.jsonl"), validate=False)
+        validation = validate_samples(loaded, use_cache=False)
+        played = [s for i, s in enumerate(loaded) if s.group == "ambiguous" or i % EVERY == 0]
+        drifting = [s for s in played if s.drift is not None]
+        runs = {name: evaluate(played, agent, progress=False)[1]
+                for name, agent in (("oracle", OracleAgent()), ("no-clarify", NoClarifyAgent()))}
+        runs["drift-ignoring"] = evaluate(drifting, DriftIgnoringAgent(), progress=False)[1]
+        after = {p: _sha(p) for p in dbs}
+        yield {"anchors": anchors, "report": report, "out": out, "samples": loaded, "validation": validation,
+               "played": played, "runs": runs, "before": before, "after": after,
+               "records": [json.loads(x) for x in (out / "samples.jsonl").read_text(encoding="utf-8").splitlines()]}
+
+
+def _mean(metrics: dict, metric: str, group: str | None = None) -> tuple[float | None, int]:
+    block = metrics["overall"] if group is None else metrics["by_group"][group]["metrics"]
+    return block[metric]["value"], block[metric]["n"]
+
+
+def test_anchors_are_the_usable_spider_dev_golds(run):
+    a = run["anchors"]
+    assert (len(a), a.n_source, a.skipped) == (935, 1034, {"gold_empty": 99})  # 99 Spider dev golds return no rows
+
+
+def test_the_file_validates_and_matches_the_report(run):
+    assert run["validation"].problems == [] and run["validation"].n_flagged == 0
+    counts = run["report"].counts
+    by_recipe = Counter(s.provenance["recipe"] for s in run["samples"] if "paired_with" not in s.provenance)
+    assert {k: by_recipe[k] for k in RECIPES} == {k: counts["by_recipe"][k]["samples"] for k in RECIPES}
+    assert len(run["samples"]) == counts["lines"]
+    for t in run["report"].tables:  # the table's accepted count is what was written
+        assert t.accepted == counts["by_recipe"][t.recipe]["samples"]
+    assert all(s.provenance["source"] == "generated" and s.provenance["seed"] == 0 for s in run["samples"])
+
+
+def test_lexical_overlap_samples_are_what_the_schemas_allow(run):
+    lex = [s for s in run["samples"] if s.provenance["recipe"] == "lexical_overlap"]
+    assert len(lex) == run["report"].counts["by_recipe"]["lexical_overlap"]["samples"] > 0
+    assert all(s.group == "ambiguous" and s.subcategory == "lexical_overlap" and s.interpretations for s in lex)
+
+
+def test_every_missing_schema_sample_has_its_paired_original(run):
+    by_id = {s.id: s for s in run["samples"]}
+    ms = [s for s in run["samples"] if s.provenance["recipe"] == "missing_schema" and "paired_with" not in s.provenance]
+    assert ms and all(s.group == "unanswerable" and s.gold_sql is None for s in ms)
+    for s in ms:
+        orig = by_id[s.provenance["paired_original"]]
+        assert orig.group == "answerable" and orig.gold_sql and orig.question == s.question
+        assert orig.db_path != s.db_path and Path(s.db_path).parent == run["out"] / "databases"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "measured (drift + missing_schema, before lexical_overlap landed): 860 drift samples (projection 316, value 299, "
+    "constraint 245) and 487 missing-schema samples in the validated file; the load-time validation moved 1,168 out "
+    "as duplicate_gold: Spider dev pairs its questions (489 of its 1,034 golds are flagged duplicate_gold "
+    "themselves), and what a paraphrased anchor grows has the same gold once values are masked. "
+    "generate(keep_flags=('duplicate_gold',)) keeps them (flagged); the lead decides (docs/generation.md)"))
+def test_the_issue_counts(run):
+    """Issue 11: >= 2,000 validated drift samples, each subtype 25-40 %; >= 500 missing-schema samples."""
+    counts = run["report"].counts["by_recipe"]
+    drift = counts["drift"]["by_drift_subtype"]
+    n = sum(drift.values())
+    why = Counter(r["reasons"][0].split(":")[0].split("'")[0] for r in run["report"].load_validation)
+    msg = f"drift {n} {drift}, missing_schema {counts['missing_schema']['samples']}; moved out: {dict(why)}"
+    assert n >= 2000, msg
+    assert all(0.25 <= k / n <= 0.40 for k in drift.values()), msg
+    assert counts["missing_schema"]["samples"] >= 500, msg
+
+
+def test_the_oracle_scores_one(run):
+    m = run["runs"]["oracle"]
+    ex, n_ex = _mean(m, "EX")
+    drr, n_drr = _mean(m, "DRR")
+    fb, n_fb = _mean(m, "FB")
+    assert (ex, drr, fb) == (1.0, 1.0, 1.0), (n_ex, n_drr, n_fb)
+    assert n_ex > 50 and n_drr > 40 and n_fb > 30  # n_EX measured 86 (before lexical_overlap landed)
+
+
+def test_no_clarify_and_a_drift_ignoring_policy_score_below_the_oracle(run):
+    oracle, never = run["runs"]["oracle"], run["runs"]["no-clarify"]
+    assert _mean(never, "EX", "ambiguous")[0] < _mean(oracle, "EX", "ambiguous")[0] == 1.0  # it answers the other reading
+    assert _mean(never, "FB", "unanswerable")[0] < 1.0  # a refusal that names no cause
+    # no-clarify is privileged and follows the drift (baselines.agents); a policy that ignores the drift does not
+    assert _mean(never, "DRR") == _mean(oracle, "DRR")
+    ignoring = run["runs"]["drift-ignoring"]
+    assert _mean(ignoring, "DRR")[0] == 0.0 and _mean(ignoring, "DRR")[1] == _mean(oracle, "DRR")[1]
+
+
+def test_no_source_database_changed(run):
+    assert run["after"] == run["before"] and len(run["before"]) == 20  # Spider dev's 20 databases
