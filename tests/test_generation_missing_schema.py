@@ -354,3 +354,17 @@ def test_env_oracle_fb_and_schema_view(generated, tmp_path):
             assert f"`{removed['column']}`" not in obs["schema"].split(f"CREATE TABLE `{removed['table']}`")[1] \
                 .split(";")[0]
     env.close()
+
+
+def test_comments_of_a_removed_column_go_with_it(tmp_path):
+    from textsql_clarify.datasets import embedded_db_path
+
+    src = embedded_db_path()
+    before = _sha(src)
+    # residence_city is a plain column (SQLite drops it); dept_id is a foreign key (the table is rebuilt)
+    for col, gone, kept in (("residence_city", "lives during term", "city of the family home"),
+                            ("dept_id", "REFERENCES departments", "lives during term")):
+        path = build_derived(src, Removal("students", col), tmp_path / "w", "university")
+        sql = _master(path)["students"]
+        assert gone not in sql and kept in sql and col not in _columns(path, "students")
+    assert _sha(src) == before

@@ -36,7 +36,7 @@ from ..errors import TextSQLClarifyError
 from ..sql.uri import ro_uri
 
 __all__ = ["Removal", "DerivedDBError", "derived_name", "build_derived", "table_columns",
-           "drop_element_from_create"]
+           "drop_element_from_create", "column_comments"]
 
 
 class DerivedDBError(TextSQLClarifyError):
@@ -191,14 +191,25 @@ def drop_element_from_create(sql: str, table: str, removal: Removal) -> tuple[st
     toks, open_i, close_i, items = _items(sql)
     own = table.lower() == removal.table.lower() and removal.column is not None
     col = (removal.column or "").lower()
-    keep: list[str] = []
+    # each item as (lead, core, trail): the layout before it, its tokens' text, and the comment on the line of
+    # its comma (which describes it, so it goes where the item goes)
+    leads = [sql[toks[a - 1].end + 1:toks[a].start] for a, _ in items]
+    tail = sql[toks[items[-1][1]].end + 1:toks[close_i].start] if items else ""
+    following = leads[1:] + [tail]
+    trails = []
+    for k, nxt in enumerate(following):
+        trail, rest = _split_line_comment(nxt)
+        trails.append(trail)
+        if k + 1 < len(leads):
+            leads[k + 1] = rest
+        else:
+            tail = rest
+    keep: list[tuple[str, str, str]] = []
     changed = False
     n_columns = 0
-    for a, b in items:
+    for k, (a, b) in enumerate(items):
         first = toks[a].token_type.name
-        start_char = toks[a - 1].end + 1  # keep the whitespace after the comma / parenthesis
-        end_char = toks[b].end + 1
-        text = sql[start_char:end_char]
+        core = sql[toks[a].start:toks[b].end + 1]
         if first in _CONSTRAINT_STARTS:
             names = {t.text.lower() for t in toks[a:b + 1]}
             ref = _references(toks, a, b)
@@ -207,7 +218,7 @@ def drop_element_from_create(sql: str, table: str, removal: Removal) -> tuple[st
             if local_hit or ref_hit:
                 changed = True
                 continue
-            keep.append(text)
+            keep.append((leads[k], core, trails[k]))
             continue
         # a column definition
         if own and toks[a].text.lower() == col:
@@ -220,14 +231,51 @@ def drop_element_from_create(sql: str, table: str, removal: Removal) -> tuple[st
             # drop "[CONSTRAINT name] REFERENCES t (cols) [ON ... | MATCH ... | DEFERRABLE ...]" to the item's end
             if j >= 2 and toks[j - 2].token_type.name == "CONSTRAINT":
                 j -= 2
-            text = sql[start_char:toks[j - 1].end + 1]
+            core = sql[toks[a].start:toks[j - 1].end + 1]
             changed = True
-        keep.append(text)
+        keep.append((leads[k], core, trails[k]))
     if n_columns == 0:
         raise DerivedDBError(f"removing {removal.describe()} leaves table {table!r} without a column")
-    tail = toks[items[-1][1]].end + 1 if items else toks[close_i].start  # the layout before ")" stays
-    new = sql[:toks[open_i].end + 1] + ",".join(keep) + sql[tail:]
+    if not changed:
+        return sql, False
+    body = "".join(lead + core + ("," if i < len(keep) - 1 else "") + trail
+                   for i, (lead, core, trail) in enumerate(keep))
+    new = sql[:toks[open_i].end + 1] + body + tail + sql[toks[close_i].start:]
     return new, changed
+
+
+def _split_line_comment(text: str) -> tuple[str, str]:
+    """``(comment, rest)``: the first line of ``text`` when it holds only a comment (``--`` or ``/* */``), that is
+    the comment after an item's comma, and what follows it (from its newline on); else ``("", text)``."""
+    head, nl, rest = text.partition("\n")
+    h = head.strip()
+    if nl and (h.startswith("--") or (h.startswith("/*") and h.endswith("*/"))):
+        return head, nl + rest
+    return "", text
+
+
+def column_comments(sql: str) -> dict[str, str]:
+    """The comment written on each column's line in a ``CREATE TABLE`` statement (``-- city of the family
+    home``), comment marks and spaces stripped: lower-cased column name -> text; columns without one are absent.
+
+    Args:
+        sql: a ``CREATE TABLE`` statement.
+    Raises:
+        DerivedDBError: the statement has no column list.
+    """
+    toks, open_i, close_i, items = _items(sql)
+    leads = [sql[toks[a - 1].end + 1:toks[a].start] for a, _ in items]
+    tail = sql[toks[items[-1][1]].end + 1:toks[close_i].start] if items else ""
+    out = {}
+    for (a, _), nxt in zip(items, leads[1:] + [tail]):
+        if toks[a].token_type.name in _CONSTRAINT_STARTS:
+            continue
+        trail, _ = _split_line_comment(nxt)
+        text = trail.strip()
+        text = text[2:] if text.startswith("--") else text[2:-2] if text.startswith("/*") else ""
+        if text.strip():
+            out[toks[a].text.lower()] = " ".join(text.split())
+    return out
 
 
 # ----------------------------------------------------------------------------------------- building
