@@ -6,6 +6,7 @@ Stub recipes over the embedded university database; the real recipes over Spider
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sqlite3
@@ -333,6 +334,26 @@ def test_pipeline_stages_error_duplicate_and_load_validation(tmp_path, anchors):
     assert t.reasons["load_validation"] == {"gold_empty": 1, "its paired original was moved out": 1}
     assert [r["stage"] for r in t.rows()] == ["error", "check", "duplicate", "load_validation"]
     assert [r["entered"] for r in t.rows()] == [10, 8, 7, 5]
+
+
+class _Twins:
+    """Two phrasings of each anchor's question with its gold: episodes grown from one anchor on purpose."""
+
+    name = "twins"
+    stages = ()
+    needs_model = False
+
+    def run(self, anchor, rng, ctx):
+        return [Accepted(dataclasses.replace(_answerable(anchor, f"twins-{anchor.id}-{k}"), question=q))
+                for k, q in enumerate((anchor.question, "Put differently: " + anchor.question))]
+
+
+def test_samples_grown_from_one_anchor_are_not_duplicates_of_each_other(tmp_path, anchors):
+    rep = generate(anchors[:2], [_Twins()], tmp_path / "tw", progress=False)
+    assert rep.load_validation == [] and rep.counts["samples"] == 4  # same gold, other text, same anchor: kept
+    rep = generate([anchors[0], anchors[17]], [_Twins()], tmp_path / "tw2", progress=False)  # uni-entity-003
+    # uni-entity-003's gold is uni-ans-001's once values are masked: another anchor, so a duplicate (ABISS §4.2)
+    assert [m["id"] for m in rep.load_validation] == ["twins-uni-entity-003-0", "twins-uni-entity-003-1"]
 
 
 class _NeedsModel(StubRecipe):

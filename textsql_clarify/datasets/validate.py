@@ -29,7 +29,7 @@ errors, non-empty result sets, runtime failures and within a time limit"; the st
 * ``duplicate_gold``: ABISS §4.2 stage 1 (after OmniSQL): a later answerable or ambiguous sample whose
   value-masked gold (:func:`.gold_masking.mask_values`) equals an earlier one's over the same database,
   unless it is another reading of the same question (same question text, or its gold is one of the earlier
-  sample's interpretations);
+  sample's interpretations) or both were generated from the same anchor (issue 11);
   the first keeps no flag.
 
 Drift records of a ``.jsonl`` file are checked by the JSONL loader as before
@@ -255,8 +255,15 @@ def _same_question(a: Sample, b: Sample) -> bool:
     """Whether ``b`` is another reading of ``a``'s question rather than a duplicate: the same question text
     (case and spacing aside), or ``b``'s gold is one of ``a``'s interpretations (ABISS writes each reading of
     an ambiguous question as its own record; readings that differ only in a value, ``Age > 40`` /
-    ``Age > 50``, mask alike)."""
+    ``Age > 50``, mask alike), or both were generated from the same anchor (``provenance`` ``source`` is
+    ``"generated"`` and ``anchor_id`` is the same: the recipes of issue 11 grow several episodes from one gold on
+    purpose, e.g. TIDE's chain-only / drift-only / joint triplets over one anchor, a PremiseSQL flaw and its paired
+    original)."""
     if " ".join(a.question.lower().split()) == " ".join(b.question.lower().split()):
+        return True
+    pa, pb = a.provenance, b.provenance
+    if (pa.get("source") == pb.get("source") == "generated" and pa.get("anchor_id") is not None
+            and pa.get("anchor_id") == pb.get("anchor_id") and pa.get("anchor_source") == pb.get("anchor_source")):
         return True
     return b.gold_sql in {it.gold_sql for it in a.interpretations}
 
