@@ -540,6 +540,8 @@ def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir
         journal.close()
     tables = {r.name: RecipeRejections(r.name, tuple(r.stages)) for r in built}
     entries, duplicates = _assemble(plan, journal.done, int(seed), models, tables)
+    if progress:
+        print(f"validating {len(entries)} samples (the load-time checks) ...", file=sys.stderr, flush=True)
     entries, moved = _validate(entries, out, tables, frozenset(keep_flags))
     _write_atomic(out / SAMPLES, "".join(json.dumps(e.rec, ensure_ascii=False) + "\n" for e in entries))
     counts = _counts(entries, built)
