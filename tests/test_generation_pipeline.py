@@ -361,6 +361,15 @@ class _NeedsModel(StubRecipe):
     needs_model = True
 
 
+def test_a_council_of_specs_is_loaded_and_named_in_provenance(tmp_path, anchors):
+    rep = generate(anchors[:3], [_NeedsModel()], tmp_path / "m", council=["fake", "fake"], progress=False)
+    recs = _lines(tmp_path / "m" / "samples.jsonl")
+    assert rep.manifest["models"] == ["fake", "fake#2"]
+    assert recs and all(r["provenance"]["models"] == ["fake", "fake#2"] for r in recs)
+    with pytest.raises(GenerationError, match="other settings"):  # another council: not the same run
+        generate(anchors[:3], [_NeedsModel()], tmp_path / "m", council=["fake"], progress=False)
+
+
 def test_generate_refuses_bad_runs(tmp_path, anchors):
     with pytest.raises(GenerationError, match="need a council.*--model"):
         generate(anchors, [_NeedsModel()], tmp_path / "x", progress=False)
