@@ -56,9 +56,8 @@ def test_one_flaw_per_subcategory_with_one_paired_original(embedded, tmp_path):
     assert all(isinstance(o, Accepted) for o in outs)
     assert [o.sample.id for o in outs] == [f"premise-uni-ans-001-{f}" for f in REWRITE_FLAWS]
     assert [o.sample.premise_flaw for o in outs] == list(REWRITE_FLAWS)
-    first = outs[0]
-    assert first.paired is not None and all(o.paired is None for o in outs[1:])
-    orig = first.paired
+    orig = outs[0].paired
+    assert orig is not None and all(o.paired == orig for o in outs)
     assert (orig.id, orig.group, orig.subcategory, orig.question, orig.gold_sql) == (
         "premise-uni-ans-001-original", "answerable", "answerable_without_evidence", a.question, a.gold_sql)
     assert {o.sample.provenance["original_id"] for o in outs} == {orig.id}
@@ -148,3 +147,21 @@ def test_sql_in_text(embedded):
     assert "students.dept_id" in sql_in_text("Group them by students.dept_id please.", schema)
     assert "it holds SQL" in sql_in_text("select first name from students", schema)
     assert "it holds SQL" in sql_in_text("List them ORDER BY grade.", schema)
+
+
+def test_pipeline_writes_flaws_and_one_linked_original(embedded, tmp_path):
+    from textsql_clarify.generation.pipeline import generate
+    from textsql_clarify.samples import load_jsonl
+
+    anchors = [_anchor(embedded[i]) for i in ("uni-ans-001", "uni-ans-002")]
+    rep = generate(anchors, ["premise"], tmp_path / "out", council=["fake"], progress=False,
+                   options={"flaws": "E2.1,E4.2"})
+    samples = load_jsonl(rep.samples_path)
+    assert validate_samples(samples, use_cache=False).problems == []
+    assert [s.id for s in samples] == ["premise-uni-ans-001-logical_contradiction", "premise-uni-ans-001-original",
+                                       "premise-uni-ans-001-external_fact",
+                                       "premise-uni-ans-002-logical_contradiction", "premise-uni-ans-002-original",
+                                       "premise-uni-ans-002-external_fact"]
+    orig = samples[1]
+    assert orig.provenance["paired_with"] == "premise-uni-ans-001-logical_contradiction"
+    assert samples[2].provenance["paired_original"] == orig.id == samples[2].provenance["original_id"]

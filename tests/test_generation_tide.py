@@ -304,3 +304,25 @@ def test_smollm2_runs_tide_chain_and_premise_end_to_end(embedded, tmp_path, smol
             assert isinstance(o, Accepted) or (o.stage in recipe.stages and o.stage not in ("anchor", "source")), o
             if isinstance(o, Accepted):
                 _valid(o.sample)
+
+
+# ------------------------------------------------------------------------------------------------ pipeline
+def test_pipeline_writes_a_valid_triplet_file(embedded, tmp_path):
+    """``generate`` with the triplet recipe and a fake council: the written file loads, validates without a
+    flag (the triplet's three samples share the anchor's gold by design), and names the triplet in provenance."""
+    from textsql_clarify.generation.pipeline import generate
+    from textsql_clarify.samples import load_jsonl
+
+    anchors = [_anchor(embedded[i]) for i in ("uni-drift-001", "uni-drift-005", "uni-ans-001")]
+    rep = generate(anchors, [TideTripletRecipe(drift=TideDriftRecipe(StubDrift(embedded | {
+        "uni-ans-001": embedded["uni-drift-002"]})))], tmp_path / "out", council=["fake:a", "fake:b"], progress=False)
+    samples = load_jsonl(rep.samples_path)
+    assert validate_samples(samples, use_cache=False).problems == []
+    by_anchor: dict[str, list[str]] = {}
+    for s in samples:
+        assert s.provenance["recipe"] == "tide_triplets" and s.provenance["models"] == ["a", "b"]
+        by_anchor.setdefault(s.provenance["triplet"], []).append(s.provenance["sample_type"])
+    # uni-ans-001 is one row (a count): the fake's "first row only" reading is the count itself, so no chain
+    assert by_anchor == {a: ["chain_only", "drift_only", "joint"] for a in ("uni-drift-001", "uni-drift-005")}
+    (table,) = rep.tables
+    assert table.rejected["alternatives"] == 1 and table.rejected["non_empty"] == 2 and table.accepted == 6

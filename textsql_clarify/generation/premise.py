@@ -6,8 +6,9 @@ question (:data:`~.premise_prompts.REWRITE_FLAWS`: eight of the nine; E3.2 pertu
 model-free ``missing_schema`` recipe), the council's generator rewrites the question with exactly that flaw
 (the generation stage), and the candidate then passes the checks below in order. An accepted candidate is an
 unanswerable sample with ``premise_flaw`` set and hidden knowledge that names the flaw; the unmodified source
-is kept as its paired answerable original (PremiseSQL's negative sample; ``Accepted.paired``, once per anchor:
-the anchor's later flawed samples name it in ``provenance["original_id"]``).
+is kept as its paired answerable original (PremiseSQL's negative sample; ``Accepted.paired`` of every flawed
+sample of the anchor, the same record: the pipeline writes it once, after the first, and links the others to it;
+each flawed sample also names it in ``provenance["original_id"]``).
 
 Votes: PremiseSQL verifies with one LLM and then people; with a council, each check is the council's majority
 vote and a tie rejects (the conservative choice; ABISS §4.2, §5.2's tie rule).
@@ -127,14 +128,12 @@ class PremiseRecipe:
         replies = council.write_all([PP.generate_messages(f, anchor.question, anchor.gold_sql, schema_text,
                                                           anchor.evidence) for f in flaws],
                                     max_new_tokens=tokens, seed=seed)
-        original_id = f"{self.name}-{anchor.id}-original"
+        original = self._original(anchor, f"{self.name}-{anchor.id}-original")
         out: list[Outcome] = []
-        paired_done = False
         for flaw, reply in zip(flaws, replies):
-            o = self._check(anchor, flaw, reply, council, schema_text, schema, original_id)
-            if isinstance(o, Accepted) and not paired_done:
-                o.paired = self._original(anchor, original_id)
-                paired_done = True
+            o = self._check(anchor, flaw, reply, council, schema_text, schema, original.id)
+            if isinstance(o, Accepted):
+                o.paired = original
             out.append(o)
         return out
 
