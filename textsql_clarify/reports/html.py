@@ -232,6 +232,7 @@ def _turn_html(turn: Any) -> str:
     comps = list(_flatten(turn.reward_components or {}))
     if comps:
         parts.append('<div class="comps" title="this turn\'s reward components (— = undefined)">'
+                     '<span class="note">reward components:</span>'
                      + "".join(f'<span class="comp"><span class="k">{esc(k)}</span> <span class="v">{esc(fmt(v))}</span>'
                                "</span>" for k, v in comps) + "</div>")
     parts.append("</li>")
