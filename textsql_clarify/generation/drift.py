@@ -199,6 +199,18 @@ def _same(a: Any, b: Any) -> bool:
     return str(a) == str(b)
 
 
+def _as_number(v: Any) -> Any:
+    """``'2014'`` -> ``2014``, ``'3.5'`` -> ``3.5``; anything else unchanged."""
+    if isinstance(v, str):
+        try:
+            f = float(v)
+        except ValueError:
+            return v
+        if f == f and abs(f) != float("inf"):
+            return int(f) if f.is_integer() and "." not in v and "e" not in v.lower() else f
+    return v
+
+
 def _make_literal(value: Any, as_string: bool) -> exp.Expression | None:
     if as_string:
         return exp.Literal.string(value_words(value) if isinstance(value, float) else str(value))
@@ -408,7 +420,10 @@ class DriftRecipe:
         return self._values[key]
 
     def _replacements(self, sandbox, table, column, old, as_string, rng, k=4) -> list:
-        pool = [v for v in self.column_values(sandbox, table, column)
+        values = self.column_values(sandbox, table, column)
+        if not as_string:  # a number compared with a column stored as text ('2014'): its numeric values
+            values = [_as_number(v) for v in values]
+        pool = [v for v in values
                 if _clean_value(v) and not _same(v, old) and (as_string or isinstance(v, (int, float)))]
         if as_string:
             pool = [v for v in pool if not _same(value_words(v), old)]

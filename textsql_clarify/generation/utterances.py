@@ -101,9 +101,14 @@ def relation_words(table: str, main: str) -> str:
     Source: issue 11 (schema elements in the user's words).
     """
     words = column_words(table).lower().split()
-    drop = set(column_words(main).lower().split())
-    drop |= {w + "s" for w in drop} | {w[:-1] for w in drop if w.endswith("s")}
-    kept = [w for w in words if w not in drop and w not in {"has", "have", "in", "of", "to", "for", "by", "a", "the"}]
+    main_words = column_words(main).lower().split()
+
+    def stem(w: str) -> str:
+        return _singular(w)
+
+    contains_main = all(any(stem(w) == stem(m) for w in words) for m in main_words)
+    drop = {stem(m) for m in main_words} if contains_main else set()
+    kept = [w for w in words if stem(w) not in drop and w not in {"has", "have", "in", "of", "to", "for", "by", "a", "the"}]
     kept = kept or words
     return " ".join(kept[:-1] + [_singular(kept[-1])])
 
@@ -132,20 +137,18 @@ def table_words(name: str, question: str = "", *, plural: bool = False) -> str:
     Source: issue 11 ("table names singular/plural as in the question where possible").
     """
     base = column_words(name).lower()
-    forms = [base]
-    if plural and not base.endswith("s") and base not in _UNCOUNTED:
-        forms = [_plural(base), base]
-    elif not plural and base.endswith("s") and not base.endswith("ss"):
-        forms = [base[:-3] + "y" if base.endswith("ies") else base[:-1], base]
+    if plural:
+        form = base if base.endswith("s") or base in _UNCOUNTED else _plural(base)
+    else:
+        form = " ".join(base.split()[:-1] + [_singular(base.split()[-1])]) if base else base
     q = question.lower()
-    for f in forms:
-        if re.search(r"\b" + re.escape(f.lower()) + r"\b", q):
-            return f
-        squashed = f.replace(" ", "")
-        m = re.search(r"\b(" + r"\s?".join(re.escape(c) for c in squashed.lower()) + r")\b", q)
-        if m and len(squashed) >= 4:
-            return m.group(1)
-    return forms[0]
+    if re.search(r"\b" + re.escape(form) + r"\b", q):
+        return form
+    squashed = form.replace(" ", "")
+    m = re.search(r"\b(" + r"\s?".join(re.escape(c) for c in squashed) + r")\b", q)
+    if m and len(squashed) >= 4:
+        return m.group(1)  # the question's spacing: "high schoolers" for Highschooler
+    return form
 
 
 def value_words(value: Any) -> str:

@@ -1,0 +1,300 @@
+"""The model-free drift recipe and its TIDE Table 7 checks (issue 11; TIDE §2.2, App. B).
+
+* real Spider dev anchors (chosen by id) with the exact edits, subtypes and utterances the recipe makes
+  for ``random.Random(0)``;
+* one crafted candidate per check stage, each rejected by that stage and no earlier one;
+* the utterances carry no SQL; the recipe is deterministic; the source database is not written;
+* the embedded set's drift samples pass the same checks (the post-drift golds written by hand).
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+from pathlib import Path
+
+import pytest
+
+from textsql_clarify.datasets import load_dataset
+from textsql_clarify.datasets.drift_check import drift_problems
+from textsql_clarify.datasets.spider import load_spider
+from textsql_clarify.generation.anchors import load_anchors
+from textsql_clarify.generation.base import Accepted, Anchor, GenContext, Recipe, Rejected
+from textsql_clarify.generation.drift import DriftRecipe
+from textsql_clarify.generation.drift_checks import STAGES, check_drift_candidate, utterance_problem
+from textsql_clarify.generation.utterances import (STYLES, TEMPLATES, column_words, condition_words,
+                                                   relation_words, render_utterance, table_words, value_words)
+from textsql_clarify.samples import write_jsonl
+from textsql_clarify.sql.sandbox import get_sandbox
+
+UNI = Path(__file__).resolve().parents[1] / "textsql_clarify" / "datasets" / "embedded" / "university.sqlite"
+
+
+def _ctx(tmp_path: Path, **options: str) -> GenContext:
+    return GenContext(work_dir=tmp_path / "databases", options=dict(options))
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ------------------------------------------------------------------------------- the checks, stage by stage
+PRE = "SELECT first_name FROM students WHERE dept_id = 1"
+
+
+@pytest.mark.parametrize("post, subtype, utterance, stage", [
+    ("SELECT first_name FROM WHERE", "value", "Make it Mathematics.", "parses"),
+    ("SELECT first_name FROM nowhere_table", "value", "Make it Mathematics.", "executes"),
+    ("SELECT first_name FROM students WHERE dept_id = 999", "value", "Make it department 999.", "non_empty"),
+    # every student has total_credits >= 0: the same rows
+    ("SELECT first_name FROM students WHERE dept_id = 1 AND total_credits >= 0", "constraint",
+     "Only those with some credits.", "distinct_result"),
+    ("SELECT first_name FROM students WHERE dept_id = 1 AND total_credits > 10", "constraint",
+     "Only those with more than 10 credits.", "non_monotone"),
+    ("SELECT first_name FROM students", "value", "Any department is fine.", "subtype_scope"),
+    ("SELECT first_name FROM students WHERE dept_id = 2", "value", "Use WHERE dept_id = 2 instead.", "utterance"),
+])
+def test_each_check_rejects_its_crafted_candidate(post, subtype, utterance, stage):
+    sb = get_sandbox(UNI)
+    res = check_drift_candidate(PRE, post, subtype, utterance, sb)
+    assert res.stage == stage, res
+    assert list(res.verdicts) == list(STAGES[:STAGES.index(stage)])
+    assert res.reason
+
+
+def test_a_good_candidate_passes_every_stage():
+    sb = get_sandbox(UNI)
+    res = check_drift_candidate(PRE, "SELECT first_name FROM students WHERE dept_id = 2", "value",
+                                "Actually, I meant Mathematics rather than Computer Science.", sb)
+    assert res.passed and res.verdicts == {s: "pass" for s in STAGES}
+    assert res.post_result is not None and res.post_result.row_count == 8
+
+
+def test_the_monotone_reason_and_an_unknown_stage():
+    sb = get_sandbox(UNI)
+    same = check_drift_candidate(PRE, PRE, "value", "x", sb, stages=("parses", "non_monotone"))
+    assert (same.stage, same.reason) == ("non_monotone", "no change in the commitments")
+    with pytest.raises(ValueError, match="unknown drift check stage"):
+        check_drift_candidate(PRE, PRE, "value", "x", sb, stages=("nope",))
+
+
+@pytest.mark.parametrize("text, what", [
+    ("Use WHERE dept_id = 2 instead.", "SQL as code"),
+    ("Give me COUNT(*) instead.", "SQL as code"),
+    ("Only ages >= 30.", "SQL as code"),
+    ("Show the first_name instead.", "underscore"),
+    ("Show students.last instead.", "table.column"),
+    ("I meant 'France', not Italy.", "quoting"),
+    ('I meant "France", not Italy.', "quoting"),
+])
+def test_utterance_check_rejects_sql(text, what):
+    assert what in utterance_problem(text)
+
+
+def test_utterance_check_accepts_the_users_words_and_refuses_given_identifiers():
+    for text in ("Actually, I meant Mathematics rather than Computer Science.", "Don't show the singer's age.",
+                 "Could you use 3.5 instead of 2?", "Forget about the year being 2014, any year is fine."):
+        assert utterance_problem(text) is None, text
+    assert "verbatim" in utterance_problem("Show the StuID instead.", ["StuID"])
+    assert utterance_problem("") == "empty utterance"
+
+
+# ------------------------------------------------------------------------------------------- the words
+def test_schema_words():
+    assert [column_words(n) for n in ("first_name", "Hometown", "LName", "StuID", "CAR_MAKERS", "GNPOld",
+                                      "PetType", "Song_release_year")] == [
+        "first name", "hometown", "last name", "student ID", "car makers", "old GNP", "pet type",
+        "song release year"]
+    assert table_words("singer", "How many singers do we have?", plural=True) == "singers"
+    assert table_words("CAR_MAKERS", "the different car makers") == "car maker"
+    assert table_words("Highschooler", "Show the names of high schoolers.", plural=True) == "high schoolers"
+    assert relation_words("has_pet", "Student") == "pet"
+    assert relation_words("singer_in_concert", "singer") == "concert"
+    assert relation_words("CONTESTANTS", "AREA_CODE_STATE") == "contestant"
+    assert [value_words(v) for v in (3.0, 2.5, "France", 7)] == ["3", "2.5", "France", "7"]
+    assert condition_words("GT", 30) == "more than 30"
+    assert condition_words("In", ["a", "b", "c"]) == "one of a, b or c"
+    assert condition_words("Like", "%Stu%") == "like Stu"
+    with pytest.raises(ValueError):
+        condition_words("Glob", 1)
+
+
+def test_every_template_renders_without_sql():
+    slots = {"col": "country", "old": "France", "new": "Italy", "cond": "France", "col2": "age", "cond2": "more than 30",
+             "old_col": "name", "new_col": "age", "old_agg": "average", "new_agg": "highest", "table": "singer",
+             "tables": "singers", "other": "concert"}
+    seen = set()
+    for kind, by_style in TEMPLATES.items():
+        assert set(by_style) == set(STYLES), kind
+        for style, texts in by_style.items():
+            assert len(texts) >= 2, (kind, style)
+            for t in texts:
+                assert utterance_problem(t.format(**slots)) is None, t
+    for seed in range(60):
+        u = render_utterance("replace_literal", slots, random.Random(seed))
+        seen.add(u.style)
+        assert u.text[0].isupper() and u.template.startswith("replace_literal/")
+    assert seen == set(STYLES)
+
+
+# ------------------------------------------------------------------------------------- the recipe, Spider
+@pytest.fixture(scope="module")
+def spider_by_id(request):
+    root = Path(__file__).resolve().parents[2] / "shared" / "data" / "spider_dev"
+    if not (root / "dev.json").is_file():
+        pytest.skip("real data absent: ../shared/data/spider_dev/dev.json not found")
+    return {s.id: s for s in load_spider(root)}
+
+
+def _anchor(s) -> Anchor:
+    return Anchor(s.id, s.db_id, s.db_path, s.question, s.gold_sql, s.difficulty, source="spider")
+
+
+def _run(s, tmp_path, seed=0, **options):
+    return DriftRecipe().run(_anchor(s), random.Random(seed), _ctx(tmp_path, **options))
+
+
+def _accepted(outs):
+    return [(o.sample.id, o.sample.drift.subtype, o.sample.provenance["edit"], o.sample.drift.post_gold_sql)
+            for o in outs if isinstance(o, Accepted)]
+
+
+def test_spider_singers_of_2014(spider_root, spider_by_id, tmp_path):
+    s = spider_by_id["spider-dev-38"]  # names of the singers who performed in a concert in 2014
+    outs = _run(s, tmp_path)
+    joins = ("FROM singer_in_concert AS T1 JOIN singer AS T2 ON T1.singer_id = T2.singer_id "
+             "JOIN concert AS T3 ON T1.concert_id = T3.concert_id")
+    assert _accepted(outs) == [
+        ("drift-spider-dev-38-value", "value", "value: concert.year 2014 -> 2015",
+         f"SELECT T2.name {joins} WHERE T3.year = 2015"),
+        ("drift-spider-dev-38-constraint", "constraint", "constraint: removed concert.year filter T3.year = 2014",
+         f"SELECT T2.name {joins}"),
+        ("drift-spider-dev-38-constraint-2", "constraint",
+         "constraint: removed table(s) singer_in_concert, concert with their join condition(s) and filter(s) "
+         "T3.year = 2014", "SELECT T2.name FROM singer AS T2"),
+    ]  # no projection: the anchor has its 3 samples (drift_per_anchor)
+    assert [o.sample.drift.utterance for o in outs] == [
+        "Oops, make that 2015, not 2014.", "Actually, skip the year part, it doesn't have to be 2014.",
+        "Forget the concert part, just give me every singer."]
+    first = outs[0].sample
+    assert (first.style, first.group, first.subcategory, first.difficulty) == (
+        "colloquial", "answerable", "answerable_without_evidence", s.difficulty)
+    assert first.question == s.question and first.gold_sql == s.gold_sql
+    assert outs[0].verdicts == {st: "pass" for st in STAGES}
+    # one per subtype, no cap on the total (TIDE's one drift per subtype): the projection comes back
+    tide = _accepted(_run(s, tmp_path, drift_per_subtype="1", drift_per_anchor="0"))
+    assert [g[1] for g in tide] == ["value", "constraint", "projection"]
+    assert tide[2][2] == "projection: singer.name -> singer.Age"
+
+
+def test_spider_french_singers_value_drift(spider_root, spider_by_id, tmp_path):
+    s = spider_by_id["spider-dev-4"]  # average, minimum and maximum age of the singers from France
+    got = _accepted(_run(s, tmp_path))
+    assert [g[:3] for g in got] == [
+        ("drift-spider-dev-4-value", "value", "value: singer.country 'France' -> 'United States'"),
+        ("drift-spider-dev-4-value-2", "value", "value: singer.country 'France' -> 'Netherlands'"),
+        ("drift-spider-dev-4-constraint", "constraint", "constraint: removed singer.country filter country = 'France'"),
+    ]
+    assert got[0][3] == "SELECT AVG(age), MIN(age), MAX(age) FROM singer WHERE country = 'United States'"
+
+
+def test_spider_text_year_compared_as_a_number_and_a_projection(spider_root, spider_by_id, tmp_path):
+    s = spider_by_id["spider-dev-24"]  # concert.Year is stored as text; the gold compares it with 2014
+    outs = _run(s, tmp_path)
+    assert _accepted(outs)[0][2] == "value: concert.year 2014 -> 2015"
+    assert outs[0].sample.drift.utterance == "Oops, make that at least 2015, not at least 2014."
+    rejected = [o for o in outs if isinstance(o, Rejected)]
+    assert [(o.stage, o.reason) for o in rejected] == [
+        ("distinct_result", "constraint: removed concert.year filter T1.year >= 2014: returns the same result as "
+                            "the anchor's gold SQL")]
+    assert _accepted(outs)[-1][1:3] == ("projection", "projection: removed output T2.name")
+
+
+def test_spider_count_only_gives_nothing_and_join_chain_removal(spider_root, spider_by_id, tmp_path):
+    assert _run(spider_by_id["spider-dev-0"], tmp_path) == []  # SELECT count(*) FROM singer: nothing to edit
+    outs = _run(spider_by_id["spider-dev-100"], tmp_path)  # car makers who produced a car in 1970
+    removal = [o.sample for o in outs if isinstance(o, Accepted) and o.sample.id.endswith("constraint-2")][0]
+    assert removal.drift.post_gold_sql == "SELECT DISTINCT T1.Maker FROM CAR_MAKERS AS T1"
+    assert removal.drift.utterance == "Forget the cars data part, just give me every car maker."
+
+
+def test_spider_accepted_samples_pass_the_load_time_check(spider_root, spider_by_id, tmp_path):
+    ids = ["spider-dev-4", "spider-dev-24", "spider-dev-38", "spider-dev-100", "spider-dev-175", "spider-dev-300"]
+    samples = [o.sample for i in ids for o in _run(spider_by_id[i], tmp_path) if isinstance(o, Accepted)]
+    assert len(samples) >= 12 and {s.drift.subtype for s in samples} == {"value", "constraint", "projection"}
+    file = tmp_path / "drift.jsonl"
+    write_jsonl(samples, file)
+    assert drift_problems(samples, file) == []
+
+
+# ---------------------------------------------------------------------------------- the recipe, embedded
+@pytest.fixture(scope="module")
+def embedded_runs(tmp_path_factory):
+    anchors = load_anchors("embedded")
+    ctx = _ctx(tmp_path_factory.mktemp("drift"))
+    before = _digest(UNI)
+    runs = [[DriftRecipe().run(a, random.Random(7), ctx) for a in anchors] for _ in range(2)]
+    return anchors, runs, before
+
+
+def test_recipe_contract_and_the_source_is_not_written(embedded_runs):
+    anchors, runs, before = embedded_runs
+    r = DriftRecipe()
+    assert isinstance(r, Recipe) and (r.name, r.needs_model, r.stages) == ("drift", False, STAGES)
+    assert _digest(UNI) == before
+    outs = [o for per in runs[0] for o in per]
+    assert all(isinstance(o, (Accepted, Rejected)) and (isinstance(o, Accepted) or o.stage in STAGES) for o in outs)
+    ids = [o.sample.id for o in outs if isinstance(o, Accepted)]
+    assert len(ids) == len(set(ids)) and all(i.startswith("drift-uni-") for i in ids)
+
+
+def test_deterministic_for_a_seed(embedded_runs, tmp_path):
+    anchors, runs, _ = embedded_runs
+
+    def flat(run):
+        return [o.sample.to_dict() if isinstance(o, Accepted) else (o.stage, o.reason) for per in run for o in per]
+
+    assert flat(runs[0]) == flat(runs[1])
+    other = [DriftRecipe().run(a, random.Random(8), _ctx(tmp_path)) for a in anchors]
+    assert flat(other) != flat(runs[0])
+
+
+def test_embedded_utterances_carry_no_sql_and_every_subtype_and_style_occurs(embedded_runs):
+    _, runs, _ = embedded_runs
+    acc = [o.sample for per in runs[0] for o in per if isinstance(o, Accepted)]
+    assert {s.drift.subtype for s in acc} == {"value", "constraint", "projection"}
+    assert {s.style for s in acc} == set(STYLES)
+    for s in acc:
+        assert utterance_problem(s.drift.utterance) is None, s.drift.utterance
+        assert "_" not in s.drift.utterance and "'" + "'" not in s.drift.utterance
+        assert s.provenance["subtype"] == s.drift.subtype and s.provenance["edit"].startswith(s.drift.subtype + ":")
+
+
+def test_options_cap_the_samples(embedded_runs, tmp_path):
+    anchors, _, _ = embedded_runs
+    a = next(x for x in anchors if x.id == "uni-drift-001")
+    one = DriftRecipe().run(a, random.Random(0), _ctx(tmp_path, drift_per_subtype="1", drift_per_anchor="0"))
+    got = [o.sample.drift.subtype for o in one if isinstance(o, Accepted)]
+    assert sorted(got) == ["constraint", "projection", "value"]
+    none = DriftRecipe().run(a, random.Random(0), _ctx(tmp_path, drift_per_subtype="value=0,constraint=0",
+                                                       drift_projection_fill="0"))
+    assert none == []
+    with pytest.raises(ValueError, match="unknown drift subtype"):
+        DriftRecipe().run(a, random.Random(0), _ctx(tmp_path, drift_per_subtype="colour=1"))
+    with pytest.raises(ValueError, match="drift_tries"):
+        DriftRecipe().run(a, random.Random(0), _ctx(tmp_path, drift_tries="0"))
+
+
+def test_anchor_whose_gold_returns_nothing_is_one_rejection(tmp_path):
+    a = Anchor("x1", "university", str(UNI), "Students of department 999?",
+               "SELECT first_name FROM students WHERE dept_id = 999")
+    assert [(o.stage, type(o)) for o in DriftRecipe().run(a, random.Random(0), _ctx(tmp_path))] == [
+        ("non_empty", Rejected)]
+
+
+def test_embedded_drift_samples_pass_the_checks():
+    drifting = [s for s in load_dataset("embedded") if s.drift is not None]
+    assert len(drifting) == 6
+    for s in drifting:
+        res = check_drift_candidate(s.gold_sql, s.drift.post_gold_sql, s.drift.subtype, s.drift.utterance,
+                                    get_sandbox(s.db_path))
+        assert res.passed, (s.id, res)
