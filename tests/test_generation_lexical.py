@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from textsql_clarify.datasets import embedded_db_path, load_dataset
-from textsql_clarify.generation.base import Accepted, Anchor, GenContext, Recipe, Rejected
+from textsql_clarify.generation.base import Accepted, Anchor, GenContext, Recipe
 from textsql_clarify.generation.derived_db import column_comments
 from textsql_clarify.generation.gold_refs import source_schema
 from textsql_clarify.generation.lexical_overlap import LexicalOverlapRecipe, Pair, affinity, overlap_pairs, \

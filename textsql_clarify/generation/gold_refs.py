@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,7 +158,5 @@ def gold_refs(sql: str, schema: SourceSchema) -> GoldRefs:
 def words(name: str) -> str:
     """A schema name in plain words: ``Song_release_year`` -> ``song release year``, ``hireDate`` ->
     ``hire date``."""
-    import re
-
     parts = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name).replace("_", " ").replace("-", " ").split()
     return " ".join(p.lower() for p in parts) or name

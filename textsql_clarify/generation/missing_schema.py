@@ -39,7 +39,7 @@ from typing import Sequence
 
 from ..errors import TextSQLClarifyError
 from ..samples import Sample
-from ..sql.sandbox import SQLiteSandbox
+from ..sql.sandbox import ExecutionResult, SQLiteSandbox
 from ..text import plural_stem
 from .base import Accepted, Anchor, GenContext, Outcome, Rejected
 from .derived_db import DerivedDBError, Removal, build_derived
@@ -316,32 +316,31 @@ class MissingSchemaRecipe:
         out: list[Outcome] = []
         original = None
         for el in elements[:tries]:
-            res = self._try(anchor, el, refs, schema, ctx, original)
-            if isinstance(res, tuple):  # (outcome, original result)
-                res, original = res
+            res, original = self._try(anchor, el, refs, schema, ctx, original)
             out.append(res)
             if isinstance(res, Accepted) or res.stage == "original_nonempty":
                 break  # accepted, or the gold is empty on the source: no other element can pass
         return out
 
     def _try(self, anchor: Anchor, el: Element, refs: GoldRefs, schema: SourceSchema, ctx: GenContext,
-             original) -> Outcome | tuple:
+             original: ExecutionResult | None) -> tuple[Outcome, ExecutionResult | None]:
+        """One element through the checks: ``(outcome, the gold's result on the source or None)``."""
         verdicts = {"element_chosen": f"{el.role} {el.removal.describe()}"}
         try:
             path = build_derived(anchor.db_path, el.removal, ctx.work_dir, anchor.db_id)
         except DerivedDBError as e:
-            return Rejected("derived_built", str(e)[:200])
+            return Rejected("derived_built", str(e)[:200]), original
         verdicts["derived_built"] = "pass"
         with SQLiteSandbox(path, timeout_s=ctx.timeout_s) as sb:
             res = sb.execute(anchor.gold_sql)
         if res.ok:
-            return Rejected("gold_fails_on_derived", f"the gold still runs without {el.removal.describe()}")
+            return Rejected("gold_fails_on_derived", f"the gold still runs without {el.removal.describe()}"), original
         if res.error_kind == "timeout":
-            return Rejected("gold_fails_on_derived", "the gold timed out on the derived database")
+            return Rejected("gold_fails_on_derived", "the gold timed out on the derived database"), original
         verdicts["gold_fails_on_derived"] = f"{res.error_kind}: {(res.error_message or '')[:80]}"
         sub = substitute(el, refs, source_schema(path))
         if sub is not None:
-            return Rejected("no_substitute", sub)
+            return Rejected("no_substitute", sub), original
         verdicts["no_substitute"] = "pass"
         if original is None:
             with SQLiteSandbox(anchor.db_path, timeout_s=ctx.timeout_s) as sb:
