@@ -215,7 +215,7 @@ def test_drift_cross_validation_accepts_and_reidentifies(embedded, tmp_path):
     assert [type(o).__name__ for o in outs] == ["Accepted", "Rejected"] and outs[1].stage == "non_empty"
     s = outs[0].sample
     assert s.id == "tide_drift-uni-drift-001-value" and s.drift == embedded["uni-drift-001"].drift
-    assert s.provenance["candidate_recipe"] == "drift" and s.provenance["subtype"] == "value"
+    assert s.provenance["candidate_source"] == "rules" and s.provenance["subtype"] == "value"
     assert outs[0].verdicts["drift_fit"] == "pass (a: pass, b: pass)" and outs[0].verdicts["parses"] == "pass"
     _valid(s)
 
@@ -326,3 +326,105 @@ def test_pipeline_writes_a_valid_triplet_file(embedded, tmp_path):
     assert by_anchor == {a: ["chain_only", "drift_only", "joint"] for a in ("uni-drift-001", "uni-drift-005")}
     (table,) = rep.tables
     assert table.rejected["alternatives"] == 1 and table.rejected["non_empty"] == 2 and table.accepted == 6
+
+
+# ------------------------------------------------------------------------------------------------ drift sources
+ALG = ("SELECT COUNT(*) FROM student_courses sc JOIN courses c ON c.course_id = sc.course_id "
+       "WHERE c.title = 'Algorithms'")
+WRITTEN = {  # uni-drift-002's gold is ALG + " AND sc.grade >= 28"
+    "value": ("Sorry, make that at least 25.", ALG + " AND sc.grade >= 25"),
+    "constraint": ("Forget the grade limit, any grade counts.", ALG),
+    "projection": ("Actually, give me the average grade instead of how many.",
+                   "SELECT AVG(sc.grade) FROM student_courses sc JOIN courses c ON c.course_id = sc.course_id "
+                   "WHERE c.title = 'Algorithms' AND sc.grade >= 28"),
+}
+
+
+def _writer(table=WRITTEN):
+    import re
+
+    def reply(prompt):
+        subtype = re.search(r"of this kind: (\w+):", prompt).group(1)
+        utt, sql = table[subtype]
+        return json.dumps({"utterance": utt, "post_drift_sql": sql})
+    return reply
+
+
+def test_feasible_subtypes():
+    from textsql_clarify.generation.tide import feasible_subtypes
+
+    assert feasible_subtypes(ALG + " AND sc.grade >= 28") == ["value", "constraint", "projection"]
+    assert feasible_subtypes("SELECT title FROM courses c JOIN departments d ON c.dept_id = d.dept_id") == [
+        "constraint", "projection"]  # a join predicate is a filter without a literal
+    assert feasible_subtypes("SELECT COUNT(*) FROM courses") == ["projection"]
+
+
+def test_model_drift_source_writes_checked_candidates(embedded, tmp_path):
+    from textsql_clarify.generation.tide import ModelDriftSource
+
+    src = ModelDriftSource()
+    assert src.stages[0] == "json_format" and src.stages[-1] == "utterance"
+    a = _anchor(embedded["uni-drift-002"])
+    ctx = _ctx(tmp_path, FakeModel("a", replies={"[task:drift_gen]": _writer()}))
+    seen = {}
+    for seed in range(12):
+        (o,) = src.run(a, random.Random(seed), ctx)
+        assert isinstance(o, Accepted), o
+        seen[o.sample.drift.subtype] = o
+    assert set(seen) == {"value", "constraint", "projection"}
+    for st, o in seen.items():
+        assert o.sample.drift.post_gold_sql == WRITTEN[st][1] and o.sample.id == f"drift-uni-drift-002-{st}"
+        assert list(o.verdicts)[:2] == ["json_format", "parses"]
+        _valid(o.sample)
+
+
+@pytest.mark.parametrize("stage,table", [
+    ("json_format", None),
+    ("distinct_result", {st: ("Make it the same.", ALG + " AND sc.grade >= 28") for st in WRITTEN}),
+    ("subtype_scope", {"value": WRITTEN["constraint"], "constraint": WRITTEN["value"],
+                       "projection": WRITTEN["value"]}),
+    ("utterance", {st: ("Use sc.grade >= 25 instead.", WRITTEN[st][1]) for st in WRITTEN}),
+])
+def test_model_drift_source_rejects(stage, table, embedded, tmp_path):
+    from textsql_clarify.generation.tide import ModelDriftSource
+
+    reply = "I would change the grade." if table is None else _writer(table)
+    ctx = _ctx(tmp_path, FakeModel("a", replies={"[task:drift_gen]": reply}))
+    (o,) = ModelDriftSource().run(_anchor(embedded["uni-drift-002"]), random.Random(0), ctx)
+    assert isinstance(o, Rejected) and o.stage == stage, o
+
+
+def test_tide_drift_option_chooses_the_source(embedded, tmp_path):
+    from textsql_clarify.generation.drift import DriftRecipe
+
+    a = _anchor(embedded["uni-drift-001"])
+    model = FakeModel("a", replies={"[task:drift_gen]": _writer({st: (
+        "Actually, I meant the Mathematics department, not Computer Science.",
+        embedded["uni-drift-001"].drift.post_gold_sql) for st in WRITTEN})})
+    outs = TideDriftRecipe().run(a, random.Random(1), _ctx(tmp_path, model, drift_source="model"))
+    acc = [o for o in outs if isinstance(o, Accepted)]
+    assert [o.sample.id for o in acc] == ["tide_drift-uni-drift-001-value"]
+    assert acc[0].sample.provenance["candidate_source"] == "model"
+    # the default source is the model-free drift recipe: the same candidates, each cross-validated
+    rules = DriftRecipe().run(a, random.Random(5), _ctx(tmp_path))
+    outs = TideDriftRecipe().run(a, random.Random(5), _ctx(tmp_path))
+    assert [type(o) for o in outs] == [type(o) for o in rules] and any(isinstance(o, Accepted) for o in outs)
+    for o, r in zip(outs, rules):
+        if isinstance(o, Accepted):
+            assert o.sample.id == "tide_" + r.sample.id and o.sample.drift == r.sample.drift
+            assert o.sample.provenance["candidate_source"] == "rules"
+            _valid(o.sample)
+    with pytest.raises(ValueError, match="drift_source"):
+        TideDriftRecipe().run(a, random.Random(0), _ctx(tmp_path, drift_source="llm"))
+
+
+def test_triplet_over_the_model_free_drift_recipe(embedded, tmp_path):
+    outs = TideTripletRecipe().run(_anchor(embedded["uni-drift-005"]), random.Random(0), _ctx(tmp_path))
+    acc = [o.sample for o in outs if isinstance(o, Accepted)]
+    assert [s.provenance["sample_type"] for s in acc] == ["chain_only", "drift_only", "joint"]
+    assert acc[1].drift == acc[2].drift and acc[1].drift.subtype == acc[1].provenance["drift_subtype"]
+    # with the provenance the pipeline adds, the three samples over one gold are not duplicates of each other
+    gen = [dataclasses.replace(s, provenance={**s.provenance, "source": "generated", "anchor_id": "uni-drift-005",
+                                              "anchor_source": "embedded"}) for s in acc]
+    assert validate_samples(gen, use_cache=False).problems == []
+    assert [p.flag for p in validate_samples(acc, use_cache=False).problems] == ["duplicate_gold"]

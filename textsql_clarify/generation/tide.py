@@ -33,21 +33,23 @@ from typing import Any, Sequence
 from ..errors import SQLParseError
 from ..rewards.commitments import commitment_set
 from ..rewards.execution import is_empty_result, score_execution
-from ..samples import Chain, ChainLayer, Interpretation, Sample
+from ..samples import DRIFT_SUBTYPES, Chain, ChainLayer, DriftEvent, Interpretation, Sample
 from ..sql.sandbox import ExecutionResult, SQLiteSandbox, get_sandbox
 from ..sql.schema import parse_for_analysis
 from ..taxonomy import SUBCATEGORIES
 from . import tide_prompts as P
 from .base import Accepted, Anchor, GenContext, Outcome, Rejected
 
-__all__ = ["TideChainRecipe", "TideDriftRecipe", "TideTripletRecipe", "unanimous", "reading_problem",
-           "anchor_problem", "CHAIN_STAGES", "CROSS_STAGES"]
+__all__ = ["TideChainRecipe", "TideDriftRecipe", "TideTripletRecipe", "ModelDriftSource", "unanimous",
+           "reading_problem", "anchor_problem", "feasible_subtypes", "CHAIN_STAGES", "CROSS_STAGES", "DRIFT_SOURCES"]
 
 #: :class:`TideChainRecipe`'s checks, in order.
 CHAIN_STAGES = ("anchor", "l1_format", "l2_format", "alternatives", "plausibility", "re_ask", "counterfactual",
                 "evidence")
 #: the LLM cross-validation stages that :class:`TideDriftRecipe` adds after the drift recipe's own checks.
 CROSS_STAGES = ("drift_fit", "stability")
+#: the values of the ``drift_source`` option: the model-free recipe's candidates, or the generator's (TIDE App. B.2).
+DRIFT_SOURCES = ("rules", "model")
 #: the ambiguous ABISS subcategories a chain's L1 may be labelled with.
 _AMBIGUOUS = tuple(n for n, s in SUBCATEGORIES.items() if s.group == "ambiguous")
 
@@ -290,30 +292,130 @@ class TideChainRecipe:
         return Accepted(sample, verdicts)
 
 
+def feasible_subtypes(gold_sql: str, schema=None) -> list[str]:
+    """The drift subtypes an anchor admits (TIDE §3.2 anchor selection (iii), Algorithm 1): ``value`` needs a
+    filtering predicate with a literal, ``constraint`` a filtering predicate, ``projection`` is always possible.
+
+    Args:
+        gold_sql: the anchor's gold.
+        schema: ``{table: {column: type}}`` for column resolution, or ``None``.
+    Raises:
+        SQLParseError: the gold cannot be analysed.
+    """
+    where = [c for c in commitment_set(gold_sql, schema) if c.kind == "where"]
+    out = []
+    if any(c.value_form != c.structural_form for c in where):
+        out.append("value")
+    if where:
+        out.append("constraint")
+    return out + ["projection"]
+
+
+class ModelDriftSource:
+    """Drift candidates written by the council's generator (TIDE §3.2 "drift injection", App. B.2 "Generation"):
+    per anchor, one candidate of a pre-assigned subtype (chosen with ``rng`` among :func:`feasible_subtypes`;
+    TIDE balances subtypes across anchors), checked by TIDE Table 7: ``json_format`` (the reply holds
+    ``utterance`` and ``post_drift_sql``), then the drift recipe's AST and execution checks
+    (:func:`textsql_clarify.generation.drift_checks.check_drift_candidate`: parses, executes, non_empty,
+    distinct_result, non_monotone, subtype_scope, utterance). Accepted samples look like the model-free
+    recipe's: the anchor's question and gold with the drift event, id ``drift-<anchor>-<subtype>``.
+
+    Options (``ctx.options``): ``max_new_tokens`` (int, 320).
+    """
+
+    name = "drift"
+    needs_model = True
+
+    def __init__(self):
+        from .drift_checks import STAGES
+
+        self.stages = ("json_format",) + tuple(STAGES)
+
+    def run(self, anchor: Anchor, rng: random.Random, ctx: GenContext) -> Sequence[Outcome]:
+        """One generated drift candidate of ``anchor``, accepted or rejected at its first failed check.
+
+        Raises:
+            ValueError: no council in ``ctx``, or a malformed option.
+        """
+        from .drift_checks import check_drift_candidate
+
+        council = _council(ctx, "tide_drift")
+        sb = _sandbox(anchor.db_path, ctx)
+        pre = sb.execute(anchor.gold_sql)
+        if not pre.ok or pre.truncated:
+            return [Rejected("executes", f"the anchor's gold SQL fails ({pre.error_kind or 'truncated'})")]
+        if is_empty_result(pre):
+            return [Rejected("non_empty", "the anchor's gold SQL returns no data")]
+        try:
+            subtype = rng.choice(feasible_subtypes(anchor.gold_sql, sb.schema))
+        except SQLParseError as e:
+            return [Rejected("parses", f"the anchor's gold SQL cannot be analysed: {e.reason}")]
+        reply = council.write(P.drift_gen_messages(anchor.question, anchor.gold_sql, P.schema_summary(anchor.db_path),
+                                                   subtype),
+                              max_new_tokens=_opt_int(ctx, "max_new_tokens", 320), seed=rng.randrange(2 ** 31))
+        obj = P.parse_json_reply(reply, ("utterance", "post_drift_sql"))
+        if isinstance(obj, str):
+            return [Rejected("json_format", f"{subtype}: {obj}")]
+        utt, post = obj["utterance"].strip(), obj["post_drift_sql"].strip().rstrip(";").strip()
+        res = check_drift_candidate(anchor.gold_sql, post, subtype, utt, sb, pre_result=pre)
+        if not res.passed:
+            return [Rejected(res.stage, f"{subtype}: {res.reason}")]
+        sample = Sample(
+            id=f"drift-{anchor.id}-{subtype}", db_id=anchor.db_id, db_path=anchor.db_path, question=anchor.question,
+            group="answerable",
+            subcategory="answerable_with_evidence" if anchor.evidence else "answerable_without_evidence",
+            gold_sql=anchor.gold_sql, evidence=tuple(anchor.evidence), difficulty=anchor.difficulty,
+            drift=DriftEvent(utt, post, subtype),
+            provenance={"subtype": subtype, "edit": "written by the generator", "candidate_source": "model"})
+        return [Accepted(sample, {"json_format": "pass", **res.verdicts})]
+
+
 class TideDriftRecipe:
     """TIDE drift injection with LLM cross-validation (§3.2, App. B.2): ``tide_drift``.
 
-    The candidates and their AST checks (TIDE Table 7) are the model-free drift recipe's
-    (:class:`textsql_clarify.generation.drift.DriftRecipe`, or ``source``); each candidate it accepts then goes
-    to the council's cross-validation, in TIDE's priority order: ``drift_fit`` (the post-drift SQL matches the
-    subtype and what the user said) and ``stability`` (what the user did not touch is unchanged), each passed
-    by every judge (:func:`unanimous`). Accepted samples are re-identified ``tide_drift-<anchor>-<subtype>``.
+    The candidates and their AST checks (TIDE Table 7) come from ``source``: by default the option
+    ``drift_source`` picks it per run, ``rules`` (default: the model-free
+    :class:`textsql_clarify.generation.drift.DriftRecipe`) or ``model`` (:class:`ModelDriftSource`: the
+    generator writes them, as TIDE does). Each candidate the source accepts then goes to the council's
+    cross-validation, in TIDE's priority order: ``drift_fit`` (the post-drift SQL matches the subtype and what
+    the user said) and ``stability`` (what the user did not touch is unchanged), each passed by every judge
+    (:func:`unanimous`). Accepted samples are re-identified ``tide_drift-<anchor>-<subtype>``.
 
     Args:
-        source: the recipe whose accepted drift samples are cross-validated (a
-            :class:`~textsql_clarify.generation.base.Recipe`); default ``DriftRecipe()``.
+        source: a fixed candidate source (a :class:`~textsql_clarify.generation.base.Recipe` whose accepted
+            samples carry a drift event); ``None``: chosen by the ``drift_source`` option.
     """
 
     name = "tide_drift"
     needs_model = True
 
     def __init__(self, source: Any | None = None):
-        if source is None:
-            from .drift import DriftRecipe
+        from .drift_checks import STAGES
 
-            source = DriftRecipe()
-        self.source = source
-        self.stages = tuple(source.stages) + tuple(s for s in CROSS_STAGES if s not in source.stages)
+        self._fixed = source
+        self._sources: dict[str, Any] = {}
+        own = tuple(source.stages) if source is not None else ("json_format",) + tuple(STAGES)
+        self.stages = own + tuple(s for s in CROSS_STAGES if s not in own)
+
+    def source_for(self, ctx: GenContext) -> Any:
+        """The candidate source of this run: the fixed one, else the ``drift_source`` option's.
+
+        Raises:
+            ValueError: an unknown ``drift_source``.
+        """
+        if self._fixed is not None:
+            return self._fixed
+        kind = ctx.options.get("drift_source", "rules")
+        if kind not in DRIFT_SOURCES:
+            raise ValueError(f"option drift_source={kind!r}; valid: {', '.join(DRIFT_SOURCES)}")
+        if kind not in self._sources:
+            if kind == "rules":
+                from .drift import DriftRecipe
+
+                self._sources[kind] = DriftRecipe()
+            else:
+                self._sources[kind] = ModelDriftSource()
+        return self._sources[kind]
 
     def cross_validate(self, acc: Accepted, ctx: GenContext, *, sample_id: str | None = None,
                        sample_type: str | None = None) -> Outcome:
@@ -341,11 +443,10 @@ class TideDriftRecipe:
                 return Rejected(crit, f"not every judge passed it: {summary}")
             verdicts[crit] = summary
         if sample_id is None:
-            src = getattr(self.source, "name", "drift")
-            tail = s.id[len(src) + 1:] if s.id.startswith(src + "-") else s.id
+            tail = s.id[len("drift-"):] if s.id.startswith("drift-") else s.id
             sample_id = f"{self.name}-{tail}"
         prov = dict(s.provenance)
-        prov["candidate_recipe"] = getattr(self.source, "name", "drift")
+        prov.setdefault("candidate_source", "rules")
         if sample_type is not None:
             prov["sample_type"] = sample_type
         return Accepted(dataclasses.replace(s, id=sample_id, provenance=prov), verdicts, acc.paired)
@@ -358,7 +459,7 @@ class TideDriftRecipe:
         """
         _council(ctx, self.name)
         return [self.cross_validate(o, ctx) if isinstance(o, Accepted) else o
-                for o in self.source.run(anchor, rng, ctx)]
+                for o in self.source_for(ctx).run(anchor, rng, ctx)]
 
 
 class TideTripletRecipe:
@@ -405,7 +506,7 @@ class TideTripletRecipe:
             return [c]
         out: list[Outcome] = []
         survivors: list[Accepted] = []
-        for o in self.drift.source.run(anchor, rng, ctx):
+        for o in self.drift.source_for(ctx).run(anchor, rng, ctx):
             if isinstance(o, Accepted):
                 o = self.drift.cross_validate(o, ctx, sample_id=f"{base}-drift_only", sample_type="drift_only")
             (survivors.append(o) if isinstance(o, Accepted) else out.append(o))

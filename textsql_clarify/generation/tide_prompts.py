@@ -20,7 +20,7 @@ from ..sql.schema import read_schema
 __all__ = [
     "MARKERS", "PASS", "FAIL", "VERDICT_OPTIONS", "schema_summary", "parse_json_reply",
     "chain_l1_messages", "chain_l2_messages", "chain_judge_messages", "counterfactual_messages",
-    "evidence_rewrite_messages", "drift_judge_messages", "CHAIN_CRITERIA", "DRIFT_CRITERIA",
+    "evidence_rewrite_messages", "drift_gen_messages", "drift_judge_messages", "CHAIN_CRITERIA", "DRIFT_CRITERIA",
 ]
 
 #: The judging options of a pass/fail criterion; ``FAIL`` is the conservative one (ties go to it).
@@ -36,6 +36,7 @@ MARKERS = {
     "re_ask": "[task:chain_judge_reask]",
     "counterfactual": "[task:chain_judge_counterfactual]",
     "evidence_rewrite": "[task:evidence_rewrite]",
+    "drift_gen": "[task:drift_gen]",
     "drift_fit": "[task:drift_judge_fit]",
     "stability": "[task:drift_judge_stability]",
 }
@@ -219,6 +220,23 @@ def evidence_rewrite_messages(evidence: Sequence[str], initial_question: str, l1
            "the user will choose for L1 or L2, but keeps every fact needed to write the SQL (column meanings, "
            'codes, formulas).\nReply with JSON: {"evidence": "..."}')
     return [{"role": "system", "content": _SYSTEM_WRITE}, {"role": "user", "content": req}]
+
+
+def drift_gen_messages(question: str, gold_sql: str, schema: str, subtype: str) -> list[dict]:
+    """The drift-injection prompt (TIDE §3.2 "drift injection", App. B.2 "Generation"): for a pre-assigned
+    subtype, the generator writes the user's drift utterance and the post-drift SQL. The reply is JSON
+    ``{"utterance": "...", "post_drift_sql": "..."}`` (TIDE Table 7 step 1 checks its fields).
+
+    Raises:
+        KeyError: an unknown subtype.
+    """
+    req = (f"{MARKERS['drift_gen']} The system answered the question with the SQL above. Now the user changes their "
+           f"mind: write what the user says next and the SQL that answers the changed request. The change must be "
+           f"of this kind: {subtype}: {_SUBTYPE_DEF[subtype]}. The user retracts something they asked for; the user "
+           "speaks in plain words, never in SQL or column names.\n"
+           'Reply with JSON: {"utterance": "...", "post_drift_sql": "..."}')
+    return [{"role": "system", "content": _SYSTEM_WRITE},
+            {"role": "user", "content": _anchor_block(question, gold_sql, schema) + "\n\n" + req}]
 
 
 def drift_judge_messages(criterion: str, gold_sql: str, utterance: str, post_sql: str, subtype: str) -> list[dict]:
