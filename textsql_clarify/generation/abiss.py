@@ -33,6 +33,10 @@ then the ten validators of §4.2, in order, each on the candidates that passed t
     same group, the assigned one must win a strict council majority (the order of A and B alternates);
 12. ``style_conformance`` (Stage 10): the council's majority style must be the requested one.
 
+A plain (few-shot, small) backend writes each SQL on its cue's line (its text stops at a line break) and the
+NLQ object up to a blank line; a chat backend writes to its end of turn or ``max_new_tokens``
+(:meth:`~textsql_clarify.generation.council.Council.write`, ``plain_stop``).
+
 Every council vote breaks a tie conservatively (ABISS §5.2's rule, here: a tie rejects). A stage that does
 not apply to the candidate's group gets the verdict ``"n/a"``.
 
@@ -145,11 +149,11 @@ def parse_nlq(text: str, group: str, subcategory: str) -> NLQObject | str:
 
 
 _FENCE = re.compile(r"```(?:sql|sqlite)?\s*(.*?)```", re.S | re.I)
-_SQL_LINE = re.compile(r"^\s*SQL\s*:\s*", re.I | re.M)
+_SQL_LINE = re.compile(r"(?:^|(?<=\s))SQL\s*:\s*", re.I | re.M)
 
 
 def extract_sql(text: str) -> str:
-    """The SQL of a model's answer: a fenced block, else what follows the last ``SQL:`` line start, else the
+    """The SQL of a model's answer: a fenced block, else what follows the last ``SQL:`` (at a line start or after a space), else the
     whole text; cut to its first statement (sqlglot) when it parses. ``""`` when the model wrote ``NONE``.
     (Text handling only; the SQL itself is read by sqlglot, never edited.)"""
     t = text.strip()
@@ -351,7 +355,7 @@ class AbissRecipe:
     def _nlq(self, anchor, c, schema, sandbox, council):
         msgs = P.nlq_messages(db_id=anchor.db_id, schema=schema, subcategory=c.sub, style=c.style,
                               difficulty=c.level, seed_question=anchor.question, seed_sql=anchor.gold_sql)
-        text = council.write(msgs, max_new_tokens=self._max_new, seed=c.seed)
+        text = council.write(msgs, max_new_tokens=self._max_new, seed=c.seed, plain_stop="\n\n")
         obj = parse_nlq(text, c.group, c.sub)
         if isinstance(obj, str):
             return Rejected("nlq_generation", f"{c.sub}: {obj}")
@@ -364,7 +368,7 @@ class AbissRecipe:
         obj = c.obj
         texts = council.write_all([P.sql_messages(schema=schema, question=obj.question, evidence=obj.evidence,
                                                   hidden_knowledge=h, reference_sql=anchor.gold_sql)
-                                   for h in obj.hidden], max_new_tokens=self._max_new, seed=c.seed)
+                                   for h in obj.hidden], max_new_tokens=self._max_new, seed=c.seed, plain_stop="\n")
         obj.sqls = [extract_sql(t) for t in texts]
         for i, s in enumerate(obj.sqls):
             if not s:
@@ -424,7 +428,7 @@ class AbissRecipe:
         o = c.obj
         written = council.write_each(P.sql_free_messages("sql_noevidence", schema=schema, question=o.question,
                                                          evidence=o.evidence),
-                                     max_new_tokens=self._max_new, seed=c.seed)
+                                     max_new_tokens=self._max_new, seed=c.seed, plain_stop="\n")
         votes = {m: ("not_needed" if self._equivalent(sandbox, extract_sql(t), o.sqls[0], c.results[0]) else "needed")
                  for m, t in written.items()}
         v = tally(votes, ("needed", "not_needed"), tie="not_needed")
@@ -443,7 +447,7 @@ class AbissRecipe:
             return Rejected("ambiguity_verification", f"the two readings return the same result ({how})")
         written = council.write_each(P.sql_free_messages("sql_nohk", schema=schema, question=o.question,
                                                          evidence=o.evidence),
-                                     max_new_tokens=self._max_new, seed=c.seed)
+                                     max_new_tokens=self._max_new, seed=c.seed, plain_stop="\n")
         options = ("none", "reading 1", "reading 2")
         votes = {}
         for m, t in written.items():
@@ -463,7 +467,7 @@ class AbissRecipe:
         o = c.obj
         written = council.write_each(P.sql_free_messages("sql_attempt", schema=schema, question=o.question,
                                                          evidence=o.evidence),
-                                     max_new_tokens=self._max_new, seed=c.seed)
+                                     max_new_tokens=self._max_new, seed=c.seed, plain_stop="\n")
         tried = []
         for m, t in written.items():
             s = extract_sql(t)

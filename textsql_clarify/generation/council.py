@@ -159,7 +159,7 @@ class Council:
 
     # ---------------------------------------------------------------- writing
     def write(self, messages: list[dict], *, max_new_tokens: int = 256, seed: int = 0,
-              stop: str | None = None, model: int | None = None) -> str:
+              stop: str | None = None, model: int | None = None, plain_stop: str | None = None) -> str:
         """The generator model's (or ``model``'s) greedy continuation of ``messages``.
 
         Args:
@@ -168,15 +168,19 @@ class Council:
             seed: passed to the backend (greedy decoding does not use it; kept for reproducible sampling).
             stop: cut the text at this string; ``None`` = end of sequence or ``max_new_tokens``.
             model: index of the council model that writes; default :attr:`generator`.
+            plain_stop: the stop used instead of ``stop`` when the backend is plain (``chat`` False): a
+                few-shot plain prompt continues its cue and should end at a line break (``"\n"``), where a
+                chat model may reason over several lines first.
         Returns:
             The text, stripped.
         Raises:
             ValueError: malformed messages, ``max_new_tokens < 1``.
         """
-        return self.write_all([messages], max_new_tokens=max_new_tokens, seed=seed, stop=stop, model=model)[0]
+        return self.write_all([messages], max_new_tokens=max_new_tokens, seed=seed, stop=stop, model=model,
+                              plain_stop=plain_stop)[0]
 
     def write_all(self, messages_list: Sequence[list[dict]], *, max_new_tokens: int = 256, seed: int = 0,
-                  stop: str | None = None, model: int | None = None) -> list[str]:
+                  stop: str | None = None, model: int | None = None, plain_stop: str | None = None) -> list[str]:
         """:meth:`write` for many prompts in one batched ``generate`` call (same arguments).
 
         Returns:
@@ -189,17 +193,20 @@ class Council:
         b = self.models[self.generator if model is None else model]
         rendered = [render_messages(m, b) for m in messages_list]
         prefix = _common_prefix([r[1] for r in rendered])
+        if plain_stop is not None and not getattr(b, "chat", False):
+            stop = plain_stop
         return list(b.generate([r[0] for r in rendered], max_new_tokens, stop, shared_prefix=prefix,
                                do_sample=False, seed=seed))
 
     def write_each(self, messages: list[dict], *, max_new_tokens: int = 256, seed: int = 0,
-                   stop: str | None = None) -> dict[str, str]:
+                   stop: str | None = None, plain_stop: str | None = None) -> dict[str, str]:
         """Every council model writes for the same messages (ABISS Stages 5-7: each model tries the SQL).
 
         Returns:
             Model name -> its text, in council order.
         """
-        return {n: self.write(messages, max_new_tokens=max_new_tokens, seed=seed, stop=stop, model=i)
+        return {n: self.write(messages, max_new_tokens=max_new_tokens, seed=seed, stop=stop, model=i,
+                              plain_stop=plain_stop)
                 for i, n in enumerate(self.names)}
 
     # ---------------------------------------------------------------- voting
