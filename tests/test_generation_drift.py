@@ -119,7 +119,8 @@ def test_schema_words():
 
 
 def test_every_template_renders_without_sql():
-    slots = {"col": "country", "old": "France", "new": "Italy", "cond": "France", "col2": "age", "cond2": "more than 30",
+    slots = {"col": "country", "old": "France", "new": "Italy", "cond": "France", "col2": "age",
+             "cond2": "more than 30",
              "old_col": "name", "new_col": "age", "old_agg": "average", "new_agg": "highest", "table": "singer",
              "tables": "singers", "other": "concert"}
     seen = set()

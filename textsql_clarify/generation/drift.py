@@ -449,7 +449,7 @@ class DriftRecipe:
                 placed = lit.replace(node)
                 post = _render(q.tree)
                 placed.replace(lit)
-                slots = {"col": column_words(column), "old": condition_words(op, old),
+                slots = {"col": self._words(sandbox, table, column), "old": condition_words(op, old),
                          "new": condition_words(op, new)}
                 if op == "EQ":
                     slots["old"], slots["new"] = value_words(old), value_words(new)
@@ -466,7 +466,8 @@ class DriftRecipe:
             op = type(node).__name__
             if isinstance(right, exp.Column) and _literal_value(left) is not None:
                 left, right, op = right, left, _FLIP[op]
-            if isinstance(left, exp.Column) and _literal_value(right) is not None and _literal_value(right)[0] is not None:
+            lv = _literal_value(right)
+            if isinstance(left, exp.Column) and lv is not None and lv[0] is not None:
                 where = _resolve(left, sel, schema)
                 if where:
                     out.append((op, left, right, where))
@@ -498,14 +499,15 @@ class DriftRecipe:
                 if desc is None:
                     continue
                 (table, column), cond = desc
-                edits.append((sel, c, None, "remove_predicate", {"col": column_words(column), "cond": cond},
+                words = self._words(sandbox, table, column)
+                edits.append((sel, c, None, "remove_predicate", {"col": words, "cond": cond},
                               f"constraint: removed {table}.{column} filter {c.sql(dialect=DIALECT)}"))
                 if isinstance(c, exp.Between) and _literal_value(c.args["low"]) and _literal_value(c.args["high"]):
                     for keep, op in (("low", "GTE"), ("high", "LTE")):
                         bound = c.args[keep]
                         kept = (exp.GTE if op == "GTE" else exp.LTE)(this=c.this.copy(), expression=bound.copy())
                         edits.append((sel, c, kept, "drop_bound",
-                                      {"col": column_words(column),
+                                      {"col": self._words(sandbox, table, column),
                                        "cond": condition_words(op, _literal_value(bound)[0])},
                                       f"constraint: {table}.{column} range {c.sql(dialect=DIALECT)} -> "
                                       f"{kept.sql(dialect=DIALECT)}"))
@@ -693,8 +695,8 @@ class DriftRecipe:
             edit = "constraint: removed table(s) " + ", ".join(t.name for t in gone) + " with their join condition(s)"
             kind = "remove_join"
             if dropped:
-                (_, column), cond = dropped[0][1]
-                slots.update(col=column_words(column), cond=cond)
+                (table, column), cond = dropped[0][1]
+                slots.update(col=self._words(sandbox, table, column), cond=cond)
                 kind = "remove_join_filter"
                 edit += " and filter(s) " + " AND ".join(c.sql(dialect=DIALECT) for c, _ in dropped)
             yield DriftCandidate("constraint", post, kind, edit, slots, self._identifiers(q))
@@ -753,7 +755,7 @@ class DriftRecipe:
                 for new in picks:
                     repl = exp.column(new, table=node.table or None)
                     edits.append((node, repl, "replace_column",
-                                  {"old_col": column_words(column), "new_col": column_words(new)},
+                                  {"old_col": self._words(sandbox, table, column), "new_col": column_words(new)},
                                   f"projection: {table}.{column} -> {table}.{new}", new))
             agg = type(node).__name__
             if agg in _AGGS and isinstance(node.this, exp.Column) and not node.args.get("distinct"):
@@ -768,7 +770,7 @@ class DriftRecipe:
                     for a in rng.sample(others, min(2, len(others))):
                         repl = _AGGS[a](this=node.this.copy())
                         edits.append((node, repl, "swap_aggregate",
-                                      {"col": column_words(column), "old_agg": aggregate_words(agg),
+                                      {"col": self._words(sandbox, table, column), "old_agg": aggregate_words(agg),
                                        "new_agg": aggregate_words(a)},
                                       f"projection: {agg.upper()}({table}.{column}) -> {a.upper()}({table}.{column})",
                                       column))
@@ -813,6 +815,12 @@ class DriftRecipe:
             where = _resolve(node.this, root, schema)
             return f"{aggregate_words(name)} {column_words(where[1])}" if where else None
         return None
+
+    def _words(self, sandbox: SQLiteSandbox, table: str, column: str) -> str:
+        """:func:`~textsql_clarify.generation.utterances.column_words` of the column as the database spells
+        it (a query may write ``pettype`` for ``PetType``)."""
+        spelt = {c.lower(): c for c in self._table_columns(sandbox, table)}.get(column.lower(), column)
+        return column_words(spelt)
 
     def _table_columns(self, sandbox: SQLiteSandbox, table: str) -> list[str]:
         """The table's column names as the database spells them, in table order (read once per database

@@ -108,7 +108,8 @@ def relation_words(table: str, main: str) -> str:
 
     contains_main = all(any(stem(w) == stem(m) for w in words) for m in main_words)
     drop = {stem(m) for m in main_words} if contains_main else set()
-    kept = [w for w in words if stem(w) not in drop and w not in {"has", "have", "in", "of", "to", "for", "by", "a", "the"}]
+    linking = {"has", "have", "in", "of", "to", "for", "by", "a", "the"}
+    kept = [w for w in words if stem(w) not in drop and w not in linking]
     kept = kept or words
     return " ".join(kept[:-1] + [_singular(kept[-1])])
 
