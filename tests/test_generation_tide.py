@@ -294,12 +294,12 @@ def test_smollm2_runs_tide_chain_and_premise_end_to_end(embedded, tmp_path, smol
 
     monkeypatch.setenv("TEXTSQL_CLARIFY_CACHE", str(tmp_path / "cache"))
     ctx = GenContext(work_dir=tmp_path, council=Council([smollm2]),
-                     options={"max_new_tokens": "96", "per_anchor": "2"})
+                     options={"max_new_tokens": "64", "per_anchor": "1"})
     for recipe in (TideChainRecipe(), PremiseRecipe()):
         outs = []
         for sid in ("uni-ans-002", "uni-ans-003"):
             outs += recipe.run(_anchor(embedded[sid]), random.Random(0), ctx)
-        assert len(outs) == (2 if recipe.name == "tide_chain" else 4)
+        assert len(outs) == 2  # one chain candidate, or one flaw (per_anchor=1), per anchor
         for o in outs:
             assert isinstance(o, Accepted) or (o.stage in recipe.stages and o.stage not in ("anchor", "source")), o
             if isinstance(o, Accepted):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..taxonomy import PREMISE_FLAWS
+from .tide_prompts import JSON_CUE
 
 __all__ = ["MARKERS", "REWRITE_FLAWS", "FLAW_RECIPES", "generate_messages", "review_messages", "type_messages"]
 
@@ -94,7 +95,7 @@ def generate_messages(flaw: str, question: str, gold_sql: str, schema: str, evid
            "Change as little as possible, introduce only this one flaw, keep the question natural, and write no "
            "SQL or column names with underscores in it.\n"
            'Reply with JSON: {"question": "the flawed question", "explanation": "why it cannot be answered as asked"}')
-    return [{"role": "system", "content": _SYSTEM_WRITE}, {"role": "user", "content": req}]
+    return [{"role": "system", "content": _SYSTEM_WRITE}, {"role": "user", "content": req + JSON_CUE}]
 
 
 def review_messages(flaw: str, original: str, flawed: str, explanation: str, schema: str) -> list[dict]:

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from ..sql.schema import read_schema
 
 __all__ = [
-    "MARKERS", "PASS", "FAIL", "VERDICT_OPTIONS", "schema_summary", "parse_json_reply",
+    "MARKERS", "JSON_CUE", "PASS", "FAIL", "VERDICT_OPTIONS", "schema_summary", "parse_json_reply",
     "chain_l1_messages", "chain_l2_messages", "chain_judge_messages", "counterfactual_messages",
     "evidence_rewrite_messages", "drift_gen_messages", "drift_judge_messages", "CHAIN_CRITERIA", "DRIFT_CRITERIA",
 ]
@@ -61,6 +61,8 @@ _SUBTYPE_DEF = {
     "projection": "only what is returned changes (columns added, removed or replaced); the conditions stay",
 }
 
+#: the cue that ends every writing prompt, so that a plain (non-chat) model continues with the object.
+JSON_CUE = "\nJSON:"
 _SYSTEM_WRITE = ("You help build a benchmark for conversational text-to-SQL. You answer with exactly one JSON "
                  "object and nothing else.")
 _SYSTEM_JUDGE = ("You are a strict reviewer of benchmark items for conversational text-to-SQL. You answer with "
@@ -149,7 +151,7 @@ def chain_l1_messages(question: str, gold_sql: str, schema: str, evidence: Seque
         'entity_ambiguity | lexical_overlap | scope | attachment"}'
     )
     return [{"role": "system", "content": _SYSTEM_WRITE},
-            {"role": "user", "content": _anchor_block(question, gold_sql, schema, evidence) + "\n\n" + req}]
+            {"role": "user", "content": _anchor_block(question, gold_sql, schema, evidence) + "\n\n" + req + JSON_CUE}]
 
 
 def chain_l2_messages(question: str, gold_sql: str, schema: str, initial_question: str, l1: dict,
@@ -175,7 +177,7 @@ def chain_l2_messages(question: str, gold_sql: str, schema: str, initial_questio
         '"alternative_sql": "SQL for the first answer with the alternative second answer"}'
     )
     return [{"role": "system", "content": _SYSTEM_WRITE},
-            {"role": "user", "content": _anchor_block(question, gold_sql, schema, evidence) + "\n\n" + req}]
+            {"role": "user", "content": _anchor_block(question, gold_sql, schema, evidence) + "\n\n" + req + JSON_CUE}]
 
 
 def _chain_block(initial_question: str, l1: dict, l2: dict) -> str:
@@ -219,7 +221,7 @@ def evidence_rewrite_messages(evidence: Sequence[str], initial_question: str, l1
            f"{_chain_block(initial_question, l1, l2)}\n\nRewrite the evidence so that it no longer tells which answer "
            "the user will choose for L1 or L2, but keeps every fact needed to write the SQL (column meanings, "
            'codes, formulas).\nReply with JSON: {"evidence": "..."}')
-    return [{"role": "system", "content": _SYSTEM_WRITE}, {"role": "user", "content": req}]
+    return [{"role": "system", "content": _SYSTEM_WRITE}, {"role": "user", "content": req + JSON_CUE}]
 
 
 def drift_gen_messages(question: str, gold_sql: str, schema: str, subtype: str) -> list[dict]:
@@ -236,7 +238,7 @@ def drift_gen_messages(question: str, gold_sql: str, schema: str, subtype: str) 
            "speaks in plain words, never in SQL or column names.\n"
            'Reply with JSON: {"utterance": "...", "post_drift_sql": "..."}')
     return [{"role": "system", "content": _SYSTEM_WRITE},
-            {"role": "user", "content": _anchor_block(question, gold_sql, schema) + "\n\n" + req}]
+            {"role": "user", "content": _anchor_block(question, gold_sql, schema) + "\n\n" + req + JSON_CUE}]
 
 
 def drift_judge_messages(criterion: str, gold_sql: str, utterance: str, post_sql: str, subtype: str) -> list[dict]:
