@@ -79,13 +79,13 @@ def test_one_flaw_per_subcategory_with_one_paired_original(embedded, tmp_path):
 
 def test_deterministic_and_options(embedded, tmp_path):
     a = _anchor(embedded["uni-ans-002"])
-    pick = [[o.sample.to_dict() for o in PremiseRecipe().run(a, random.Random(3), _ctx(tmp_path, per_anchor=2))]
+    pick = [[o.sample.to_dict() for o in PremiseRecipe().run(a, random.Random(3), _ctx(tmp_path, premise_per_anchor=2))]
             for _ in range(2)]
     assert pick[0] == pick[1] and len(pick[0]) == 2
-    outs = PremiseRecipe().run(a, random.Random(0), _ctx(tmp_path, flaws="E2.1, beyond_sql"))
+    outs = PremiseRecipe().run(a, random.Random(0), _ctx(tmp_path, premise_flaws="E2.1, beyond_sql"))
     assert [o.sample.premise_flaw for o in outs] == ["logical_contradiction", "beyond_sql"]
     with pytest.raises(ValueError, match="not a rewriting premise flaw"):
-        PremiseRecipe().run(a, random.Random(0), _ctx(tmp_path, flaws="E3.2"))
+        PremiseRecipe().run(a, random.Random(0), _ctx(tmp_path, premise_flaws="E3.2"))
     with pytest.raises(ValueError, match="needs a council"):
         PremiseRecipe().run(a, random.Random(0), GenContext(work_dir=tmp_path))
 
@@ -127,7 +127,7 @@ def test_each_premise_stage_rejects(case, embedded, tmp_path):
     elif case == "type_check:tie":
         models[1] = FakeModel("b", choices={TYPE: "external_fact"})
         why = "names tie"
-    outs = PremiseRecipe().run(a, random.Random(0), _ctx(tmp_path, *models, flaws="logical_contradiction"))
+    outs = PremiseRecipe().run(a, random.Random(0), _ctx(tmp_path, *models, premise_flaws="logical_contradiction"))
     assert len(outs) == 1 and isinstance(outs[0], Rejected), outs
     assert outs[0].stage == stage and why in outs[0].reason, outs[0]
 
@@ -135,7 +135,7 @@ def test_each_premise_stage_rejects(case, embedded, tmp_path):
 def test_review_majority_passes_over_one_dissent(embedded, tmp_path):
     models = [FakeModel("a"), FakeModel("b"), FakeModel("c", choices={REVIEW: "fail"})]
     (o,) = PremiseRecipe().run(_anchor(embedded["uni-ans-001"]), random.Random(0),
-                               _ctx(tmp_path, *models, flaws="E4.1"))
+                               _ctx(tmp_path, *models, premise_flaws="E4.1"))
     assert isinstance(o, Accepted) and o.verdicts["review"] == "pass (a: pass, b: pass, c: fail)"
 
 
@@ -155,7 +155,7 @@ def test_pipeline_writes_flaws_and_one_linked_original(embedded, tmp_path):
 
     anchors = [_anchor(embedded[i]) for i in ("uni-ans-001", "uni-ans-002")]
     rep = generate(anchors, ["premise"], tmp_path / "out", council=["fake"], progress=False,
-                   options={"flaws": "E2.1,E4.2"})
+                   options={"premise_flaws": "E2.1,E4.2"})
     samples = load_jsonl(rep.samples_path)
     assert validate_samples(samples, use_cache=False).problems == []
     assert [s.id for s in samples] == ["premise-uni-ans-001-logical_contradiction", "premise-uni-ans-001-original",

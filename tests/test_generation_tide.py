@@ -140,7 +140,7 @@ def test_anchor_stage_rejects(embedded, tmp_path):
         (o,) = TideChainRecipe().run(_anchor(s, gold_sql=sql), random.Random(0), ctx)
         assert isinstance(o, Rejected) and o.stage == "anchor" and why in o.reason, (sql, o)
     (o,) = TideChainRecipe().run(_anchor(s, gold_sql="SELECT COUNT(*) FROM students"), random.Random(0),
-                                 _ctx(tmp_path, min_commitments=1))
+                                 _ctx(tmp_path, tide_min_commitments=1))
     # past the anchor stage; the fake's "first row only" reading of a one-row count is the count itself
     assert isinstance(o, Rejected) and o.stage == "alternatives" and "L2 alternative's SQL returns the same" in o.reason
 
@@ -294,7 +294,7 @@ def test_smollm2_runs_tide_chain_and_premise_end_to_end(embedded, tmp_path, smol
 
     monkeypatch.setenv("TEXTSQL_CLARIFY_CACHE", str(tmp_path / "cache"))
     ctx = GenContext(work_dir=tmp_path, council=Council([smollm2]),
-                     options={"max_new_tokens": "64", "per_anchor": "1"})
+                     options={"max_new_tokens": "64", "premise_per_anchor": "1"})
     for recipe in (TideChainRecipe(), PremiseRecipe()):
         outs = []
         for sid in ("uni-ans-002", "uni-ans-003"):
@@ -401,7 +401,7 @@ def test_tide_drift_option_chooses_the_source(embedded, tmp_path):
     model = FakeModel("a", replies={"[task:drift_gen]": _writer({st: (
         "Actually, I meant the Mathematics department, not Computer Science.",
         embedded["uni-drift-001"].drift.post_gold_sql) for st in WRITTEN})})
-    outs = TideDriftRecipe().run(a, random.Random(1), _ctx(tmp_path, model, drift_source="model"))
+    outs = TideDriftRecipe().run(a, random.Random(1), _ctx(tmp_path, model, tide_drift_source="model"))
     acc = [o for o in outs if isinstance(o, Accepted)]
     assert [o.sample.id for o in acc] == ["tide_drift-uni-drift-001-value"]
     assert acc[0].sample.provenance["candidate_source"] == "model"
@@ -414,8 +414,8 @@ def test_tide_drift_option_chooses_the_source(embedded, tmp_path):
             assert o.sample.id == "tide_" + r.sample.id and o.sample.drift == r.sample.drift
             assert o.sample.provenance["candidate_source"] == "rules"
             _valid(o.sample)
-    with pytest.raises(ValueError, match="drift_source"):
-        TideDriftRecipe().run(a, random.Random(0), _ctx(tmp_path, drift_source="llm"))
+    with pytest.raises(ValueError, match="tide_drift_source"):
+        TideDriftRecipe().run(a, random.Random(0), _ctx(tmp_path, tide_drift_source="llm"))
 
 
 def test_triplet_over_the_model_free_drift_recipe(embedded, tmp_path):

@@ -64,20 +64,20 @@ def sql_in_text(text: str, schema: dict[str, dict[str, str]]) -> str | None:
 
 
 def _flaws(ctx: GenContext, rng: random.Random) -> list[str]:
-    raw = ctx.options.get("flaws")
+    raw = ctx.options.get("premise_flaws")
     if raw:
         names = []
         for part in raw.split(","):
             part = part.strip()
             name = PREMISE_FLAW_CODES.get(part, part)
             if name not in PP.REWRITE_FLAWS:
-                raise ValueError(f"option flaws: {part!r} is not a rewriting premise flaw; valid: "
+                raise ValueError(f"option premise_flaws: {part!r} is not a rewriting premise flaw; valid: "
                                  f"{', '.join(PP.REWRITE_FLAWS)} (or their codes)")
             if name not in names:
                 names.append(name)
     else:
         names = list(PP.REWRITE_FLAWS)
-    k = _opt_int(ctx, "per_anchor", len(names))
+    k = _opt_int(ctx, "premise_per_anchor", len(names))
     if k < len(names):
         names = sorted(rng.sample(names, max(k, 0)), key=list(PREMISE_FLAWS).index)
     return names
@@ -99,8 +99,8 @@ class PremiseRecipe:
     5. ``type_check``: the council's majority, shown the flawed question and the nine types but not the intended
        one, names the intended type; a tie rejects.
 
-    Options (``ctx.options``): ``flaws`` (comma list of names or codes, default all eight rewriting flaws),
-    ``per_anchor`` (int: that many of them, chosen with ``rng``), ``max_new_tokens`` (int, 200).
+    Options (``ctx.options``): ``premise_flaws`` (comma list of names or codes, default all eight rewriting flaws),
+    ``premise_per_anchor`` (int: that many of them, chosen with ``rng``), ``max_new_tokens`` (int, 200).
     """
 
     name = "premise"

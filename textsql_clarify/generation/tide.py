@@ -48,7 +48,7 @@ CHAIN_STAGES = ("anchor", "l1_format", "l2_format", "alternatives", "plausibilit
                 "evidence")
 #: the LLM cross-validation stages that :class:`TideDriftRecipe` adds after the drift recipe's own checks.
 CROSS_STAGES = ("drift_fit", "stability")
-#: the values of the ``drift_source`` option: the model-free recipe's candidates, or the generator's (TIDE App. B.2).
+#: the values of the ``tide_drift_source`` option: the model-free recipe's candidates, or the generator's (TIDE App. B.2).
 DRIFT_SOURCES = ("rules", "model")
 #: the ambiguous ABISS subcategories a chain's L1 may be labelled with.
 _AMBIGUOUS = tuple(n for n, s in SUBCATEGORIES.items() if s.group == "ambiguous")
@@ -158,7 +158,7 @@ class TideChainRecipe:
 
     Stages (:data:`CHAIN_STAGES`), each able to reject:
 
-    1. ``anchor``: :func:`anchor_problem` (option ``min_commitments``, default 2).
+    1. ``anchor``: :func:`anchor_problem` (option ``tide_min_commitments``, default 2).
     2. ``l1_format``: the L1 reply (:func:`~.tide_prompts.chain_l1_messages`) is a JSON object with the
        underspecified ``question``, ``clarification``, ``answer`` and ``alternative``; the question differs from
        the anchor's and the two answers differ.
@@ -175,7 +175,7 @@ class TideChainRecipe:
     8. ``evidence``: only for an anchor with evidence (TIDE App. B.3): the generator rewrites it without the
        cues that settle L1 or L2; rejected when the reply is not JSON or still holds a chosen answer verbatim.
 
-    Options (``ctx.options``): ``min_commitments`` (int, 2), ``max_new_tokens`` (int, 320).
+    Options (``ctx.options``): ``tide_min_commitments`` (int, 2), ``max_new_tokens`` (int, 320).
     """
 
     name = "tide_chain"
@@ -206,7 +206,7 @@ class TideChainRecipe:
         seed = rng.randrange(2 ** 31)
         verdicts: dict[str, Any] = {}
         sb = _sandbox(anchor.db_path, ctx)
-        why = anchor_problem(anchor, sb, min_commitments=_opt_int(ctx, "min_commitments", 2))
+        why = anchor_problem(anchor, sb, min_commitments=_opt_int(ctx, "tide_min_commitments", 2))
         if why:
             return Rejected("anchor", why)
         verdicts["anchor"] = "pass"
@@ -374,7 +374,7 @@ class TideDriftRecipe:
     """TIDE drift injection with LLM cross-validation (§3.2, App. B.2): ``tide_drift``.
 
     The candidates and their AST checks (TIDE Table 7) come from ``source``: by default the option
-    ``drift_source`` picks it per run, ``rules`` (default: the model-free
+    ``tide_drift_source`` picks it per run, ``rules`` (default: the model-free
     :class:`textsql_clarify.generation.drift.DriftRecipe`) or ``model`` (:class:`ModelDriftSource`: the
     generator writes them, as TIDE does). Each candidate the source accepts then goes to the council's
     cross-validation, in TIDE's priority order: ``drift_fit`` (the post-drift SQL matches the subtype and what
@@ -383,7 +383,7 @@ class TideDriftRecipe:
 
     Args:
         source: a fixed candidate source (a :class:`~textsql_clarify.generation.base.Recipe` whose accepted
-            samples carry a drift event); ``None``: chosen by the ``drift_source`` option.
+            samples carry a drift event); ``None``: chosen by the ``tide_drift_source`` option.
     """
 
     name = "tide_drift"
@@ -398,16 +398,16 @@ class TideDriftRecipe:
         self.stages = own + tuple(s for s in CROSS_STAGES if s not in own)
 
     def source_for(self, ctx: GenContext) -> Any:
-        """The candidate source of this run: the fixed one, else the ``drift_source`` option's.
+        """The candidate source of this run: the fixed one, else the ``tide_drift_source`` option's.
 
         Raises:
-            ValueError: an unknown ``drift_source``.
+            ValueError: an unknown ``tide_drift_source``.
         """
         if self._fixed is not None:
             return self._fixed
-        kind = ctx.options.get("drift_source", "rules")
+        kind = ctx.options.get("tide_drift_source", "rules")
         if kind not in DRIFT_SOURCES:
-            raise ValueError(f"option drift_source={kind!r}; valid: {', '.join(DRIFT_SOURCES)}")
+            raise ValueError(f"option tide_drift_source={kind!r}; valid: {', '.join(DRIFT_SOURCES)}")
         if kind not in self._sources:
             if kind == "rules":
                 from .drift import DriftRecipe
