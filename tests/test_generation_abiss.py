@@ -91,21 +91,24 @@ def test_every_stage_of_the_recipe_has_a_rejection_case():
     assert {r[0] for r in REJECTIONS} | {"duplicate_removal"} == set(STAGES)
 
 
-def test_duplicate_removal_sees_questions_and_value_masked_sql_of_earlier_accepted_samples(tmp_path):
+def test_duplicate_removal_sees_questions_and_value_masked_sql_accepted_from_the_same_anchor(tmp_path):
+    same = run("answerable_without_evidence", per_anchor=2, tmp_path=tmp_path)
+    assert isinstance(same[0], Accepted)
+    assert same[1] == Rejected("duplicate_removal", "the question was already generated from this anchor")
+    # a new question whose SQL differs from the first only in a value is a duplicate too
+    turn = iter(range(10))
+    nlq = lambda p: f"Question: Course titles and enrolment counts, list {next(turn)}?\nEvidence: none"
+    limits = iter((5, 3))
+    sql = lambda p: GOLD.replace("n_students DESC", f"n_students DESC LIMIT {next(limits)}")
+    masked = run("answerable_without_evidence", per_anchor=2, tmp_path=tmp_path,
+                 replies={"[task:abiss_nlq]": nlq, "[task:abiss_sql]": sql})
+    assert isinstance(masked[0], Accepted) and masked[0].sample.gold_sql.endswith("LIMIT 5")
+    assert masked[1] == Rejected("duplicate_removal", "a gold SQL equals an earlier one once values are masked")
+    # the next anchor (a new unit) starts with an empty memory, whatever ran before
     recipe = AbissRecipe()
     first = run("answerable_without_evidence", recipe=recipe, tmp_path=tmp_path)
+    assert isinstance(run("answerable_without_evidence", recipe=recipe, tmp_path=tmp_path), Accepted)
     assert isinstance(first, Accepted)
-    again = run("answerable_without_evidence", recipe=recipe, tmp_path=tmp_path)
-    assert again == Rejected("duplicate_removal", "the question was already generated for this database")
-    # a new question whose SQL has a new shape (LIMIT) is kept; one that differs from it only in a value is not
-    masked = run("answerable_without_evidence", recipe=recipe, tmp_path=tmp_path,
-                 replies={"[task:abiss_nlq]": "Question: Titles and enrolment counts, fewest first?\nEvidence: none",
-                          "[task:abiss_sql]": GOLD.replace("n_students DESC", "n_students DESC LIMIT 5")})
-    assert isinstance(masked, Accepted)
-    dup = run("answerable_without_evidence", recipe=recipe, tmp_path=tmp_path,
-              replies={"[task:abiss_nlq]": "Question: Titles and enrolment counts, top three?\nEvidence: none",
-                       "[task:abiss_sql]": GOLD.replace("n_students DESC", "n_students DESC LIMIT 3")})
-    assert dup == Rejected("duplicate_removal", "a gold SQL equals an earlier one once values are masked")
 
 
 def test_council_majority_overrules_one_dissenter_and_a_tie_rejects(tmp_path):
@@ -196,8 +199,8 @@ def test_full_fake_run_accepts_valid_samples_and_is_deterministic(tmp_path):
     assert len(outs) == 4 * len(ANCHORS) == 48
     # the fake echoes its anchor, so most repeats over one anchor are Stage 1 duplicates, and an anchor with
     # one result row gives two readings with the same rows (Stage 6)
-    assert Counter(o.sample.group for o in acc) == {"ambiguous": 9, "answerable": 1, "unanswerable": 8}
-    assert rej == {"duplicate_removal": 22, "ambiguity_verification": 8}
+    assert Counter(o.sample.group for o in acc) == {"ambiguous": 9, "answerable": 1, "unanswerable": 13}
+    assert rej == {"duplicate_removal": 17, "ambiguity_verification": 8}
     report = validate_samples([o.sample for o in acc], use_cache=False)
     assert report.problems == [] and report.n_flagged == 0
     again = _full_run(tmp_path)

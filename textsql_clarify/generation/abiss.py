@@ -12,8 +12,10 @@ interrogative) and an SQL difficulty (simple ... highly complex) with the pipeli
 
 then the ten validators of §4.2, in order, each on the candidates that passed the ones before:
 
-3. ``duplicate_removal`` (Stage 1): the question, or a value-masked gold SQL, equals one already accepted
-   over the same database (:func:`textsql_clarify.datasets.gold_masking.mask_values`);
+3. ``duplicate_removal`` (Stage 1): the question, or a value-masked gold SQL, equals one accepted before from
+   the same anchor (:func:`textsql_clarify.datasets.gold_masking.mask_values`). Duplicates across anchors are
+   the pipeline's ``duplicate`` and ``load_validation`` (``duplicate_gold``) stages: a unit (one recipe on one
+   anchor) must not depend on the units run before it, or a resumed run would differ from an uninterrupted one;
 4. ``sql_executability`` (Stage 2): every gold runs in the read-only sandbox within the time limit, without
    error, not truncated, with a non-empty result;
 5. ``category_conformance`` (Stage 3): council majority that the question fits its subcategory;
@@ -252,31 +254,31 @@ class AbissRecipe:
     needs_model = True
 
     def __init__(self) -> None:
-        # Stage 1 memory of this run: (db_id, normalised question) and (db_id, masked SQL) of accepted samples.
+        # Stage 1 memory of the current unit (one anchor): normalised questions and masked golds accepted so far.
         self._questions: set[tuple[str, str]] = set()
         self._masked: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------------------ context
     @staticmethod
     def _schema(anchor: Anchor, scope: str, n_rows: int, sandbox) -> str:
-        from ..envs.render import schema_text, table_names
-
-        names = table_names(anchor.db_path)
+        """The ``CREATE`` statements of the tables shown (the anchor's, or all), each followed by ``n_rows``
+        sample rows (ABISS §4.1 (2)), read through the read-only sandbox."""
+        r = sandbox.execute("SELECT name, sql FROM sqlite_master WHERE type IN ('table', 'view') "
+                            "AND name NOT LIKE 'sqlite_%' AND sql IS NOT NULL ORDER BY name")
+        stmts = [(n, s.strip().rstrip(";") + ";") for n, s in r.rows] if r.ok else []
         if scope == "anchor":
             try:
                 used = {t.name.lower() for t in parse_sql(anchor.gold_sql).find_all(exp.Table)}
             except SQLParseError:
                 used = set()
-            keep = [n for n in names if n.lower() in used] or names
-        else:
-            keep = names
+            stmts = [x for x in stmts if x[0].lower() in used] or stmts
         parts = []
-        for n in keep:
-            parts.append(schema_text(anchor.db_path, [n]))
+        for n, create in stmts:
+            parts.append(create)
             if n_rows:
-                r = sandbox.execute(exp.select("*").from_(exp.to_table(n, quoted=True)).limit(n_rows).sql("sqlite"))
-                if r.ok:
-                    parts.append(f"-- sample rows of {n}:\n" + P.rows_text(r.columns, r.rows, limit=n_rows))
+                rows = sandbox.execute(exp.select("*").from_(exp.to_table(n, quoted=True)).limit(n_rows).sql("sqlite"))
+                if rows.ok:
+                    parts.append(f"-- sample rows of {n}:\n" + P.rows_text(rows.columns, rows.rows, limit=n_rows))
         return "\n".join(parts)
 
     # ------------------------------------------------------------------ helpers
@@ -331,6 +333,7 @@ class AbissRecipe:
         per = _opt_int(o, "per_anchor", 1, 1)
         n_rows = _opt_int(o, "sample_rows", 5, 0)
         self._max_new = _opt_int(o, "max_new_tokens", 256, 16)
+        self._questions, self._masked = set(), set()   # a unit depends on nothing that ran before it
         sandbox = get_sandbox(anchor.db_path, timeout_s=ctx.timeout_s)
         schema = self._schema(anchor, scope[0], n_rows, sandbox)
         out: list[Outcome] = []
@@ -381,7 +384,7 @@ class AbissRecipe:
     def _duplicate(self, anchor, c, schema, sandbox, council):
         q = " ".join(c.obj.question.lower().split())
         if (anchor.db_id, q) in self._questions:
-            return Rejected("duplicate_removal", "the question was already generated for this database")
+            return Rejected("duplicate_removal", "the question was already generated from this anchor")
         for s in c.obj.sqls:
             if (anchor.db_id, mask_values(s)) in self._masked:
                 return Rejected("duplicate_removal", "a gold SQL equals an earlier one once values are masked")
