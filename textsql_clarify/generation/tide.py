@@ -466,8 +466,9 @@ class TideTripletRecipe:
     """TIDE triplet assembly (§3.1 paired factorial design, §3.2): ``tide_triplets``.
 
     Per anchor: the chain candidate (:class:`TideChainRecipe`); when it is accepted, the cross-validated drift
-    candidates (:class:`TideDriftRecipe`); when one survives, one of them (chosen with ``rng`` among the
-    surviving subtypes) makes three samples over the same anchor and schema:
+    candidates (:class:`TideDriftRecipe`); when one survives, one of them (a subtype drawn with ``rng``
+    uniformly among the surviving subtypes, then its first candidate; TIDE balances the subtypes) makes three
+    samples over the same anchor and schema:
 
     * ``tide_triplets-<anchor>-chain_only``: the chain sample, no drift;
     * ``tide_triplets-<anchor>-drift_only``: the anchor's own question with the drift event (answerable);
@@ -513,7 +514,9 @@ class TideTripletRecipe:
         if not survivors:
             out.append(Rejected("triplet", "the chain passed but no drift candidate survived its checks"))
             return out
-        pick = rng.choice(survivors)
+        subtypes = list(dict.fromkeys(s.sample.drift.subtype for s in survivors))
+        chosen = rng.choice(subtypes)  # uniform over the surviving subtypes, not over the candidates
+        pick = next(s for s in survivors if s.sample.drift.subtype == chosen)
         for s in survivors:
             if s is not pick:
                 out.append(Rejected("triplet", f"another subtype ({pick.sample.drift.subtype}) makes this anchor's "
