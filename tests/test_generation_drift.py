@@ -22,7 +22,8 @@ from textsql_clarify.generation.base import Accepted, Anchor, GenContext, Recipe
 from textsql_clarify.generation.drift import DriftRecipe
 from textsql_clarify.generation.drift_checks import STAGES, check_drift_candidate, utterance_problem
 from textsql_clarify.generation.utterances import (STYLES, TEMPLATES, column_words, condition_words,
-                                                   relation_words, render_utterance, table_words, value_words)
+                                                   flag_column_words, flag_value_words, relation_words,
+                                                   render_utterance, table_words, value_words)
 from textsql_clarify.samples import write_jsonl
 from textsql_clarify.sql.sandbox import get_sandbox
 
@@ -116,6 +117,18 @@ def test_schema_words():
     assert condition_words("Like", "%Stu%") == "like Stu"
     with pytest.raises(ValueError):
         condition_words("Glob", 1)
+
+
+def test_flag_columns_and_generic_names_in_the_users_words(spider_root, spider_by_id, tmp_path):
+    assert (flag_column_words("IsOfficial"), flag_column_words("is_male"), flag_column_words("Island")) == (
+        "official flag", "male flag", None)
+    assert [flag_value_words(v) for v in ("T", "F", "N", 1, "France")] == ["true", "false", "no", "true", None]
+    s = spider_by_id["spider-dev-738"]  # official languages of Afghanistan: ... AND IsOfficial = "T"
+    texts = [o.sample.drift.utterance for o in _run(s, tmp_path, drift_per_subtype="constraint=3,value=0")
+             if isinstance(o, Accepted) and o.sample.drift.subtype == "constraint"]
+    assert texts == ["Never mind the country name being Afghanistan, drop that.",
+                     "Actually, skip the official flag part, it doesn't have to be true.",
+                     "Actually, never mind the country name and the official flag parts, drop them both."]
 
 
 def test_every_template_renders_without_sql():

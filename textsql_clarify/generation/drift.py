@@ -45,8 +45,8 @@ from ..sql.sandbox import SQLiteSandbox, get_sandbox
 from ..sql.schema import DIALECT, parse_sql
 from .base import Accepted, Anchor, GenContext, Outcome, Rejected
 from .drift_checks import STAGES, check_drift_candidate
-from .utterances import (aggregate_words, column_words, condition_words, relation_words, render_utterance,
-                         table_words, value_words)
+from .utterances import (aggregate_words, column_words, condition_words, flag_column_words, flag_value_words,
+                         relation_words, render_utterance, table_words, value_words)
 
 __all__ = ["DriftCandidate", "DriftRecipe", "SUBTYPES", "DEFAULT_PER_SUBTYPE", "DEFAULT_PROJECTION_FILL",
            "DEFAULT_PER_ANCHOR", "DEFAULT_TRIES"]
@@ -75,6 +75,8 @@ MAX_VALUE_CHARS = 40
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _FLIP = {"GT": "LT", "GTE": "LTE", "LT": "GT", "LTE": "GTE", "EQ": "EQ", "NEQ": "NEQ"}
 _AGGS = {"Avg": exp.Avg, "Max": exp.Max, "Min": exp.Min, "Sum": exp.Sum}
+#: column names that say nothing without their table ("name" -> "country name")
+_GENERIC_COLUMNS = frozenset({"name", "id", "type", "code", "title", "description", "details", "status"})
 _NUMERIC_TYPES = ("INT", "REAL", "NUM", "FLOA", "DOUB", "DEC")
 
 
@@ -209,6 +211,13 @@ def _as_number(v: Any) -> Any:
         if f == f and abs(f) != float("inf"):
             return int(f) if f.is_integer() and "." not in v and "e" not in v.lower() else f
     return v
+
+
+def _shown(value: Any, column: str) -> Any:
+    """A value as the utterance says it: a flag column's code in words (``IsOfficial`` ``'T'`` -> ``true``)."""
+    if flag_column_words(column) is not None:
+        return flag_value_words(value) or value
+    return value
 
 
 def _make_literal(value: Any, as_string: bool) -> exp.Expression | None:
@@ -449,10 +458,13 @@ class DriftRecipe:
                 placed = lit.replace(node)
                 post = _render(q.tree)
                 placed.replace(lit)
-                slots = {"col": self._words(sandbox, table, column), "old": condition_words(op, old),
-                         "new": condition_words(op, new)}
+                say_old, say_new = _shown(old, column), _shown(new, column)
+                if value_words(say_old) == value_words(say_new):
+                    continue
+                slots = {"col": self._words(sandbox, table, column), "old": condition_words(op, say_old),
+                         "new": condition_words(op, say_new)}
                 if op == "EQ":
-                    slots["old"], slots["new"] = value_words(old), value_words(new)
+                    slots["old"], slots["new"] = value_words(say_old), value_words(say_new)
                 yield DriftCandidate(
                     "value", post, "replace_literal",
                     f"value: {table}.{column} {lit.sql(dialect=DIALECT)} -> {node.sql(dialect=DIALECT)}",
@@ -550,11 +562,11 @@ class DriftRecipe:
                 left, right, op = right, left, _FLIP[op]
             lv = _literal_value(right)
             if isinstance(left, exp.Column) and lv is not None and lv[0] is not None:
-                col, words = left, condition_words(op, lv[0])
+                col, words = left, condition_words(op, _shown(lv[0], left.name))
         elif isinstance(c, exp.In) and isinstance(c.this, exp.Column) and not c.args.get("query"):
             vals = [_literal_value(i) for i in c.expressions]
             if vals and all(v is not None and v[0] is not None for v in vals):
-                col, words = c.this, condition_words("In", [v[0] for v in vals])
+                col, words = c.this, condition_words("In", [_shown(v[0], c.this.name) for v in vals])
         elif isinstance(c, exp.Like) and isinstance(c.this, exp.Column):
             lv = _literal_value(c.expression)
             if lv is not None and lv[1] and lv[0]:
@@ -755,7 +767,8 @@ class DriftRecipe:
                 for new in picks:
                     repl = exp.column(new, table=node.table or None)
                     edits.append((node, repl, "replace_column",
-                                  {"old_col": self._words(sandbox, table, column), "new_col": column_words(new)},
+                                  {"old_col": self._words(sandbox, table, column),
+                                   "new_col": self._words(sandbox, table, new)},
                                   f"projection: {table}.{column} -> {table}.{new}", new))
             agg = type(node).__name__
             if agg in _AGGS and isinstance(node.this, exp.Column) and not node.args.get("distinct"):
@@ -820,7 +833,9 @@ class DriftRecipe:
         """:func:`~textsql_clarify.generation.utterances.column_words` of the column as the database spells
         it (a query may write ``pettype`` for ``PetType``)."""
         spelt = {c.lower(): c for c in self._table_columns(sandbox, table)}.get(column.lower(), column)
-        return column_words(spelt)
+        if spelt.lower() in _GENERIC_COLUMNS:  # "the name" of what: "the country name"
+            return f"{table_words(table)} {column_words(spelt)}"
+        return flag_column_words(spelt) or column_words(spelt)
 
     def _table_columns(self, sandbox: SQLiteSandbox, table: str) -> list[str]:
         """The table's column names as the database spells them, in table order (read once per database

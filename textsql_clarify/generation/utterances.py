@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 __all__ = [
-    "STYLES", "TEMPLATES", "column_words", "table_words", "relation_words", "value_words", "condition_words",
+    "STYLES", "TEMPLATES", "column_words", "table_words", "relation_words", "flag_column_words", "flag_value_words", "value_words", "condition_words",
     "aggregate_words", "Utterance", "render_utterance",
 ]
 
@@ -165,6 +165,24 @@ def value_words(value: Any) -> str:
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() else f"{value:g}"
     return str(value).strip()
+
+
+#: how a flag column's coded values read (``IsOfficial = 'T'``)
+_FLAG_VALUES: dict[str, str] = {"t": "true", "f": "false", "y": "yes", "n": "no", "1": "true", "0": "false",
+                                "true": "true", "false": "false", "yes": "yes", "no": "no"}
+
+
+def flag_column_words(name: str) -> str | None:
+    """The words for a flag column named ``is ...``: ``IsOfficial`` -> ``official flag``, ``is_male`` ->
+    ``male flag``; ``None`` for any other column (its :func:`column_words` reading is kept)."""
+    words = column_words(name)
+    return words[3:] + " flag" if words.lower().startswith("is ") and len(words) > 3 else None
+
+
+def flag_value_words(value: Any) -> str | None:
+    """A flag's coded value in words: ``'T'`` -> ``true``, ``'N'`` -> ``no``, ``1`` -> ``true``; ``None``
+    when the value is no flag code."""
+    return _FLAG_VALUES.get(value_words(value).lower())
 
 
 #: comparison operator (sqlglot class name) -> how the user says "<column> <op> <value>"
