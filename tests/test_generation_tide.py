@@ -258,6 +258,10 @@ def test_triplet_shares_one_anchor_and_reads_as_three_sample_types(embedded, tmp
     by = metrics["by_sample_type"]
     assert list(by) == ["chain_only", "drift_only", "joint"] and all(v["n_trajectories"] == 1 for v in by.values())
     assert metrics["overall"]["EX"]["value"] == 1.0
+    # the agent that never asks answers another reading of the chain: asking pays on chain-only and joint
+    _, nc = evaluate([chain_only, drift_only, joint], "no-clarify", progress=False)
+    assert {k: v["metrics"]["EX"]["value"] for k, v in nc["by_sample_type"].items()} == {
+        "chain_only": 0.0, "drift_only": 1.0, "joint": 0.0}
 
 
 def test_triplet_rejects_when_the_chain_or_every_drift_fails(embedded, tmp_path):
