@@ -298,6 +298,22 @@ def test_options_cap_the_samples(embedded_runs, tmp_path):
         DriftRecipe().run(a, random.Random(0), _ctx(tmp_path, drift_tries="0"))
 
 
+def test_edits_on_a_crafted_anchor_negation_and_range(tmp_path):
+    a = Anchor("x2", "university", str(UNI), "Students outside department 1 with 10 to 100 credits?",
+               "SELECT first_name FROM students WHERE NOT dept_id = 1 AND total_credits BETWEEN 10 AND 100")
+    outs = DriftRecipe().run(a, random.Random(0), _ctx(tmp_path))
+    edits = [o.sample.provenance["edit"] for o in outs if isinstance(o, Accepted)]
+    # the negated literal is never replaced (its words would say the opposite); the range bounds are
+    assert not any(e.startswith("value: students.dept_id") for e in edits)
+    assert any(e.startswith("value: students.total_credits") for e in edits)
+    assert "constraint: removed students.dept_id filter NOT dept_id = 1" in edits
+    assert "constraint: students.total_credits range total_credits BETWEEN 10 AND 100 -> total_credits >= 10" in edits
+    drop = next(o.sample for o in outs if isinstance(o, Accepted) and "NOT dept_id" in o.sample.provenance["edit"]
+                and ";" not in o.sample.provenance["edit"])
+    assert "not 1" in drop.drift.utterance
+    assert drop.drift.post_gold_sql == "SELECT first_name FROM students WHERE total_credits BETWEEN 10 AND 100"
+
+
 def test_anchor_whose_gold_returns_nothing_is_one_rejection(tmp_path):
     a = Anchor("x1", "university", str(UNI), "Students of department 999?",
                "SELECT first_name FROM students WHERE dept_id = 999")

@@ -441,12 +441,14 @@ class DriftRecipe:
     # -------------------------------------------------------------------------------- generators
     def value_candidates(self, q: _Query, rng: random.Random, sandbox: SQLiteSandbox) -> Iterator[DriftCandidate]:
         """``value`` candidates: each filter literal (WHERE comparisons, IN items, BETWEEN bounds, every
-        scope; LIKE patterns excluded, they are no column value) replaced by up to 3 other values of its
-        column drawn with ``rng``; the literals are visited in an rng-shuffled order."""
+        scope; LIKE patterns excluded, they are no column value; none under a NOT, whose words would say the
+        opposite) replaced by up to 4 other values of its column drawn with ``rng``; the literals are visited
+        in an rng-shuffled order."""
         sites = []
         for sel in q.selects:
             for c in _conjuncts(sel.args.get("where")):
-                for node in c.walk(prune=lambda n: isinstance(n, (exp.Select, exp.Subquery))):
+                # not under NOT: "2 instead of 1" would say the opposite of "NOT x = 2"
+                for node in c.walk(prune=lambda n: isinstance(n, (exp.Select, exp.Subquery, exp.Not))):
                     sites.extend(self._literal_sites(node, sel, q.schema))
         rng.shuffle(sites)
         for op, col, lit, (table, column) in sites:
