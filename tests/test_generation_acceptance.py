@@ -20,8 +20,8 @@ from textsql_clarify.baselines.agents import NoClarifyAgent, OracleAgent
 pytestmark = pytest.mark.realdata
 
 RECIPES = ("drift", "missing_schema", "lexical_overlap")
-#: every k-th non-ambiguous sample of the file is played (all ambiguous ones are): the episodes cost more than the
-#: generation on a loaded 2-core machine
+#: one in EVERY non-ambiguous samples of the file is played (all ambiguous ones are): the episodes cost more than
+#: the generation on a loaded 2-core machine
 EVERY = 10
 
 
@@ -34,6 +34,12 @@ class DriftIgnoringAgent(OracleAgent):
     def _after_drift(self):
         s = self._sample
         return f"<sql>{s.gold_sql}</sql>" if self._sql_sent and s.drift is not None else None
+
+
+def _picked(sample_id: str) -> bool:
+    """One sample in :data:`EVERY`, by a hash of its id (the file alternates flawed samples and their originals:
+    every k-th line would take only one of the two)."""
+    return int(hashlib.sha256(sample_id.encode("utf-8")).hexdigest(), 16) % EVERY == 0
 
 
 def _sha(path: str) -> str:
@@ -59,15 +65,17 @@ def run(tmp_path_factory):
         # as `textsql-clarify data validate` does: the JSONL loader (with its drift checks), then every check
         loaded = load_dataset(str(out / "samples.jsonl"), validate=False)
         validation = validate_samples(loaded, use_cache=False)
-        played = [s for i, s in enumerate(loaded) if s.group == "ambiguous" or i % EVERY == 0]
+        played = [s for s in loaded if s.group == "ambiguous" or _picked(s.id)]
         drifting = [s for s in played if s.drift is not None]
         runs = {name: evaluate(played, agent, progress=False)[1]
                 for name, agent in (("oracle", OracleAgent()), ("no-clarify", NoClarifyAgent()))}
         runs["drift-ignoring"] = evaluate(drifting, DriftIgnoringAgent(), progress=False)[1]
+        records = [json.loads(x) for x in (out / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
+        # the same run resumed from its journal (every unit done), duplicate golds kept: only the assembly reruns
+        kept = generate(anchors, list(RECIPES), out, seed=0, progress=False, keep_flags=("duplicate_gold",))
         after = {p: _sha(p) for p in dbs}
         yield {"anchors": anchors, "report": report, "out": out, "samples": loaded, "validation": validation,
-               "played": played, "runs": runs, "before": before, "after": after,
-               "records": [json.loads(x) for x in (out / "samples.jsonl").read_text(encoding="utf-8").splitlines()]}
+               "played": played, "runs": runs, "before": before, "after": after, "records": records, "kept": kept}
 
 
 def _mean(metrics: dict, metric: str, group: str | None = None) -> tuple[float | None, int]:
@@ -107,22 +115,36 @@ def test_every_missing_schema_sample_has_its_paired_original(run):
         assert orig.db_path != s.db_path and Path(s.db_path).parent == run["out"] / "databases"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "measured (drift + missing_schema, before lexical_overlap landed): 860 drift samples (projection 316, value 299, "
-    "constraint 245) and 487 missing-schema samples in the validated file; the load-time validation moved 1,168 out "
-    "as duplicate_gold: Spider dev pairs its questions (489 of its 1,034 golds are flagged duplicate_gold "
-    "themselves), and what a paraphrased anchor grows has the same gold once values are masked. "
-    "generate(keep_flags=('duplicate_gold',)) keeps them (flagged); the lead decides (docs/generation.md)"))
-def test_the_issue_counts(run):
-    """Issue 11: >= 2,000 validated drift samples, each subtype 25-40 %; >= 500 missing-schema samples."""
-    counts = run["report"].counts["by_recipe"]
+def _issue_counts(report) -> None:
+    """Issue 11: >= 2,000 drift samples, each subtype 25-40 %; >= 500 missing-schema samples."""
+    counts = report.counts["by_recipe"]
     drift = counts["drift"]["by_drift_subtype"]
     n = sum(drift.values())
-    why = Counter(r["reasons"][0].split(":")[0].split("'")[0] for r in run["report"].load_validation)
+    why = Counter(r["reasons"][0].split(":")[0].split("'")[0] for r in report.load_validation)
     msg = f"drift {n} {drift}, missing_schema {counts['missing_schema']['samples']}; moved out: {dict(why)}"
     assert n >= 2000, msg
     assert all(0.25 <= k / n <= 0.40 for k in drift.values()), msg
     assert counts["missing_schema"]["samples"] >= 500, msg
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "measured: 1,119 drift samples (projection 401, value 422, constraint 296) and 487 missing-schema samples in the "
+    "validated file; the load-time validation moved 1,403 out as duplicate_gold (and 429 with them as pairs): "
+    "Spider dev asks most queries twice (489 of its 1,034 golds are flagged duplicate_gold themselves), and what the "
+    "second phrasing grows has the first one's gold once values are masked; kept, the counts hold "
+    "(test_the_issue_counts_with_duplicate_golds_kept); which rule the corpus follows is open (docs/generation.md)"))
+def test_the_issue_counts_in_the_validated_file(run):
+    _issue_counts(run["report"])
+
+
+def test_the_issue_counts_with_duplicate_golds_kept(run):
+    kept = run["kept"]
+    assert kept.resumed == kept.units == 3 * 935  # every unit from the journal: only the assembly ran again
+    _issue_counts(kept)
+    assert kept.load_validation == []  # duplicate_gold was all the validation found
+    lines = (run["out"] / "samples.jsonl").read_text(encoding="utf-8").splitlines()
+    flagged = [json.loads(x) for x in lines if '"duplicate_gold"' in x]
+    assert flagged and all(r["flags"] == ["duplicate_gold"] for r in flagged)
 
 
 def test_the_oracle_scores_one(run):
