@@ -145,8 +145,9 @@ def test_sql_in_text(embedded):
     assert sql_in_text("Which students have the highest grade?", schema) is None
     assert "first_name" in sql_in_text("List every first_name of the students.", schema)
     assert "students.dept_id" in sql_in_text("Group them by students.dept_id please.", schema)
-    assert "it holds SQL" in sql_in_text("select first name from students", schema)
+    assert "it holds SQL" in sql_in_text("SELECT first name FROM students", schema)
     assert "it holds SQL" in sql_in_text("List them ORDER BY grade.", schema)
+    assert sql_in_text("List the students. Order by their last name.", schema) is None  # English
 
 
 def test_pipeline_writes_flaws_and_one_linked_original(embedded, tmp_path):

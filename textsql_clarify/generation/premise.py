@@ -32,17 +32,18 @@ __all__ = ["PremiseRecipe", "PREMISE_STAGES", "sql_in_text"]
 
 #: :class:`PremiseRecipe`'s checks, in order.
 PREMISE_STAGES = ("source", "format", "no_sql", "review", "type_check")
-_SQL_SHAPE = re.compile(r"\bselect\b[\s\S]*\bfrom\b|\bwhere\b\s+\w+\s*(=|<|>|like\b)|\bgroup\s+by\b|\border\s+by\b",
-                        re.IGNORECASE)
+#: SQL written as code: its clause keywords in capitals (a question's "Order by their name." is English).
+_SQL_SHAPE = re.compile(r"\bSELECT\b[\s\S]*\bFROM\b|\bWHERE\s+\w+\s*(=|<|>|LIKE\b)|\bGROUP\s+BY\b|\bORDER\s+BY\b")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?")
 
 
 def sql_in_text(text: str, schema: dict[str, dict[str, str]]) -> str | None:
     """What makes a question read as SQL rather than as a user's words, or ``None``.
 
-    A ``SELECT ... FROM`` shape or an SQL clause (``WHERE col =``, ``GROUP BY``, ``ORDER BY``); a schema
-    identifier that holds an underscore (``first_name``) or a ``table.column`` reference. Names without an
-    underscore (``age``) are ordinary words and pass.
+    SQL as code: a ``SELECT ... FROM`` shape or a clause (``WHERE col =``, ``GROUP BY``, ``ORDER BY``) with its
+    keywords in capitals (Spider's questions say "Order by their name." in English); a schema identifier that
+    holds an underscore (``first_name``) or a ``table.column`` reference. Names without an underscore (``age``)
+    are ordinary words and pass. Source: ours (the PremiseSQL generation prompt asks for a natural question).
 
     Args:
         text: the question.
