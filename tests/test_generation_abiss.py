@@ -254,3 +254,26 @@ def test_smollm2_small_batch_runs_every_stage_it_reaches(tmp_path):
             assert validate_samples([o.sample], use_cache=False).problems == []
         elif o.stage != "nlq_generation":             # it got past generation, so a vote or a run happened
             assert backend.calls["score"] > before["score"] or o.stage in ("sql_grounding", "sql_executability")
+
+
+def test_generate_with_a_fake_council_writes_a_valid_file_with_the_rejection_table(tmp_path, monkeypatch):
+    """The pipeline run of ``textsql-clarify generate --anchors embedded --recipes abiss --model fake x3``."""
+    monkeypatch.setenv("TEXTSQL_CLARIFY_CACHE", str(tmp_path / "cache"))
+    from textsql_clarify.generation.anchors import load_anchors
+    from textsql_clarify.generation.pipeline import generate
+    from textsql_clarify.samples import load_jsonl
+
+    anchors = load_anchors("embedded")
+    council = ["fake", "fake:b", "fake:c"]
+    rep = generate(anchors, ["abiss"], tmp_path / "a", council=council, progress=False,
+                   options={"per_anchor": "4"})
+    table = rep.tables[0]
+    assert (table.candidates, table.accepted) == (144, 61)
+    assert dict(table.rejected) == {"duplicate_removal": 41, "ambiguity_verification": 21, "duplicate": 21}
+    assert rep.counts["by_recipe"]["abiss"]["by_group"] == {"answerable": 22, "ambiguous": 25, "unanswerable": 14}
+    samples = load_jsonl(rep.samples_path)
+    assert validate_samples(samples, use_cache=False).n_flagged == 0
+    prov = samples[0].provenance
+    assert prov["recipe"] == "abiss" and prov["models"] == ["fake", "b", "c"] and list(prov["verdicts"]) == list(STAGES)
+    again = generate(anchors, ["abiss"], tmp_path / "b", council=council, progress=False, options={"per_anchor": "4"})
+    assert again.samples_path.read_bytes() == rep.samples_path.read_bytes()
