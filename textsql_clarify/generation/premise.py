@@ -97,8 +97,8 @@ class PremiseRecipe:
     3. ``no_sql``: the flawed question holds no SQL and no schema identifier (:func:`sql_in_text`).
     4. ``review``: the council's majority finds the candidate meets its subcategory's criteria
        (:func:`~.premise_prompts.review_messages`); a tie rejects.
-    5. ``type_check``: the council's majority, shown the flawed question and the nine types but not the intended
-       one, names the intended type; a tie rejects.
+    5. ``type_check``: the council's majority, shown the flawed question and the nine types (in an order drawn
+       with ``rng`` per candidate) but not the intended one, names the intended type; a tie rejects.
 
     Options (``ctx.options``): ``premise_flaws`` (comma list of names or codes, default all eight rewriting flaws),
     ``premise_per_anchor`` (int: that many of them, chosen with ``rng``), ``max_new_tokens`` (int, 200).
@@ -132,14 +132,16 @@ class PremiseRecipe:
         original = self._original(anchor, f"{self.name}-{anchor.id}-original")
         out: list[Outcome] = []
         for flaw, reply in zip(flaws, replies):
-            o = self._check(anchor, flaw, reply, council, schema_text, schema, original.id)
+            order = list(PREMISE_FLAWS)
+            rng.shuffle(order)  # the types are listed in a drawn order: a small judge favours the first one
+            o = self._check(anchor, flaw, reply, council, schema_text, schema, original.id, order)
             if isinstance(o, Accepted):
                 o.paired = original
             out.append(o)
         return out
 
     def _check(self, anchor: Anchor, flaw: str, reply: str, council, schema_text: str,
-               schema: dict, original_id: str) -> Outcome:
+               schema: dict, original_id: str, order: list[str]) -> Outcome:
         obj = parse_json_reply(reply, ("question", "explanation"))
         if isinstance(obj, str):
             return Rejected("format", f"{flaw}: {obj}")
@@ -156,7 +158,7 @@ class PremiseRecipe:
         if v.winner != "pass":
             return Rejected("review", f"{flaw}: {v.summary()}")
         verdicts["review"] = v.summary()
-        v = council.vote(PP.type_messages(flawed, schema_text), tuple(PREMISE_FLAWS))
+        v = council.vote(PP.type_messages(flawed, schema_text, order), tuple(order))
         if v.tie or v.winner != flaw:
             return Rejected("type_check", f"{flaw}: the council names {v.summary()}")
         verdicts["type_check"] = v.summary()

@@ -113,11 +113,20 @@ def review_messages(flaw: str, original: str, flawed: str, explanation: str, sch
     return [{"role": "system", "content": _SYSTEM_JUDGE}, {"role": "user", "content": req}]
 
 
-def type_messages(flawed: str, schema: str) -> list[dict]:
+def type_messages(flawed: str, schema: str, order: Sequence[str] | None = None) -> list[dict]:
     """The type check (ours, after PremiseSQL's assignment of every instance to one subcategory): which of the
-    nine flaw types does the flawed question have? The judge answers one flaw name (``PREMISE_FLAWS`` order);
-    the intended type is not shown."""
-    lines = "\n".join(f"- {n}: {f.definition}" for n, f in PREMISE_FLAWS.items())
+    nine flaw types does the flawed question have? The judge answers one flaw name; the intended type is not shown.
+
+    Args:
+        flawed: the flawed question.
+        schema: the schema summary.
+        order: the order the nine types are listed in (a small model favours the first listed); default
+            ``PREMISE_FLAWS`` order.
+    Raises:
+        KeyError: ``order`` names an unknown flaw.
+    """
+    names = list(order) if order is not None else list(PREMISE_FLAWS)
+    lines = "\n".join(f"- {n}: {PREMISE_FLAWS[n].definition}" for n in names)
     req = (f"{MARKERS['type_check']} Database schema:\n{schema}\n\nQuestion: {flawed}\n\nFlaw types:\n{lines}\n"
            "Which flaw type does the question have? Answer with the type's name.\nType:")
     return [{"role": "system", "content": _SYSTEM_JUDGE}, {"role": "user", "content": req}]
