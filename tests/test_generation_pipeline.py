@@ -17,7 +17,7 @@ import pytest
 from textsql_clarify.datasets import embedded_db_path
 from textsql_clarify.errors import DatasetError
 from textsql_clarify.generation import Accepted, Rejected
-from textsql_clarify.generation.anchors import load_anchors
+from textsql_clarify.generation.anchors import anchor_gold, load_anchors
 from textsql_clarify.generation.pipeline import GenerationError, generate, unit_seed
 from textsql_clarify.generation.recipes import RECIPES, RecipeError, make_recipe, make_recipes
 from textsql_clarify.generation.rejections import RecipeRejections, render_rejection_table
@@ -212,8 +212,8 @@ def test_generate_writes_validated_samples_with_provenance_and_pairs(tmp_path, a
     flawed = by_id["stub-uni-ans-001-missing"]
     assert flawed["db_path"] == "databases/university__no_residence_city.sqlite"  # relative: resolves on load
     assert flawed["provenance"] == {
-        "source": "generated", "recipe": "stub", "anchor_id": "uni-ans-001", "anchor_source": "embedded", "seed": 3,
-        "models": [], "removed": "students.residence_city", "paired_original": "stub-uni-ans-001-orig",
+        "source": "generated", "recipe": "stub", "anchor_id": "uni-ans-001", "anchor_source": "embedded",
+        "anchor_gold": anchor_gold(anchors[0].gold_sql), "seed": 3, "models": [], "removed": "students.residence_city", "paired_original": "stub-uni-ans-001-orig",
         "verdicts": {"coin": "pass", "pair": "pass"}}
     ids = [r["id"] for r in recs]
     assert ids[ids.index("stub-uni-ans-001-missing") + 1] == "stub-uni-ans-001-orig"  # the pair follows it

@@ -146,6 +146,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--keep-flag", action="append", default=[], metavar="FLAG",
                    help="a load-time validation flag that does not move a sample out (repeatable; e.g. duplicate_gold "
                         "keeps samples grown from paraphrased anchors; they are written with the flag)")
+    g.add_argument("--distinct-golds", action="store_true",
+                   help="one anchor per gold SQL (the first; the others are skipped): the strict corpus, without the "
+                        "samples grown from a second phrasing of the same query (Spider's paraphrase pairs)")
     g.add_argument("--no-resume", action="store_true", help="start over instead of continuing the run in --out")
     g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     g.add_argument("--db-root", default=None, help="with --anchors: folder of <db_id>/<db_id>.sqlite files")
@@ -340,7 +343,13 @@ def _generate(args: argparse.Namespace) -> int:
     print(anchors.summary(), file=sys.stderr)
     report = generate(anchors, recipes, args.out, seed=args.seed, council=council, resume=not args.no_resume,
                       progress=not args.no_progress, timeout_s=args.timeout, options=options,
-                      keep_flags=args.keep_flag)
+                      keep_flags=args.keep_flag, distinct_golds=args.distinct_golds)
+    if args.distinct_golds:
+        from .generation.anchors import SAME_GOLD
+
+        dropped = report.manifest["anchors"].get("skipped", {}).get(SAME_GOLD, 0)
+        print(f"--distinct-golds: {report.manifest['anchors']['n']} anchors kept, {dropped} skipped ({SAME_GOLD})",
+              file=sys.stderr)
     print(report.table(width=100))
     c = report.counts
     print(f"\nwrote {c['lines']} lines to {report.samples_path}: {c['samples']} samples, "

@@ -176,6 +176,23 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
     return trajs  # type: ignore[return-value]
 
 
+def paired_original_ids(samples: Sequence[Sample]) -> set[str] | None:
+    """The ids of the paired originals among ``samples``, for :func:`~textsql_clarify.rewards.metrics.aggregate`'s
+    ``original_ids`` (PremiseSQL's GEN and VAL are taken over the unflawed originals of its pairs only).
+
+    Args:
+        samples: the run's samples; a paired original is one whose ``provenance`` has ``paired_with`` (the id of
+            the flawed sample it is paired with, as the generation pipeline writes it: missing schema, PremiseSQL).
+    Returns:
+        The set of those ids, or ``None`` when there is none (``aggregate`` then falls back to the answerable
+        samples without a flaw).
+
+    Source: PremiseSQL §4 (GEN, VAL over the originals), §A.3 (paired originals); issue 11.
+    """
+    ids = {s.id for s in samples if s.provenance.get("paired_with")}
+    return ids or None
+
+
 def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: str | os.PathLike | None = None,
              progress: bool = True, num_envs: int = 1, agent_spec: str | None = None,
              include_indistinguishable: bool = False, backend: str = "local", ray_address: str | None = None,
@@ -220,6 +237,8 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
 
     Returns:
         ``(trajectories, metrics)`` where metrics is :func:`textsql_clarify.rewards.metrics.aggregate`'s dict
+        (``original_ids``: :func:`paired_original_ids` of the samples played, so GEN and VAL count the paired
+        originals only when the samples have any)
         plus a ``run`` block ``{"agent": spec or name, "privileged": bool}``; ``privileged`` true marks a run
         whose agent was given each episode's sample (the gold), so its scores are no model's.
     """
@@ -272,14 +291,17 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
         raise
     run = {"agent": agent_spec if agent_spec is not None else str(getattr(agent, "name", type(agent).__name__)),
            "privileged": bool(getattr(agent, "privileged", False))}
+    originals = paired_original_ids(samples)
     if out_dir is None:
-        return trajs, {**aggregate(trajs, include_indistinguishable=include_indistinguishable), "run": run}
+        return trajs, {**aggregate(trajs, original_ids=originals, include_indistinguishable=include_indistinguishable),
+                       "run": run}
     out = Path(out_dir)
     with open(out / "trajectories.jsonl", "w", encoding="utf-8") as fh:
         for t in trajs:
             # ASCII escapes: a lone surrogate from an agent's output cannot break the file
             fh.write(json.dumps(t.to_dict(), ensure_ascii=True, default=str) + "\n")
-    metrics = {**aggregate(trajs, include_indistinguishable=include_indistinguishable), "run": run}
+    metrics = {**aggregate(trajs, original_ids=originals, include_indistinguishable=include_indistinguishable),
+               "run": run}
     with open(out / "metrics.json", "w", encoding="utf-8") as fh:
         json.dump(metrics, fh, indent=2, ensure_ascii=False)
         fh.write("\n")

@@ -29,8 +29,11 @@ errors, non-empty result sets, runtime failures and within a time limit"; the st
 * ``duplicate_gold``: ABISS §4.2 stage 1 (after OmniSQL): a later answerable or ambiguous sample whose
   value-masked gold (:func:`.gold_masking.mask_values`) equals an earlier one's over the same database,
   unless it is another reading of the same question (same question text, or its gold is one of the earlier
-  sample's interpretations) or both were generated from the same anchor (issue 11);
-  the first keeps no flag.
+  sample's interpretations), or both were generated (issue 11) from the same anchor or from anchors with the same
+  gold SQL text (``provenance["anchor_gold"]``: one source query asked in two phrasings, Spider's paraphrase
+  pairs; each generated sample keeps its own anchor's question, so the episodes differ); the first keeps no flag.
+  Golds that are equal only once values are masked come from different source queries and are still flagged,
+  generated or not.
 
 Drift records of a ``.jsonl`` file are checked by the JSONL loader as before
 (:func:`.drift_check.drift_problems`; a bad one raises :class:`~textsql_clarify.errors.DatasetError`).
@@ -63,7 +66,7 @@ __all__ = ["VALIDATOR_VERSION", "GOLD_TIMEOUT_S", "ROW_CAP", "Problem", "Validat
            "validate_loaded"]
 
 #: Bumped whenever a check changes, so that cached results of the old checks are not reused.
-VALIDATOR_VERSION = 5
+VALIDATOR_VERSION = 6
 #: Time limit per gold, seconds: the env's default ``timeout_s`` (:class:`textsql_clarify.envs.env.TextSQLClarifyEnv`).
 GOLD_TIMEOUT_S = 5.0
 #: Row cap per gold: the env's default ``row_cap``; a gold with more rows is truncated, hence ``gold_error``.
@@ -258,13 +261,19 @@ def _same_question(a: Sample, b: Sample) -> bool:
     ``Age > 50``, mask alike), or both were generated from the same anchor (``provenance`` ``source`` is
     ``"generated"`` and ``anchor_id`` is the same: the recipes of issue 11 grow several episodes from one gold on
     purpose, e.g. TIDE's chain-only / drift-only / joint triplets over one anchor, a PremiseSQL flaw and its paired
-    original)."""
+    original), or both were generated from anchors with the same gold SQL text (the same ``anchor_gold``,
+    :func:`textsql_clarify.generation.anchors.anchor_gold`: one source query asked in another phrasing, Spider's
+    paraphrase pairs; issue 11). Samples that are not generated (Spider dev's own paraphrase pairs) are not
+    exempted by either rule, and anchors whose golds differ in a value have different ``anchor_gold``s."""
     if " ".join(a.question.lower().split()) == " ".join(b.question.lower().split()):
         return True
     pa, pb = a.provenance, b.provenance
-    if (pa.get("source") == pb.get("source") == "generated" and pa.get("anchor_id") is not None
-            and pa.get("anchor_id") == pb.get("anchor_id") and pa.get("anchor_source") == pb.get("anchor_source")):
-        return True
+    if pa.get("source") == pb.get("source") == "generated":
+        if (pa.get("anchor_id") is not None and pa.get("anchor_id") == pb.get("anchor_id")
+                and pa.get("anchor_source") == pb.get("anchor_source")):
+            return True
+        if pa.get("anchor_gold") is not None and pa.get("anchor_gold") == pb.get("anchor_gold"):
+            return True
     return b.gold_sql in {it.gold_sql for it in a.interpretations}
 
 

@@ -14,6 +14,7 @@ where the anchors came from and what was skipped, and why.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections import Counter
@@ -24,7 +25,8 @@ from ..errors import DatasetError, RecordProblem
 from ..samples import DIFFICULTIES
 from .base import Anchor
 
-__all__ = ["AnchorList", "UNUSABLE_FLAGS", "load_anchors", "anchors_from_queries"]
+__all__ = ["AnchorList", "UNUSABLE_FLAGS", "SAME_GOLD", "load_anchors", "anchors_from_queries", "anchor_gold",
+           "distinct_gold_anchors"]
 
 #: Load-time validation flags (:mod:`textsql_clarify.datasets.validate`) that make a gold unusable as an
 #: anchor: every recipe executes the anchor's gold, and a generated sample with such a gold would be moved
@@ -32,6 +34,9 @@ __all__ = ["AnchorList", "UNUSABLE_FLAGS", "load_anchors", "anchors_from_queries
 UNUSABLE_FLAGS = ("gold_error", "gold_empty", "gold_timeout", "gold_nondeterministic")
 #: The SQL field names a queries file may use, in the order they are looked up.
 SQL_FIELDS = ("sql", "query", "gold_sql")
+#: The ``skipped`` reason of an anchor whose gold SQL an earlier anchor of the same database already has
+#: (:func:`distinct_gold_anchors`, ``generate --distinct-golds``).
+SAME_GOLD = "same gold SQL as an earlier anchor"
 _QUERY_FIELDS = frozenset({"id", "question", "difficulty", "evidence", *SQL_FIELDS})
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -226,3 +231,53 @@ def anchors_from_queries(db: str | os.PathLike, queries: str | os.PathLike) -> A
     if problems:
         raise DatasetError(f"invalid queries file {queries}", problems)
     return AnchorList(out, source=str(queries))
+
+
+def anchor_gold(gold_sql: str) -> str:
+    """The digest of an anchor's gold SQL that every generated sample carries as ``provenance["anchor_gold"]``.
+
+    Two anchors with the same digest ask the same source query (Spider dev asks most of its queries twice, in
+    two phrasings with the identical gold text); the load-time duplicate check
+    (:func:`textsql_clarify.datasets.validate.validate_samples`, ``duplicate_gold``) does not count generated
+    samples with the same digest as duplicates of each other.
+
+    Args:
+        gold_sql: the anchor's gold SQL (str).
+    Returns:
+        The first 16 hex digits of the SHA-256 of ``gold_sql`` (UTF-8) with its whitespace collapsed (every run
+        of whitespace one space, none at either end); case and everything else kept.
+    Raises:
+        TypeError: ``gold_sql`` is not a string.
+
+    Source: issue 11 (the duplicate-gold rule for generated corpora).
+    """
+    if not isinstance(gold_sql, str):
+        raise TypeError(f"gold_sql must be a string, got {type(gold_sql).__name__}")
+    return hashlib.sha256(" ".join(gold_sql.split()).encode("utf-8")).hexdigest()[:16]
+
+
+def distinct_gold_anchors(anchors) -> AnchorList:
+    """One anchor per (database, gold SQL): the first, in order; the others are counted as skipped.
+
+    Args:
+        anchors: a sequence of :class:`~.base.Anchor` (an :class:`AnchorList` keeps its source, skipped
+            counts and ``n_source``).
+    Returns:
+        An :class:`AnchorList` of the kept anchors, in input order; ``skipped`` gains :data:`SAME_GOLD` with
+        the number dropped (absent when none was). Golds are compared as :func:`anchor_gold` digests (whitespace
+        aside), on the same ``db_path`` only.
+
+    Source: issue 11 (``generate --distinct-golds``, the strict corpus: one anchor per source query).
+    """
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for a in anchors:
+        key = (a.db_path, anchor_gold(a.gold_sql))
+        if key not in seen:
+            seen.add(key)
+            kept.append(a)
+    skipped = dict(getattr(anchors, "skipped", None) or {})
+    if len(kept) < len(anchors):
+        skipped[SAME_GOLD] = skipped.get(SAME_GOLD, 0) + len(anchors) - len(kept)
+    n_source = getattr(anchors, "n_source", len(anchors))
+    return AnchorList(kept, source=getattr(anchors, "source", ""), skipped=skipped, n_source=n_source)

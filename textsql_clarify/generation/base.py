@@ -55,7 +55,8 @@ class Accepted:
     Attributes:
         sample: the generated sample. Its ``provenance`` holds recipe-specific keys (e.g. ``subtype``,
             ``removed``); the pipeline adds ``source="generated"``, ``recipe``, ``anchor_id``,
-            ``anchor_source``, ``seed``, ``models`` and ``verdicts``.
+            ``anchor_source``, ``anchor_gold`` (:func:`~.anchors.anchor_gold` of the anchor's gold SQL), ``seed``,
+            ``models`` and ``verdicts``.
         verdicts: check name -> verdict (``"pass"`` or a short detail), in check order.
         paired: the unmodified original, kept as its paired answerable sample (missing schema,
             PremiseSQL §A.3 pairs), or ``None``. Written next to ``sample``; its provenance gets

@@ -23,7 +23,10 @@ same database, question and golds) and runs the load-time validation on the asse
 rebuilt as :func:`~textsql_clarify.samples.load_jsonl` does, the JSONL loader's drift checks, then
 :func:`~textsql_clarify.datasets.validate.validate_samples`); every sample it flags is moved out (stage
 ``load_validation``, with its reasons), together with its pair, so the written file passes
-``textsql-clarify data validate``.
+``textsql-clarify data validate``. Every written sample's provenance carries ``anchor_gold``
+(:func:`~.anchors.anchor_gold`, a digest of its anchor's gold SQL): samples grown from two phrasings of one source
+query (Spider's paraphrase pairs) are no ``duplicate_gold`` of each other; ``distinct_golds=True``
+(``--distinct-golds``) keeps one anchor per gold SQL instead, the strict corpus.
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import TextSQLClarifyError
 from ..samples import Sample, sample_from_dict
+from .anchors import anchor_gold, distinct_gold_anchors
 from .base import Accepted, Anchor, GenContext, Recipe, Rejected
 from .rejections import ERROR_STAGE, RecipeRejections, render_rejection_table
 from .recipes import RecipeError, make_recipe
@@ -55,7 +59,7 @@ DATABASES = "databases"
 #: Bumped when the journal's layout changes (a journal of another format is not resumed).
 JOURNAL_FORMAT = 1
 #: The provenance keys the pipeline sets on every written sample (base.py, :class:`~.base.Accepted`).
-PIPELINE_KEYS = ("source", "recipe", "anchor_id", "anchor_source", "seed", "models")
+PIPELINE_KEYS = ("source", "recipe", "anchor_id", "anchor_source", "anchor_gold", "seed", "models")
 
 
 class GenerationError(TextSQLClarifyError, ValueError):
@@ -267,6 +271,7 @@ def _assemble(plan: Sequence[tuple[Recipe, Anchor]], done: Mapping[tuple[str, st
     """The records in plan order, duplicates dropped (and counted), pairs linked: a paired original is written
     right after its sample, or, when a record with its identity (:func:`_identity`) was written before, the
     sample is linked to that one (``provenance["paired_original"]`` names it)."""
+    golds = {a.id: anchor_gold(a.gold_sql) for _, a in plan}
     entries: list[_Entry] = []
     ids: dict[str, int] = {}
     keys: dict[str, int] = {}
@@ -275,7 +280,8 @@ def _assemble(plan: Sequence[tuple[Recipe, Anchor]], done: Mapping[tuple[str, st
         unit = done[(recipe.name, anchor.id)]
         table = tables[recipe.name]
         common = {"source": "generated", "recipe": recipe.name, "anchor_id": anchor.id,
-                  "anchor_source": anchor.source, "seed": seed, "models": list(models)}
+                  "anchor_source": anchor.source, "anchor_gold": golds[anchor.id], "seed": seed,
+                  "models": list(models)}
         for out in unit["outcomes"]:
             table.candidates += 1
             if "rejected" in out:
@@ -445,7 +451,8 @@ def _clear(out_dir: Path) -> None:
 
 def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir: str | os.PathLike, *, seed: int = 0,
              council: Any = None, resume: bool = True, progress: bool = True, timeout_s: float = 5.0,
-             options: Mapping[str, str] | None = None, keep_flags: Sequence[str] = ()) -> GenerationReport:
+             options: Mapping[str, str] | None = None, keep_flags: Sequence[str] = (),
+             distinct_golds: bool = False) -> GenerationReport:
     """Run ``recipes`` on ``anchors`` and write validated samples to ``out_dir`` (module docstring).
 
     Args:
@@ -465,6 +472,10 @@ def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir
         keep_flags: load-time validation flags that do not move a sample out (e.g. ``("duplicate_gold",)`` keeps
             the samples grown from paraphrased anchors, Spider's question pairs); the sample is written with the
             flag, so ``data validate`` lists it. Default: none (the written file validates with nothing flagged).
+        distinct_golds: keep one anchor per (database, gold SQL), the first (:func:`~.anchors.distinct_gold_anchors`);
+            the others are counted in the manifest's ``anchors.skipped``. The strict corpus: no two samples grown
+            from paraphrases of one source query. Default ``False``: every anchor (samples of anchors with the same
+            gold are no duplicates of each other, ``provenance["anchor_gold"]``).
 
     Returns:
         A :class:`GenerationReport`.
@@ -480,6 +491,9 @@ def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir
     anchors_list = list(anchors)
     if not anchors_list:
         raise GenerationError("no anchors to generate from")
+    if distinct_golds:
+        anchors = distinct_gold_anchors(anchors if hasattr(anchors, "skipped") else anchors_list)
+        anchors_list = list(anchors)
     seen_ids = Counter(a.id for a in anchors_list)
     twice = [k for k, n in seen_ids.items() if n > 1]
     if twice:
@@ -549,7 +563,8 @@ def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir
 
     manifest = {"package": "textsql-clarify", "version": __version__, "seed": int(seed),
                 "recipes": [{"name": r.name, "stages": list(r.stages), "needs_model": bool(r.needs_model)} for r in built],
-                "models": models, "options": opts, "timeout_s": float(timeout_s), "keep_flags": sorted(keep_flags), "anchors": _anchors_meta(anchors_list, anchors),
+                "models": models, "options": opts, "timeout_s": float(timeout_s), "keep_flags": sorted(keep_flags),
+                "distinct_golds": bool(distinct_golds), "anchors": _anchors_meta(anchors_list, anchors),
                 "units": len(plan), "counts": counts,
                 "files": {"samples": SAMPLES, "rejections": REJECTIONS, "journal": JOURNAL, "databases": DATABASES + "/"}}
     rejections = {"recipes": {r.name: tables[r.name].to_dict() for r in built}, "load_validation": moved,
