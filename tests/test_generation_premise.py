@@ -65,7 +65,8 @@ def test_one_flaw_per_subcategory_with_one_paired_original(embedded, tmp_path):
     s = contra.sample
     assert s.question == ("How many students belong to the Computer Science department, counting only those both "
                           "above and below the average?")
-    assert s.group == "unanswerable" and s.gold_sql is None and s.hidden_knowledge.startswith("E2.1 logical contradiction: ")
+    assert s.group == "unanswerable" and s.gold_sql is None
+    assert s.hidden_knowledge.startswith("E2.1 logical contradiction: ")
     # the crosswalk's subcategory where it is an unanswerable one, else unknown
     assert outs[REWRITE_FLAWS.index("external_fact")].sample.subcategory == "missing_external_knowledge"
     assert outs[REWRITE_FLAWS.index("beyond_sql")].sample.subcategory == "improper_question"

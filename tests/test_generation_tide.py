@@ -242,12 +242,13 @@ def test_triplet_shares_one_anchor_and_reads_as_three_sample_types(embedded, tmp
     a = _anchor(embedded["uni-drift-001"])
     outs = r.run(a, random.Random(0), _ctx(tmp_path))
     acc = [o for o in outs if isinstance(o, Accepted)]
-    assert [o.sample.id for o in acc] == [f"tide_triplets-uni-drift-001-{t}" for t in ("chain_only", "drift_only", "joint")]
+    types = ["chain_only", "drift_only", "joint"]
+    assert [o.sample.id for o in acc] == [f"tide_triplets-uni-drift-001-{t}" for t in types]
     assert [o.stage for o in outs if isinstance(o, Rejected)] == ["non_empty"]
     chain_only, drift_only, joint = (o.sample for o in acc)
     assert {s.gold_sql for s in (chain_only, drift_only, joint)} == {a.gold_sql}
     assert {s.provenance["triplet"] for s in (chain_only, drift_only, joint)} == {"uni-drift-001"}
-    assert [s.provenance["sample_type"] for s in (chain_only, drift_only, joint)] == ["chain_only", "drift_only", "joint"]
+    assert [s.provenance["sample_type"] for s in (chain_only, drift_only, joint)] == types
     assert chain_only.chain is not None and chain_only.drift is None
     assert drift_only.chain is None and drift_only.question == a.question and drift_only.group == "answerable"
     assert joint.chain == chain_only.chain and joint.drift == drift_only.drift == embedded["uni-drift-001"].drift

@@ -90,7 +90,8 @@ def generate_messages(flaw: str, question: str, gold_sql: str, schema: str, evid
     """
     how, _ = FLAW_RECIPES[flaw]
     ev = ("\nEvidence: " + " ".join(evidence)) if evidence else ""
-    req = (f"{MARKERS['generate']} Database schema:\n{schema}\n\nSource question: {question}{ev}\nIts SQL: {gold_sql}\n\n"
+    req = (f"{MARKERS['generate']} Database schema:\n{schema}\n\nSource question: {question}{ev}\n"
+           f"Its SQL: {gold_sql}\n\n"
            f"Flaw to introduce: {_flaw_head(flaw)}\nHow: {how}\n"
            "Change as little as possible, introduce only this one flaw, keep the question natural, and write no "
            "SQL or column names with underscores in it.\n"
@@ -106,7 +107,8 @@ def review_messages(flaw: str, original: str, flawed: str, explanation: str, sch
         KeyError: ``flaw`` is not a rewriting flaw.
     """
     _, check = FLAW_RECIPES[flaw]
-    req = (f"{MARKERS['review']} Database schema:\n{schema}\n\nOriginal question: {original}\nFlawed question: {flawed}\n"
+    req = (f"{MARKERS['review']} Database schema:\n{schema}\n\nOriginal question: {original}\n"
+           f"Flawed question: {flawed}\n"
            f"Stated flaw: {explanation}\nIntended type: {_flaw_head(flaw)}\n"
            f"Criteria: {check} The flawed question differs from the original only by this one flaw and reads "
            "naturally.\nDoes the candidate meet every criterion? Answer pass or fail.\nVerdict:")

@@ -11,9 +11,10 @@ Three recipes, each a :class:`textsql_clarify.generation.base.Recipe` over a cou
   priority order (plausibility, re-ask, counterfactual test: every judge must pass each; a judge that finds
   L2 ``invariant`` rejects the candidate), then the evidence rewrite of App. B.3 where the anchor has evidence.
   The accepted sample is ambiguous, with ``Chain(l1, l2, verdict)``.
-* :class:`TideDriftRecipe` (``tide_drift``): the model-free drift candidates of
-  :class:`textsql_clarify.generation.drift.DriftRecipe` (TIDE Table 7 checks), then the LLM cross-validation
-  of App. B.2: drift fit, then stability, each passed by every judge.
+* :class:`TideDriftRecipe` (``tide_drift``): drift candidates with TIDE Table 7's checks, from the model-free
+  :class:`textsql_clarify.generation.drift.DriftRecipe` (default) or written by the generator
+  (:class:`ModelDriftSource`, option ``tide_drift_source=model``), then the LLM cross-validation of App. B.2:
+  drift fit, then stability, each passed by every judge.
 * :class:`TideTripletRecipe` (``tide_triplets``): a chain and a drift over the same anchor, assembled into
   TIDE's triplet (§3.1, §3.2 "triplet assembly"): chain-only, drift-only and joint samples, marked in
   provenance (``triplet``, ``sample_type``); :func:`textsql_clarify.rewards.metrics.aggregate`'s
@@ -33,7 +34,7 @@ from typing import Any, Sequence
 from ..errors import SQLParseError
 from ..rewards.commitments import commitment_set
 from ..rewards.execution import is_empty_result, score_execution
-from ..samples import DRIFT_SUBTYPES, Chain, ChainLayer, DriftEvent, Interpretation, Sample
+from ..samples import Chain, ChainLayer, DriftEvent, Interpretation, Sample
 from ..sql.sandbox import ExecutionResult, SQLiteSandbox, get_sandbox
 from ..sql.schema import parse_for_analysis
 from ..taxonomy import SUBCATEGORIES
@@ -41,14 +42,16 @@ from . import tide_prompts as P
 from .base import Accepted, Anchor, GenContext, Outcome, Rejected
 
 __all__ = ["TideChainRecipe", "TideDriftRecipe", "TideTripletRecipe", "ModelDriftSource", "unanimous",
-           "reading_problem", "anchor_problem", "feasible_subtypes", "CHAIN_STAGES", "CROSS_STAGES", "DRIFT_SOURCES"]
+           "reading_problem", "anchor_problem", "feasible_subtypes", "CHAIN_STAGES", "CROSS_STAGES",
+           "DRIFT_SOURCES"]
 
 #: :class:`TideChainRecipe`'s checks, in order.
 CHAIN_STAGES = ("anchor", "l1_format", "l2_format", "alternatives", "plausibility", "re_ask", "counterfactual",
                 "evidence")
 #: the LLM cross-validation stages that :class:`TideDriftRecipe` adds after the drift recipe's own checks.
 CROSS_STAGES = ("drift_fit", "stability")
-#: the values of the ``tide_drift_source`` option: the model-free recipe's candidates, or the generator's (TIDE App. B.2).
+#: the values of the ``tide_drift_source`` option: the model-free recipe's candidates, or the generator's
+#: (TIDE App. B.2).
 DRIFT_SOURCES = ("rules", "model")
 #: the ambiguous ABISS subcategories a chain's L1 may be labelled with.
 _AMBIGUOUS = tuple(n for n, s in SUBCATEGORIES.items() if s.group == "ambiguous")
@@ -237,7 +240,8 @@ class TideChainRecipe:
 
         gold = sb.execute(anchor.gold_sql)
         interps: list[Interpretation] = []
-        for layer, reply_obj, hk in (("L1", l1, l1["alternative"]), ("L2", l2, f"{l1['answer']} {l2['alternative']}")):
+        readings = (("L1", l1, l1["alternative"]), ("L2", l2, f"{l1['answer']} {l2['alternative']}"))
+        for layer, reply_obj, hk in readings:
             alt_sql = reply_obj.get("alternative_sql")
             if not isinstance(alt_sql, str) or not alt_sql.strip():
                 continue
@@ -246,7 +250,8 @@ class TideChainRecipe:
                 return Rejected("alternatives", f"the {layer} alternative's SQL {why}")
             if any(it.gold_sql == alt_sql.strip() for it in interps):
                 continue
-            interps.append(Interpretation(alt_sql.strip(), hk.strip(), f"{layer} alternative: {reply_obj['alternative']}"))
+            interps.append(Interpretation(alt_sql.strip(), hk.strip(),
+                                          f"{layer} alternative: {reply_obj['alternative']}"))
         if not interps:
             return Rejected("alternatives", "no unchosen reading comes with SQL")
         verdicts["alternatives"] = f"pass ({len(interps)} reading(s))"

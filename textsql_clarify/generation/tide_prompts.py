@@ -250,7 +250,8 @@ def drift_judge_messages(criterion: str, gold_sql: str, utterance: str, post_sql
         KeyError: an unknown criterion or subtype.
     """
     rule = DRIFT_CRITERIA[criterion].format(subtype=subtype, subtype_def=_SUBTYPE_DEF[subtype])
-    req = (f"{MARKERS[criterion]} SQL before: {gold_sql}\nThe user then says: \"{utterance}\"\nSQL after: {post_sql}\n\n"
+    req = (f"{MARKERS[criterion]} SQL before: {gold_sql}\nThe user then says: \"{utterance}\"\n"
+           f"SQL after: {post_sql}\n\n"
            f"Criterion: {rule}\nDoes the item meet the criterion? Answer {PASS} or {FAIL}.\nVerdict:")
     return [{"role": "system", "content": _SYSTEM_JUDGE}, {"role": "user", "content": req}]
 
