@@ -425,6 +425,9 @@ def test_tide_drift_option_chooses_the_source(embedded, tmp_path):
 
 def test_triplet_over_the_model_free_drift_recipe(embedded, tmp_path):
     outs = TideTripletRecipe().run(_anchor(embedded["uni-drift-005"]), random.Random(0), _ctx(tmp_path))
+    again = TideTripletRecipe().run(_anchor(embedded["uni-drift-005"]), random.Random(0), _ctx(tmp_path))
+    assert [o.sample.to_dict() if isinstance(o, Accepted) else o for o in outs] == [
+        o.sample.to_dict() if isinstance(o, Accepted) else o for o in again]  # deterministic for a seed
     acc = [o.sample for o in outs if isinstance(o, Accepted)]
     assert [s.provenance["sample_type"] for s in acc] == ["chain_only", "drift_only", "joint"]
     assert acc[1].drift == acc[2].drift and acc[1].drift.subtype == acc[1].provenance["drift_subtype"]
