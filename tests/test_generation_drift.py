@@ -21,9 +21,10 @@ from textsql_clarify.generation.anchors import load_anchors
 from textsql_clarify.generation.base import Accepted, Anchor, GenContext, Recipe, Rejected
 from textsql_clarify.generation.drift import DriftRecipe
 from textsql_clarify.generation.drift_checks import STAGES, check_drift_candidate, utterance_problem
-from textsql_clarify.generation.utterances import (STYLES, TEMPLATES, column_words, condition_words,
-                                                   flag_column_words, flag_value_words, relation_words,
-                                                   render_utterance, table_words, value_words)
+from textsql_clarify.generation.utterances import (STYLES, TEMPLATES, attribute_words, column_words,
+                                                   condition_words, entity_words, flag_column_words,
+                                                   flag_value_words, relation_words, render_utterance,
+                                                   table_words, value_words)
 from textsql_clarify.samples import write_jsonl
 from textsql_clarify.sql.sandbox import get_sandbox
 
@@ -135,7 +136,7 @@ def test_every_template_renders_without_sql():
     slots = {"col": "country", "old": "France", "new": "Italy", "cond": "France", "col2": "age",
              "cond2": "more than 30",
              "old_col": "name", "new_col": "age", "old_agg": "average", "new_agg": "highest", "table": "singer",
-             "tables": "singers", "other": "concert"}
+             "tables": "singers", "other": "concert", "excluded": "Jessie Alloway"}
     seen = set()
     for kind, by_style in TEMPLATES.items():
         assert set(by_style) == set(STYLES), kind
@@ -310,7 +311,9 @@ def test_edits_on_a_crafted_anchor_negation_and_range(tmp_path):
     assert "constraint: students.total_credits range total_credits BETWEEN 10 AND 100 -> total_credits >= 10" in edits
     drop = next(o.sample for o in outs if isinstance(o, Accepted) and "NOT dept_id" in o.sample.provenance["edit"]
                 and ";" not in o.sample.provenance["edit"])
-    assert "not 1" in drop.drift.utterance
+    # an exclusion withdrawn reads as what was left out (never "not just other than 1")
+    assert drop.drift.utterance == "What if we didn't exclude 1 for the department ID?"
+    assert drop.provenance["edit_kind"] == "remove_exclusion"
     assert drop.drift.post_gold_sql == "SELECT first_name FROM students WHERE total_credits BETWEEN 10 AND 100"
 
 
@@ -328,3 +331,88 @@ def test_embedded_drift_samples_pass_the_checks():
         res = check_drift_candidate(s.gold_sql, s.drift.post_gold_sql, s.drift.subtype, s.drift.utterance,
                                     get_sandbox(s.db_path))
         assert res.passed, (s.id, res)
+
+
+# ------------------------------------------------- a fresh reader's defects (issue 11 follow-up, rate50)
+def _candidates(s, subtype, seed=0):
+    r = DriftRecipe()
+    sb = get_sandbox(s.db_path)
+    q = r._query(_anchor(s), sb)
+    gen = {"value": r.value_candidates, "constraint": r.constraint_candidates,
+           "projection": r.projection_candidates}[subtype]
+    return list(gen(q, random.Random(seed), sb))
+
+
+def test_no_projection_edit_changes_whether_the_query_collapses(spider_root, spider_by_id):
+    # rate50 sample 10 (spider-dev-335): SELECT min(Version_Number), template_type_code FROM Templates without
+    # the MIN returned the code of every template, not of the smallest version's
+    s = spider_by_id["spider-dev-335"]
+    edits = sorted(c.edit for c in _candidates(s, "projection"))
+    assert edits == ["projection: MIN(Templates.Version_Number) -> MAX(Templates.Version_Number)",
+                     "projection: MIN(Templates.Version_Number) -> SUM(Templates.Version_Number)",
+                     "projection: removed output template_type_code"]
+    # with a GROUP BY the rows stay grouped: removing the aggregate is still offered
+    s = spider_by_id["spider-dev-820"]  # SELECT CountryCode, max(Percentage) ... GROUP BY CountryCode
+    assert "projection: removed output MAX(Percentage)" in {c.edit for c in _candidates(s, "projection")}
+
+
+def test_a_literal_said_twice_is_not_edited_and_set_operation_branches_keep_their_filters(spider_root,
+                                                                                         spider_by_id):
+    # rate50 sample 36 (spider-dev-755): IsOfficial = 'T' in both UNION branches; "false instead of true"
+    # cannot say which
+    s = spider_by_id["spider-dev-755"]
+    value = {c.edit.split(" '")[0] for c in _candidates(s, "value")}
+    assert value == {"value: countrylanguage.Language"}
+    # spider-dev-857: Year_of_Founded < 2003 INTERSECT ... > 2003: the same value reads apart ("less than 2003")
+    s = spider_by_id["spider-dev-857"]
+    cands = _candidates(s, "value")
+    assert cands and all(c.edit.startswith("value: orchestra.Year_of_Founded 2003 ->") for c in cands)
+    assert {c.slots["old"] for c in cands} == {"less than 2003", "more than 2003"}
+    # rate50 sample 9 (spider-dev-575): a filter or a join dropped from one INTERSECT branch made that branch
+    # swallow the other; no constraint edit inside a set operation's branch
+    assert _candidates(spider_by_id["spider-dev-575"], "constraint") == []
+    assert _candidates(s, "constraint") == []
+    assert _candidates(spider_by_id["spider-dev-755"], "constraint") == []
+
+
+def test_words_of_relation_tables_exclusions_and_participles(spider_root, spider_by_id, tmp_path):
+    assert column_words("Year_of_Founded") == "year founded"  # rate50 sample 38: "the year of founded"
+    assert column_words("Year_of_Work") == "year of work"
+    assert [attribute_words("killed", "INT"), attribute_words("created", "TIMESTAMP"),
+            attribute_words("injured", "TEXT"), attribute_words("winner seed", "INT"),
+            attribute_words("year of founded", "REAL")] == [
+        "number killed", "created date", "injured value", "winner seed", "year founded"]
+    assert entity_words("has_pet", "student", plural=True) == "pets"  # rate50 sample 12: "every has pet"
+    assert entity_words("singer_in_concert", "concert") == "singer"
+    assert entity_words("singer", "concert", "How many singers?", plural=True) == "singers"
+    assert not any("didn't need" in t for by in TEMPLATES.values() for ts in by.values() for t in ts)  # sample 9
+    s = spider_by_id["spider-dev-78"]  # the pet of the student whose last name is Smith
+    texts = {o.sample.provenance["edit_kind"]: o.sample.drift.utterance for o in _run(s, tmp_path)
+             if isinstance(o, Accepted)}
+    assert texts["remove_join_filter"] == "Could you include every pet, not only those with a student whose " \
+                                          "last name is Smith?"
+    # rate50 sample 18 (spider-dev-692, contestant_name != 'Jessie Alloway'): "not just other than Jessie Alloway"
+    outs = [o.sample for o in _run(spider_by_id["spider-dev-692"], tmp_path) if isinstance(o, Accepted)]
+    assert [(o.provenance["edit_kind"], o.drift.utterance) for o in outs] == [
+        ("replace_exclusion", "What if we left out Kurt Walser rather than Jessie Alloway?"),
+        ("replace_exclusion", "Actually, keep Jessie Alloway and drop Tabatha Gehling instead."),
+        ("replace_exclusion", "Actually, keep Jessie Alloway and drop Alana Bregman instead."),
+        ("remove_exclusion", "Could you include Jessie Alloway as well?")]
+    assert not any("other than" in o.drift.utterance for o in outs)
+    texts = [o.sample.drift.utterance for o in _run(spider_by_id["spider-dev-857"], tmp_path)
+             if isinstance(o, Accepted)]
+    assert texts[0] == "Sorry, scratch less than 2003, I want less than 2007 for the year founded."
+
+
+def test_replacement_values_carry_no_markup(spider_root, spider_by_id):
+    # rate50 sample 45 (spider-dev-820): '[South]Mande' drawn as the language a user asks for
+    from textsql_clarify.generation.drift import _clean_value
+
+    s = spider_by_id["spider-dev-820"]
+    r = DriftRecipe()
+    pool = r.column_values(get_sandbox(s.db_path), "countrylanguage", "Language")
+    assert "[South]Mande" in pool
+    assert [_clean_value(v) for v in ("[South]Mande", "{x}", "a|b", "Ukrainian and Russian", " Mande", "a  b",
+                                      "Tab\there", 3.5)] == [False, False, False, True, False, False, False, True]
+    for seed in range(40):
+        assert not any("[" in c.edit or "]" in c.edit for c in _candidates(s, "value", seed)), seed

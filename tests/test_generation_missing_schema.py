@@ -368,3 +368,48 @@ def test_comments_of_a_removed_column_go_with_it(tmp_path):
         sql = _master(path)["students"]
         assert gone not in sql and kept in sql and col not in _columns(path, "students")
     assert _sha(src) == before
+
+
+# ------------------------------------------------- a fresh reader's defects (issue 11 follow-up, rate50)
+def _tables_in_order(path) -> list[str]:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return [n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY rowid")]
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("removal", [Removal("Degree_Programs"), Removal("Student_Enrolment", "degree_program_id")])
+def test_rebuilt_tables_keep_the_source_table_order(spider, tmp_path, removal):
+    # rate50 sample 15 (spider-dev-575): Student_Enrolment, rebuilt without its foreign key to the removed
+    # Degree_Programs, came last in the schema listing and told what was removed
+    src = spider["spider-dev-575"].db_path
+    before = _sha(src)
+    order = _tables_in_order(src)
+    assert order.index("Student_Enrolment") < len(order) - 1  # it is not last in the source
+    path = build_derived(src, removal, tmp_path, "student_transcripts_tracking")
+    assert "Degree_Programs" not in _master(path)["Student_Enrolment"]  # rebuilt without the foreign key
+    expected = [t for t in order if removal.column is not None or t != removal.table]
+    assert _tables_in_order(path) == expected
+    con_s = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
+    con_d = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    for t in expected:  # every table kept its rows through the rebuilds
+        q = f'SELECT count(*) FROM "{t}"'
+        assert con_d.execute(q).fetchone() == con_s.execute(q).fetchone(), t
+    con_s.close()
+    con_d.close()
+    assert _sha(src) == before
+
+
+def test_hidden_knowledge_of_a_participle_column(spider):
+    # rate50 sample 21 (spider-dev-494, death.killed): "does not cover the killed of deaths"
+    schema = source_schema(spider["spider-dev-494"].db_path)
+    el = ms.Element(Removal("death", "killed"), "missing_entities_or_attributes", "attribute")
+    assert ms.hidden_knowledge_options(el, schema) == [
+        "This database does not cover the number killed for deaths: the death table has no killed column.",
+        "The death table has no killed column, so that detail is unavailable."]
+    schema = source_schema(spider["spider-dev-857"].db_path)
+    el = ms.Element(Removal("orchestra", "Year_of_Founded"), "missing_entities_or_attributes", "attribute")
+    assert ms.hidden_knowledge_options(el, schema)[0] == (
+        "This database does not cover the year founded of orchestras: the orchestra table has no year of founded "
+        "column.")

@@ -14,6 +14,9 @@ schema nor query it. :func:`build_derived` makes one:
    ``CREATE TABLE`` text with that column's definition and every constraint naming it cut out. A table is
    removed with ``DROP TABLE``. Every other table whose foreign key points at the removed element is rebuilt
    without that foreign key, so no ``REFERENCES`` clause in the schema still names it.
+   The tables are then put back in the source's creation order (a rebuilt table would otherwise come last in
+   ``sqlite_master``, which tells what was removed): every table from the first one out of place on is
+   rebuilt in the source's order.
 4. The copy is checked (the element is gone, ``PRAGMA integrity_check`` is ``ok``), vacuumed, switched to the
    rollback journal, and renamed onto the destination (atomic ``os.replace``). A destination that exists is
    reused: one derived file per (source database, removed element).
@@ -35,7 +38,7 @@ from pathlib import Path
 from ..errors import TextSQLClarifyError
 from ..sql.uri import ro_uri
 
-__all__ = ["Removal", "DerivedDBError", "derived_name", "build_derived", "table_columns",
+__all__ = ["Removal", "DerivedDBError", "derived_name", "build_derived", "table_columns", "table_order",
            "drop_element_from_create", "column_comments"]
 
 
@@ -310,6 +313,32 @@ def _rebuild_table(con: sqlite3.Connection, table: str, new_sql: str) -> None:
             pass
 
 
+def table_order(con: sqlite3.Connection) -> list[str]:
+    """The user tables of an open database in creation order (``sqlite_master`` rowid order), as spelled."""
+    return [n for (n,) in con.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY rowid")]
+
+
+def _restore_table_order(con: sqlite3.Connection, wanted: list[str]) -> None:
+    """Put the tables back in the source's creation order ``wanted`` (names as spelled).
+
+    A rebuilt table is created anew, so it would be listed last (``sqlite_master`` order, which a schema
+    listing in creation order follows), a hint of what was removed. Every table from the first one out of
+    place on is rebuilt from its own text, in ``wanted`` order, so the order ends as in the source.
+    Source: issue 11 follow-up (a fresh reader's rating: the moved table tells what was removed).
+    """
+    now = table_order(con)
+    wanted = [n for n in wanted if n in now]
+    first = next((i for i, (a, b) in enumerate(zip(now, wanted)) if a != b), None)
+    if first is None:
+        return
+    for name in wanted[first:]:
+        row = con.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
+        _rebuild_table(con, name, row[0])
+    if table_order(con) != wanted:
+        raise DerivedDBError(f"the tables could not be put back in the source's order: {table_order(con)}")
+
+
 def _drop_dependents(con: sqlite3.Connection, removal: Removal) -> list[str]:
     """Drop the views, triggers and indexes that name the removed element; returns their names."""
     dropped = []
@@ -394,8 +423,9 @@ def build_derived(source: str | os.PathLike, removal: Removal, work_dir: str | o
 def _remove(con: sqlite3.Connection, removal: Removal) -> None:
     """Remove ``removal`` from the open copy (module doc, steps 2-3)."""
     con.execute("PRAGMA foreign_keys=OFF")
-    tables = {n.lower(): (n, s) for n, s in con.execute(
-        "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+    order = list(con.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY rowid"))
+    tables = {n.lower(): (n, s) for n, s in order}
     key = removal.table.lower()
     if key not in tables:
         raise DerivedDBError(f"no table {removal.table!r}")
@@ -430,6 +460,7 @@ def _remove(con: sqlite3.Connection, removal: Removal) -> None:
                 if low != key else (row[0], False)
             if low != key and changed:
                 _rebuild_table(con, name, new_sql)
+        _restore_table_order(con, [n for n, _ in order if n.lower() != key or removal.column is not None])
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")

@@ -45,8 +45,9 @@ from ..sql.sandbox import SQLiteSandbox, get_sandbox
 from ..sql.schema import DIALECT, parse_sql
 from .base import Accepted, Anchor, GenContext, Outcome, Rejected
 from .drift_checks import STAGES, check_drift_candidate
-from .utterances import (aggregate_words, column_words, condition_words, flag_column_words, flag_value_words,
-                         relation_words, render_utterance, table_words, value_words)
+from .utterances import (aggregate_words, attribute_words, column_words, condition_words, entity_words,
+                         flag_column_words, flag_value_words, relation_words, render_utterance, table_words,
+                         value_words)
 
 __all__ = ["DriftCandidate", "DriftRecipe", "SUBTYPES", "DEFAULT_PER_SUBTYPE", "DEFAULT_PROJECTION_FILL",
            "DEFAULT_PER_ANCHOR", "DEFAULT_TRIES"]
@@ -136,6 +137,26 @@ def _has_subquery(node: exp.Expression) -> bool:
                for n in node.walk() if n is not node)
 
 
+def _in_set_operation(sel: exp.Select) -> bool:
+    """True when ``sel`` lies inside a UNION / INTERSECT / EXCEPT (a branch, or a subquery of one)."""
+    p = sel.parent
+    while p is not None:
+        if isinstance(p, exp.SetOperation):
+            return True
+        p = p.parent
+    return False
+
+
+def _collapses(sel: exp.Select) -> bool:
+    """True when ``sel`` aggregates without a GROUP BY (an aggregate in its output or HAVING, its own
+    scope): it returns one row, whatever the table holds."""
+    if sel.args.get("group") is not None:
+        return False
+    parts = list(sel.expressions) + ([sel.args["having"]] if sel.args.get("having") is not None else [])
+    return any(isinstance(n, exp.AggFunc) for p in parts
+               for n in p.walk(prune=lambda n: isinstance(n, (exp.Select, exp.Subquery))))
+
+
 def _own_select(node: exp.Expression) -> exp.Select | None:
     p = node.parent
     while p is not None and not isinstance(p, exp.Select):
@@ -220,6 +241,32 @@ def _shown(value: Any, column: str) -> Any:
     return value
 
 
+def _said(op: str, value: Any, column: str) -> str:
+    """How a value drift's utterance names the literal it changes (lower case): ``France`` for an equality,
+    ``less than 2003`` for another comparison, a flag's code in words (``true``)."""
+    shown = _shown(value, column)
+    return (value_words(shown) if op == "EQ" else condition_words(op, shown)).lower()
+
+
+def _excluded_words(c: exp.Expression, column: str) -> str | None:
+    """What an exclusion filter leaves out, in the user's words: ``name != 'Jessie Alloway'`` and ``NOT name =
+    'Jessie Alloway'`` -> ``Jessie Alloway``; ``NOT x IN ('a', 'b')`` -> ``a and b``; ``None`` for any other
+    filter (issue 11 follow-up: "not just other than Jessie Alloway" named nothing)."""
+    neg = isinstance(c, exp.Not)
+    node = _strip(c.this) if neg else c
+    if isinstance(node, (exp.NEQ, exp.EQ)) and (neg != isinstance(node, exp.NEQ)):
+        lit = node.expression if isinstance(node.this, exp.Column) else node.this
+        lv = _literal_value(lit)
+        return value_words(_shown(lv[0], column)) if lv and lv[0] is not None else None
+    if neg and isinstance(node, exp.In) and not node.args.get("query"):
+        vals = [_literal_value(i) for i in node.expressions]
+        if not vals or any(v is None or v[0] is None for v in vals):
+            return None
+        items = [value_words(_shown(v[0], column)) for v in vals]
+        return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+    return None
+
+
 def _make_literal(value: Any, as_string: bool) -> exp.Expression | None:
     if as_string:
         return exp.Literal.string(value_words(value) if isinstance(value, float) else str(value))
@@ -235,16 +282,22 @@ def _plain_identifier(name: str) -> bool:
     return name.isalpha() and (name.islower() or name[1:].islower() or name.isupper())
 
 
+#: characters that make a stored value read as markup or code, not as something a user types
+#: (``[South]Mande``, ``{x}``, ``a|b``)
+_MARKUP = "'\"`_=<>*%\\;[]{}|^~"
+
+
 def _clean_value(v: Any) -> bool:
-    """A replacement value the user can say: short text without quoting, code-like characters or
-    padding; any number."""
+    """A replacement value the user can say: short text without quoting, markup or code-like characters
+    (:data:`_MARKUP`: brackets, braces, pipes ...), control characters, padding or runs of spaces; any
+    number (issue 11; the fresh reader's samples 45, 47: ``[South]Mande``)."""
     if v is None or isinstance(v, (bytes, bool)):
         return False
     if isinstance(v, (int, float)):
         return True
     s = str(v)
-    return (0 < len(s) <= MAX_VALUE_CHARS and s == s.strip() and s.isprintable()
-            and not any(ch in s for ch in "'\"`_=<>*%\\;") and "." not in s.replace(". ", ""))
+    return (0 < len(s) <= MAX_VALUE_CHARS and s == s.strip() and s.isprintable() and "  " not in s
+            and not any(ch in s for ch in _MARKUP) and "." not in s.replace(". ", ""))
 
 
 class DriftRecipe:
@@ -443,16 +496,24 @@ class DriftRecipe:
         """``value`` candidates: each filter literal (WHERE comparisons, IN items, BETWEEN bounds, every
         scope; LIKE patterns excluded, they are no column value; none under a NOT, whose words would say the
         opposite) replaced by up to 4 other values of its column drawn with ``rng``; the literals are visited
-        in an rng-shuffled order."""
-        sites = []
+        in an rng-shuffled order. A literal whose words occur twice among the query's filters (``IsOfficial =
+        'T'`` in both branches of a UNION: "false instead of true" cannot say which) is not edited; the same
+        value under two comparisons reads apart (``< 2003`` and ``> 2003``: "less than 2003")."""
+        sites, said = [], {}
         for sel in q.selects:
             for c in _conjuncts(sel.args.get("where")):
+                for node in c.walk(prune=lambda n: isinstance(n, (exp.Select, exp.Subquery))):
+                    for op, _col, lit, (_t, column) in self._literal_sites(node, sel, q.schema):
+                        key = _said(op, _literal_value(lit)[0], column)
+                        said[key] = said.get(key, 0) + 1
                 # not under NOT: "2 instead of 1" would say the opposite of "NOT x = 2"
                 for node in c.walk(prune=lambda n: isinstance(n, (exp.Select, exp.Subquery, exp.Not))):
                     sites.extend(self._literal_sites(node, sel, q.schema))
         rng.shuffle(sites)
         for op, col, lit, (table, column) in sites:
             old, as_string = _literal_value(lit)
+            if said.get(_said(op, old, column), 0) > 1:
+                continue  # the utterance could not say which of the two it changes
             for new in self._replacements(sandbox, table, column, old, as_string, rng):
                 node = _make_literal(new, as_string)
                 if node is None:
@@ -465,10 +526,10 @@ class DriftRecipe:
                     continue
                 slots = {"col": self._words(sandbox, table, column), "old": condition_words(op, say_old),
                          "new": condition_words(op, say_new)}
-                if op == "EQ":
+                if op in ("EQ", "NEQ"):
                     slots["old"], slots["new"] = value_words(say_old), value_words(say_new)
                 yield DriftCandidate(
-                    "value", post, "replace_literal",
+                    "value", post, "replace_exclusion" if op == "NEQ" else "replace_literal",
                     f"value: {table}.{column} {lit.sql(dialect=DIALECT)} -> {node.sql(dialect=DIALECT)}",
                     slots, self._identifiers(q, column))
 
@@ -503,9 +564,13 @@ class DriftRecipe:
         """``constraint`` candidates, in an rng-shuffled order: a WHERE conjunct removed (a comparison,
         IN list, LIKE or BETWEEN on one column, in any scope; never a column = column join condition or a
         conjunct with a subquery), one bound of a BETWEEN dropped, or a filtering join removed
-        (:meth:`_join_removals`)."""
+        (:meth:`_join_removals`). Nothing inside a branch of a UNION / INTERSECT / EXCEPT
+        (:func:`_in_set_operation`): the utterance cannot say which branch, and a branch without its filter
+        swallows the other (``A INTERSECT B`` becomes ``B``: "both" means nothing)."""
         edits: list[tuple[exp.Select, exp.Expression, exp.Expression | None, str, dict, str]] = []
         for sel in q.selects:
+            if _in_set_operation(sel):
+                continue
             for c in _conjuncts(sel.args.get("where")):
                 if _has_subquery(c):
                     continue
@@ -514,7 +579,9 @@ class DriftRecipe:
                     continue
                 (table, column), cond = desc
                 words = self._words(sandbox, table, column)
-                edits.append((sel, c, None, "remove_predicate", {"col": words, "cond": cond},
+                excluded = _excluded_words(c, column)
+                slots = {"col": words, "cond": cond} | ({"excluded": excluded} if excluded else {})
+                edits.append((sel, c, None, "remove_exclusion" if excluded else "remove_predicate", slots,
                               f"constraint: removed {table}.{column} filter {c.sql(dialect=DIALECT)}"))
                 if isinstance(c, exp.Between) and _literal_value(c.args["low"]) and _literal_value(c.args["high"]):
                     for keep, op in (("low", "GTE"), ("high", "LTE")):
@@ -525,7 +592,7 @@ class DriftRecipe:
                                        "cond": condition_words(op, _literal_value(bound)[0])},
                                       f"constraint: {table}.{column} range {c.sql(dialect=DIALECT)} -> "
                                       f"{kept.sql(dialect=DIALECT)}"))
-        singles = [e for e in edits if e[3] == "remove_predicate"]
+        singles = [e for e in edits if e[3] in ("remove_predicate", "remove_exclusion")]
         rng.shuffle(edits)
         pairs = []
         for i, a in enumerate(singles):
@@ -597,7 +664,8 @@ class DriftRecipe:
         their filters withdrawn, nothing else (``singer_in_concert JOIN singer JOIN concert WHERE
         concert.year = 2014`` -> ``FROM singer``: every singer)."""
         for sel in q.selects:
-            yield from self._join_removal(q, sel, rng, sandbox)
+            if not _in_set_operation(sel):  # as constraint_candidates: no branch of a set operation
+                yield from self._join_removal(q, sel, rng, sandbox)
 
     def _join_removal(self, q: _Query, root: exp.Select, rng: random.Random,
                       sandbox: SQLiteSandbox) -> Iterator[DriftCandidate]:
@@ -703,8 +771,8 @@ class DriftRecipe:
             root.set("where", old_where)
             main = next((t for t in out_tables if t is not None and id(t) not in gone_ids), kept[0])
             named = next((t for t in gone if filters.get(id(t))), gone[-1])
-            slots = {"table": table_words(main.name, q.question),
-                     "tables": table_words(main.name, q.question, plural=True),
+            slots = {"table": entity_words(main.name, named.name, q.question),
+                     "tables": entity_words(main.name, named.name, q.question, plural=True),
                      "other": relation_words(named.name, main.name)}
             edit = "constraint: removed table(s) " + ", ".join(t.name for t in gone) + " with their join condition(s)"
             kind = "remove_join"
@@ -744,7 +812,9 @@ class DriftRecipe:
         """``projection`` candidates on the root SELECT, in an rng-shuffled order: a plain output column
         (no aggregation in the query) replaced by another column of its table (up to 3, id-like columns
         last); an output item removed (two or more items, no alias read elsewhere); an AVG / MAX / MIN /
-        SUM replaced by another of them over the same column (SUM and AVG only on a numeric column)."""
+        SUM replaced by another of them over the same column (SUM and AVG only on a numeric column). No
+        edit changes whether the query collapses its rows into one (:func:`_collapses`): ``SELECT MIN(v), code
+        FROM t`` without the MIN returns every row, not the code of the smallest ``v``."""
         root = q.tree
         if not isinstance(root, exp.Select):
             return
@@ -801,16 +871,19 @@ class DriftRecipe:
                 edits.append((item, None, "remove_column", {"old_col": words},
                               f"projection: removed output {item.sql(dialect=DIALECT)}", ""))
         rng.shuffle(edits)
+        collapses = _collapses(root)
         for node, repl, kind, slots, edit, name in edits:
             if repl is None:
                 kept = root.expressions
                 root.set("expressions", [i for i in kept if i is not node])
-                post = _render(q.tree)
+                post, changes = _render(q.tree), _collapses(root) != collapses
                 root.set("expressions", kept)
             else:
                 placed = node.replace(repl.copy())
-                post = _render(q.tree)
+                post, changes = _render(q.tree), _collapses(root) != collapses
                 placed.replace(node)
+            if changes:
+                continue  # MIN(v), code -> code: every row, no longer the row of the smallest v
             yield DriftCandidate("projection", post, kind, edit, slots, self._identifiers(q, name))
 
     def _item_words(self, item: exp.Expression, root: exp.Select, schema) -> str | None:
@@ -837,7 +910,8 @@ class DriftRecipe:
         spelt = {c.lower(): c for c in self._table_columns(sandbox, table)}.get(column.lower(), column)
         if spelt.lower() in _GENERIC_COLUMNS:  # "the name" of what: "the country name"
             return f"{table_words(table)} {column_words(spelt)}"
-        return flag_column_words(spelt) or column_words(spelt)
+        sql_type = sandbox.schema.get(table.lower(), {}).get(column.lower(), "")
+        return flag_column_words(spelt) or attribute_words(column_words(spelt), sql_type)  # "number killed"
 
     def _table_columns(self, sandbox: SQLiteSandbox, table: str) -> list[str]:
         """The table's column names as the database spells them, in table order (read once per database

@@ -44,6 +44,7 @@ from ..text import plural_stem
 from .base import Accepted, Anchor, GenContext, Outcome, Rejected
 from .derived_db import DerivedDBError, Removal, build_derived
 from .gold_refs import GoldRefs, SourceSchema, gold_refs, source_schema, words
+from .utterances import attribute_words
 
 __all__ = ["MissingSchemaRecipe", "Element", "eligible_elements", "substitute", "hidden_knowledge",
            "hidden_knowledge_options", "judged_hidden_knowledge", "norm_name", "plural", "TEMPLATES"]
@@ -204,12 +205,14 @@ def plural(phrase: str) -> str:
 
 
 #: the hidden-knowledge templates per role, tried in order (:func:`hidden_knowledge_options`); fields: ``table``,
-#: ``many`` (its plural), ``col``, ``other`` (the partner table's plural, join keys only), ``linked`` (the
-#: tables a bridge table joins, in the plural, bridge tables only).
+#: ``many`` (its plural), ``col`` (the column as a noun: ``number killed``, ``year founded``,
+#: :func:`~textsql_clarify.generation.utterances.attribute_words`), ``of`` (``for`` after such a noun: "the
+#: number killed for deaths"), ``name`` (the column's words), ``other`` (the partner table's plural, join keys
+#: only), ``linked`` (the tables a bridge table joins, in the plural, bridge tables only).
 TEMPLATES: dict[str, tuple[str, ...]] = {
     "attribute": (
-        "This database does not cover the {col} of {many}: the {table} table has no {col} column.",
-        "The {table} table has no {col} column, so that detail is unavailable.",
+        "This database does not cover the {col} {of} {many}: the {table} table has no {name} column.",
+        "The {table} table has no {name} column, so that detail is unavailable.",
     ),
     "join_key": (
         "There is no link between {many} and {other}: nothing records which of them go together.",
@@ -237,7 +240,12 @@ def hidden_knowledge_options(element: Element, schema: SourceSchema) -> list[str
     """
     r = element.removal
     table = words(r.table)
-    fields = {"table": table, "many": plural(table), "col": words(r.column) if r.column else "",
+    name = words(r.column) if r.column else ""
+    info = schema.tables.get(r.table.lower())
+    sql_type = info.types.get(r.column.lower(), "") if info is not None and r.column else ""
+    col = attribute_words(name, sql_type) if name else ""
+    fields = {"table": table, "many": plural(table), "col": col, "name": name,
+              "of": "for" if col.startswith("number ") and col != name else "of",
               "other": plural(words(schema.tables[element.partner[0]].name)) if element.partner else "",
               "linked": " and ".join(plural(words(schema.tables[t].name)) for t in element.links) or "the other tables"}
     return [t.format(**fields) for t in TEMPLATES[element.role]]

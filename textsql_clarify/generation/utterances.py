@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 __all__ = [
     "STYLES", "TEMPLATES", "column_words", "table_words", "relation_words", "flag_column_words", "flag_value_words", "value_words", "condition_words",
-    "aggregate_words", "Utterance", "render_utterance",
+    "aggregate_words", "attribute_words", "entity_words", "Utterance", "render_utterance",
 ]
 
 #: the three styles of the drift utterances (ABISS §4.1 styles; issue 11)
@@ -73,7 +73,36 @@ def column_words(name: str) -> str:
                 out.append(w)  # an acronym inside a mixed-case name: GNPOld, SSN
             else:
                 out.append(low)
+    if len(out) >= 3 and out[-2] == "of" and _participle(out[-1]):
+        del out[-2]  # Year_of_Founded: "year founded", not "year of founded"
     return " ".join(out) or "value"
+
+
+def _participle(word: str) -> bool:
+    """A past participle by its ending (``founded``, ``killed``; not ``seed``, ``need``)."""
+    return len(word) > 4 and word.endswith("ed") and not word.endswith("eed")
+
+
+def attribute_words(words: str, sql_type: str = "") -> str:
+    """A column's words that can stand as a noun: a bare participle (``killed``, ``injured``, ``created``)
+    says nothing alone ("the killed of deaths"), so it becomes ``number killed`` on a numeric column,
+    ``created date`` on a date or time column, ``created value`` otherwise; ``year of founded`` becomes
+    ``year founded``; other words are returned as they are.
+
+    Args:
+        words: the column's words (:func:`column_words`).
+        sql_type: its declared SQL type (``INT``, ``TEXT``, ``DATETIME`` ...; any case).
+    Source: issue 11 follow-up (a fresh reader's rating, sample 21).
+    """
+    parts = words.split()
+    if len(parts) >= 3 and parts[-2] == "of" and _participle(parts[-1]):
+        return " ".join(parts[:-2] + parts[-1:])
+    if len(parts) != 1 or not _participle(words):
+        return words
+    t = sql_type.upper()
+    if any(k in t for k in ("INT", "REAL", "NUM", "FLOA", "DOUB", "DEC")):
+        return f"number {words}"
+    return f"{words} date" if ("DATE" in t or "TIME" in t) else f"{words} value"
 
 
 def _plural(noun: str) -> str:
@@ -112,6 +141,28 @@ def relation_words(table: str, main: str) -> str:
     kept = [w for w in words if stem(w) not in drop and w not in linking]
     kept = kept or words
     return " ".join(kept[:-1] + [_singular(kept[-1])])
+
+
+#: words that make a table name a relation between two entities (``has_pet``, ``singer_in_concert``)
+_LINKING = frozenset({"has", "have", "in", "of", "to", "for", "by"})
+
+
+def entity_words(table: str, other: str, question: str = "", *, plural: bool = False) -> str:
+    """The user's words for the rows of ``table`` when ``other`` is the table it is linked to: a relation
+    table (its name holds a linking word: ``has_pet``) reads as the entity it lists (``pet`` / ``pets``,
+    :func:`relation_words`), never "every has pet"; any other table as :func:`table_words`.
+
+    Args:
+        table: the table whose rows are meant.
+        other: the table on the other side of the link.
+        question: the anchor's question (its spelling is preferred for a plain table).
+        plural: the plural form.
+    Source: issue 11 follow-up (a fresh reader's rating, sample 12).
+    """
+    if not set(column_words(table).lower().split()) & _LINKING:
+        return table_words(table, question, plural=plural)
+    words = relation_words(table, other)
+    return (words if words.endswith("s") or words in _UNCOUNTED else _plural(words)) if plural else words
 
 
 def _singular(word: str) -> str:
@@ -259,6 +310,22 @@ TEMPLATES: Mapping[str, Mapping[str, tuple[str, ...]]] = {
             "How about {new} instead of {old}?",
         ),
     },
+    # value: the literal of an exclusion (``!= v``) replaced: {old}/{new} the plain values, never
+    # "other than X instead of other than Y"
+    "replace_exclusion": {
+        "formal": (
+            "Correction: please exclude {new} instead of {old}.",
+            "I would like to leave out {new} rather than {old}.",
+        ),
+        "colloquial": (
+            "Oops, leave out {new}, not {old}.",
+            "Actually, keep {old} and drop {new} instead.",
+        ),
+        "interrogative": (
+            "Could you exclude {new} instead of {old}?",
+            "What if we left out {new} rather than {old}?",
+        ),
+    },
     # constraint: one filter removed
     "remove_predicate": {
         "formal": (
@@ -275,6 +342,22 @@ TEMPLATES: Mapping[str, Mapping[str, tuple[str, ...]]] = {
             "Could you leave out the condition that the {col} is {cond}?",
             "What if the {col} didn't have to be {cond}?",
             "Can you do it for any {col}, not just {cond}?",
+        ),
+    },
+    # constraint: an exclusion removed (``!= v``, ``NOT x = v``, ``NOT IN (...)``); {excluded} the words of
+    # what was left out ("Jessie Alloway"), never "not just other than ..."
+    "remove_exclusion": {
+        "formal": (
+            "Please no longer exclude {excluded}; every {col} should be included.",
+            "I no longer want {excluded} left out; please include every {col}.",
+        ),
+        "colloquial": (
+            "Actually, don't leave out {excluded}, any {col} is fine.",
+            "Never mind excluding {excluded}, keep it in.",
+        ),
+        "interrogative": (
+            "Could you include {excluded} as well?",
+            "What if we didn't exclude {excluded} for the {col}?",
         ),
     },
     # constraint: two filters removed at once ({cond} and {cond2} on {col} and {col2})
@@ -349,7 +432,7 @@ TEMPLATES: Mapping[str, Mapping[str, tuple[str, ...]]] = {
         ),
         "interrogative": (
             "Could you include every {table}, not only those with a {other} whose {col} is {cond}?",
-            "What if the {tables} didn't need a {other} whose {col} is {cond}?",
+            "What if we included every {table}, even one without a {other} whose {col} is {cond}?",
         ),
     },
     # projection: an output column replaced by another column of its table
