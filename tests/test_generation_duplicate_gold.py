@@ -1,9 +1,9 @@
 """The duplicate-gold rule for generated corpora, ``--distinct-golds`` and the paired originals of GEN/VAL (issue 11).
 
-* Every generated sample carries ``provenance["anchor_gold"]`` (:func:`~textsql_clarify.generation.anchors.anchor_gold`);
-  two generated samples with the same one are no ``duplicate_gold`` of each other (one source query asked in two
-  phrasings: Spider's paraphrase pairs), while golds equal only once values are masked still are (ABISS §4.2 stage 1)
-  and Spider dev itself is flagged as before.
+* Every generated sample carries ``provenance["anchor_gold"]``
+  (:func:`~textsql_clarify.generation.anchors.anchor_gold`); two generated samples with the same one are no
+  ``duplicate_gold`` of each other (one source query asked in two phrasings: Spider's paraphrase pairs), while
+  golds equal only once values are masked still are (ABISS §4.2 stage 1) and Spider dev itself is flagged as before.
 * ``distinct_golds=True`` keeps one anchor per gold SQL (the strict corpus).
 * ``evaluate`` passes the paired originals to ``aggregate`` (PremiseSQL §4: GEN/VAL over the originals only).
 
@@ -58,10 +58,11 @@ def test_the_rule_on_constructed_samples():
     gen = {"source": "generated", "recipe": "drift", "anchor_source": "embedded"}
     samples = [
         _sample("a", "Which students come from Milan?", g, anchor_id="x1", anchor_gold=anchor_gold(g), **gen),
-        _sample("b", "Name the students whose family lives in Milan.", g, anchor_id="x2", anchor_gold=anchor_gold(g), **gen),
-        _sample("c", "Which students come from Padua?", g_other_value, anchor_id="x3", anchor_gold=anchor_gold(g_other_value),
+        _sample("b", "Name the students whose family lives in Milan.", g, anchor_id="x2", anchor_gold=anchor_gold(g),
                 **gen),
-        _sample("d", "List the Milanese students.", g, anchor_id="x4", **gen),  # no anchor_gold: another anchor
+        _sample("c", "Which students come from Padua?", g_other_value, anchor_id="x3",
+                anchor_gold=anchor_gold(g_other_value), **gen),
+        _sample("d", "List the Milanese students.", g, anchor_id="x4", **gen),  # no anchor_gold, another anchor
         _sample("e", "First names of the students from Milan?", g, anchor_gold=anchor_gold(g)),  # not generated
     ]
     flags = {s.id: s.flags for s in validate_samples(samples, use_cache=False).samples}

@@ -563,8 +563,8 @@ def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir
 
     manifest = {"package": "textsql-clarify", "version": __version__, "seed": int(seed),
                 "recipes": [{"name": r.name, "stages": list(r.stages), "needs_model": bool(r.needs_model)} for r in built],
-                "models": models, "options": opts, "timeout_s": float(timeout_s), "keep_flags": sorted(keep_flags),
-                "distinct_golds": bool(distinct_golds), "anchors": _anchors_meta(anchors_list, anchors),
+                "models": models, "options": opts, "timeout_s": float(timeout_s),
+                "keep_flags": sorted(keep_flags), "distinct_golds": bool(distinct_golds), "anchors": _anchors_meta(anchors_list, anchors),
                 "units": len(plan), "counts": counts,
                 "files": {"samples": SAMPLES, "rejections": REJECTIONS, "journal": JOURNAL, "databases": DATABASES + "/"}}
     rejections = {"recipes": {r.name: tables[r.name].to_dict() for r in built}, "load_validation": moved,
