@@ -374,6 +374,13 @@ def _report(args: argparse.Namespace) -> int:
     if bad or not by:
         raise ValueError(f"--by takes breakdowns from {', '.join(BREAKDOWNS)}, got {args.by!r}")
     runs = load_runs(args.runs)
+    if args.output is not None:  # never overwrite what the report reads
+        from .reports.runs import METRICS, RUN_INFO, TRAJECTORIES
+
+        target = Path(args.output).resolve()
+        for r in runs:
+            if target.parent == r.path.resolve() and target.name in (TRAJECTORIES, METRICS, RUN_INFO):
+                raise ValueError(f"-o {args.output} is a file of the run {r.path}; write the report elsewhere")
     if args.format == "html":
         from .reports.html import render_html
 

@@ -64,12 +64,13 @@ def _schema_cached(path: str, mtime: float) -> SourceSchema:
         names = [r[0] for r in con.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
         for t in names:
-            info = list(con.execute(f'PRAGMA table_info("{t}")'))
+            qt = t.replace('"', '""')
+            info = list(con.execute(f'PRAGMA table_info("{qt}")'))
             cols = {r[1].lower(): r[1] for r in info}
             types = {r[1].lower(): (r[2] or "").upper() for r in info}
             pk = frozenset(r[1].lower() for r in info if r[5])
             fks = []
-            for r in con.execute(f'PRAGMA foreign_key_list("{t}")'):
+            for r in con.execute(f'PRAGMA foreign_key_list("{qt}")'):
                 ref_col = r[4]
                 fks.append((r[3].lower(), r[2].lower(), (ref_col or "").lower()))
             out[t.lower()] = TableInfo(t, cols, types, pk, tuple(fks))

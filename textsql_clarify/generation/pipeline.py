@@ -30,6 +30,7 @@ query (Spider's paraphrase pairs) are no ``duplicate_gold`` of each other; ``dis
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -482,7 +483,9 @@ def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir
 
     Raises:
         GenerationError: no anchors, duplicate anchor ids, a model recipe without a council, ``out_dir`` is a
-            file, a journal in ``out_dir`` from a run with other settings (with ``resume``), ``timeout_s`` <= 0.
+            file, a journal in ``out_dir`` from a run with other settings (with ``resume``), ``timeout_s`` <= 0;
+            a source database inside ``out_dir/databases``; a ``samples.jsonl`` in ``out_dir`` with no journal
+            beside it (no generate run wrote it); another run holding ``out_dir`` (an ``flock`` on the folder).
         RecipeError: an unknown recipe name, or a recipe that cannot be imported.
         KeyboardInterrupt: passed on; the journal keeps every unit finished before it.
 
@@ -519,7 +522,49 @@ def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir
     out = Path(out_dir).resolve()
     if out.exists() and not out.is_dir():
         raise GenerationError(f"output folder {out} is a file")
+    inside = sorted({a.db_path for a in anchors_list if Path(a.db_path).resolve().is_relative_to(out / DATABASES)})
+    if inside:
+        raise GenerationError(f"source database {inside[0]} is inside {out / DATABASES}, the folder of derived "
+                              f"databases that generate writes (and --no-resume deletes); give another output folder")
+    if (out / SAMPLES).exists() and not (out / JOURNAL).exists():
+        raise GenerationError(f"{out / SAMPLES} exists but no generate run wrote it (no {JOURNAL} beside it); move it "
+                              f"away or give another output folder")
     out.mkdir(parents=True, exist_ok=True)
+    with _exclusive(out):
+        return _generate_in(out, anchors, anchors_list, built, council, seed=seed, resume=resume, progress=progress,
+                            timeout_s=timeout_s, options=options, keep_flags=keep_flags, distinct_golds=distinct_golds)
+
+
+@contextlib.contextmanager
+def _exclusive(out: Path):
+    """Hold an exclusive advisory lock (``flock``) on the output folder while a run writes it, so that a second
+    run on the same folder is refused instead of interleaving one journal (no lock where ``fcntl`` is missing).
+
+    Raises:
+        GenerationError: another process (or another call) holds the folder's lock.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise GenerationError(f"another generate run is writing to {out} (it holds the folder's lock); wait for "
+                                  f"it to end, or give another output folder") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _generate_in(out: Path, anchors: Any, anchors_list: list[Anchor], built: list[Recipe], council: Any, *, seed: int,
+                 resume: bool, progress: bool, timeout_s: float, options: Mapping[str, str] | None,
+                 keep_flags: Sequence[str], distinct_golds: bool) -> GenerationReport:
+    """The run of :func:`generate` in its locked output folder ``out`` (the arguments as :func:`generate` checked
+    them)."""
     if not resume:
         _clear(out)
     work = out / DATABASES

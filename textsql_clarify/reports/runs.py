@@ -12,6 +12,7 @@ Every problem raises :class:`ReportError` naming the file, the line (for ``traje
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Sequence
@@ -156,6 +157,34 @@ def _has_intervals(metrics: dict) -> bool:
     return isinstance(overall, dict) and any(isinstance(m, dict) and "ci95" in m for m in overall.values())
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_numbers(path: Path, node: Any, where: str) -> None:
+    """Every number in ``node`` finite (``NaN``/``Infinity`` are no metric value), and every metric entry (an
+    object with ``value`` and ``n``) well typed: ``value`` a finite number or null, ``n`` a non-negative integer,
+    ``ci95`` absent, null or two finite numbers; raises :class:`ReportError` naming the field (issue 13)."""
+    if isinstance(node, float) and not math.isfinite(node):
+        raise ReportError(f"{path}: field '{where}': {node!r} is not a metric value (expected a finite number or null)")
+    if isinstance(node, list):
+        for k, v in enumerate(node):
+            _check_numbers(path, v, f"{where}[{k}]")
+        return
+    if not isinstance(node, dict):
+        return
+    if "value" in node and "n" in node:
+        if node["value"] is not None and not _number(node["value"]):
+            raise ReportError(f"{path}: field '{where}.value': expected a finite number or null, got {node['value']!r}")
+        if isinstance(node["n"], bool) or not isinstance(node["n"], int) or node["n"] < 0:
+            raise ReportError(f"{path}: field '{where}.n': expected a non-negative integer, got {node['n']!r}")
+        ci = node.get("ci95")
+        if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(_number(c) for c in ci)):
+            raise ReportError(f"{path}: field '{where}.ci95': expected null or [lo, hi] (finite numbers), got {ci!r}")
+    for k, v in node.items():
+        _check_numbers(path, v, f"{where}.{k}" if where else str(k))
+
+
 def _check_metrics(path: Path, metrics: Any, n_lines: int) -> None:
     if not isinstance(metrics, dict):
         raise ReportError(f"{path}: field '<file>': expected a JSON object, got {type(metrics).__name__}")
@@ -167,6 +196,13 @@ def _check_metrics(path: Path, metrics: Any, n_lines: int) -> None:
     for name, m in metrics["overall"].items():
         if not isinstance(m, dict) or "value" not in m or "n" not in m:
             raise ReportError(f"{path}: field 'overall.{name}': expected {{\"value\", \"n\"}}, got {m!r}")
+    for key in ("n_trajectories", "excluded_indistinguishable"):
+        v = metrics.get(key, 0)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ReportError(f"{path}: field '{key}': expected a non-negative integer, got {v!r}")
+    if not isinstance(metrics.get("run", {}), dict):
+        raise ReportError(f"{path}: field 'run': expected an object, got {metrics['run']!r}")
+    _check_numbers(path, metrics, "")
     given = metrics["n_trajectories"] + metrics.get("excluded_indistinguishable", 0)
     if given != n_lines:
         raise ReportError(f"{path}: field 'n_trajectories': counts {given} trajectories but {TRAJECTORIES} beside it "

@@ -75,6 +75,8 @@ _PLAIN = frozenset({float, int, bool, np.float64, np.bool_})
 
 def _defined(values: Sequence[float | bool | None], what: str = "values") -> np.ndarray:
     """The non-``None`` entries as a float array; bools count 1/0."""
+    if values is None or isinstance(values, (str, bytes, Mapping)):
+        raise BootstrapError(f"{what} must be a sequence of numbers, bools or None, got {type(values).__name__}")
     if isinstance(values, np.ndarray) and values.dtype.kind in "biuf":
         plain = values.astype(float).ravel()
         if np.isfinite(plain).all():
@@ -168,7 +170,8 @@ def bootstrap_ci(values: Sequence[float | bool | None], *, n_resamples: int = DE
         ``100 (1 + level) / 2`` of the resampled means); ``None`` when no value is defined;
         ``(v, v)`` for a single value.
     Raises:
-        BootstrapError: a value is not a number/bool/None or is not finite, or a setting is invalid.
+        BootstrapError: ``values`` is not a sequence (``None``, a string, a mapping), a value is not a
+            number/bool/None or is not finite, or a setting is invalid.
     """
     _check_settings(n_resamples, level, seed)
     x = _defined(values)
@@ -231,15 +234,29 @@ def paired_difference(a: Mapping[str, float | bool | None], b: Mapping[str, floa
         and ``1 / (n_resamples + 1)`` otherwise (no resample moves). ``n == 0``: value, ci95 and p_value
         are ``None``. The key stays ``ci95`` whatever ``level`` is given.
     Raises:
-        BootstrapError: a value is invalid (names the sample id) or a setting is invalid.
+        BootstrapError: a value is invalid (names the sample id), the ids do not sort (of two types), or a
+            setting is invalid.
     """
     _check_settings(n_resamples, level, seed)
     for name, m in (("a", a), ("b", b)):
         if not isinstance(m, Mapping):
             raise BootstrapError(f"paired_difference: {name} must map sample ids to values, got {type(m).__name__}")
-    ids = sorted(k for k in a.keys() & b.keys() if a[k] is not None and b[k] is not None)
-    xa = _defined([a[k] for k in ids], what="a")
-    xb = _defined([b[k] for k in ids], what="b")
+    try:
+        ids = sorted(k for k in a.keys() & b.keys() if a[k] is not None and b[k] is not None)
+    except TypeError as e:
+        raise BootstrapError(f"paired_difference: the sample ids must be of one type that sorts (e.g. all str): "
+                             f"{e}") from None
+    try:
+        xa = _defined([a[k] for k in ids], what="a")
+        xb = _defined([b[k] for k in ids], what="b")
+    except BootstrapError:  # name the sample id, not its index
+        for name, m in (("a", a), ("b", b)):
+            for k in ids:
+                try:
+                    _defined([m[k]])
+                except BootstrapError as e:
+                    raise BootstrapError(f"{name}[{k!r}]{str(e)[len('values[0]'):]}") from None
+        raise
     d = xa - xb
     n = int(d.size)
     if n == 0:

@@ -182,7 +182,8 @@ def _read_schema_cached(path: str, mtime: float) -> tuple:
             "SELECT name FROM sqlite_master WHERE type IN ('table','view') AND name NOT LIKE 'sqlite_%' ORDER BY name")]
         out = []
         for t in tables:
-            cols = tuple((r[1].lower(), (r[2] or "TEXT").upper()) for r in con.execute(f'PRAGMA table_info("{t}")'))
+            cols = tuple((r[1].lower(), (r[2] or "TEXT").upper()) for r in con.execute(
+                'PRAGMA table_info("' + t.replace('"', '""') + '")'))
             out.append((t.lower(), cols))
         return tuple(out)
     finally:

@@ -1,0 +1,227 @@
+"""Hostile-user attacks on ``generate`` (issue 11), ``report`` (issue 13) and the bootstrap (issue 13).
+
+Each test is one defect the attack found, fixed in the module at fault:
+
+- a table whose name holds ``"`` broke every recipe (``PRAGMA table_info("{t}")`` unescaped, in
+  ``sql/schema.py`` and ``generation/gold_refs.py``);
+- ``generate --no-resume`` into a folder whose ``databases/`` held the *source* database deleted it, and a
+  folder holding a ``samples.jsonl`` that no generate run wrote had it overwritten;
+- two ``generate`` runs at once on one ``--out`` interleaved one journal;
+- a ``metrics.json`` with a wrongly typed field gave a traceback (TypeError/IndexError/AttributeError) instead
+  of an error naming the file and field, and a NaN/Infinity metric value was shown as ``nan`` and written as
+  invalid JSON;
+- ``report RUN -o RUN/metrics.json`` overwrote the run's own file with the page;
+- ``paired_difference`` raised TypeError on sample ids of two types and named an index, not the sample id.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from textsql_clarify import cli
+from textsql_clarify.generation.anchors import load_anchors
+from textsql_clarify.generation.pipeline import GenerationError, generate
+from textsql_clarify.reports.runs import ReportError, load_run
+from textsql_clarify.rewards.bootstrap import BootstrapError, bootstrap_ci, paired_difference
+from textsql_clarify.sql.schema import read_schema
+
+WEIRD = 'we"ird tab'
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEXTSQL_CLARIFY_CACHE", str(tmp_path / "cache"))
+
+
+def _weird_db(path: Path) -> Path:
+    """A database whose table names hold a double quote, a space and a reserved word."""
+    con = sqlite3.connect(path)
+    con.executescript(f'''
+        CREATE TABLE "order" ("select" INTEGER PRIMARY KEY, name TEXT, "group" TEXT);
+        CREATE TABLE "{WEIRD.replace('"', '""')}" (id INTEGER PRIMARY KEY, order_id INTEGER REFERENCES "order"("select"),
+                                       val INTEGER, kind TEXT);
+    ''')
+    for i in range(1, 31):
+        con.execute('INSERT INTO "order" VALUES (?, ?, ?)', (i, f"name{i % 7}", "abc"[i % 3]))
+        con.execute(f'INSERT INTO "{WEIRD.replace(chr(34), 2 * chr(34))}" VALUES (?, ?, ?, ?)',
+                    (i, i % 10 + 1, (i * 7) % 50 + 1, "xy"[i % 2]))
+    con.commit()
+    con.close()
+    return path
+
+
+def _queries(path: Path) -> Path:
+    recs = [{"id": "q1", "question": "Which kinds of rows have a val over 10, and how many?",
+             "sql": 'SELECT kind, count(*) FROM "we""ird tab" WHERE val > 10 GROUP BY kind'},
+            {"id": "q2", "question": "How many orders are in group a?",
+             "sql": 'SELECT count(*) FROM "order" WHERE "group" = \'a\''}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+    return path
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# -- generate ----------------------------------------------------------------------------------------------------
+def test_table_name_with_double_quote_is_read_and_generated_from(tmp_path):
+    db = _weird_db(tmp_path / "w.sqlite")
+    schema = read_schema(str(db))
+    assert schema[WEIRD] == {"id": "INTEGER", "order_id": "INTEGER", "val": "INTEGER", "kind": "TEXT"}
+    from textsql_clarify.generation.gold_refs import source_schema
+
+    fk = source_schema(db).tables[WEIRD].fks
+    assert fk == (("order_id", "order", "select"),)
+    digest = _sha(db)
+    rep = generate(load_anchors(db=db, queries=_queries(tmp_path / "q.jsonl")), ["drift", "missing_schema"],
+                   tmp_path / "out", progress=False)
+    for table in rep.tables:
+        d = table.to_dict()
+        assert "error" not in d["reasons"], (table.name, d["reasons"].get("error"))
+    # measured: drift 6 samples (q1: 3 value edits + the constraint removed; q2: value a->b dropped as same result)
+    assert rep.counts["by_recipe"]["drift"]["samples"] >= 3
+    assert rep.counts["by_recipe"]["missing_schema"]["samples"] >= 1
+    assert _sha(db) == digest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "q.jsonl", "w.sqlite"]
+
+
+def test_no_resume_never_deletes_a_source_database_inside_out(tmp_path):
+    folder = tmp_path / "ds"
+    (folder / "databases").mkdir(parents=True)
+    db = _weird_db(folder / "databases" / "w.sqlite")
+    digest = _sha(db)
+    anchors = load_anchors(db=db, queries=_queries(tmp_path / "q.jsonl"))
+    for resume in (False, True):
+        with pytest.raises(GenerationError, match="source database .*w.sqlite.* inside"):
+            generate(anchors, ["drift"], folder, progress=False, resume=resume)
+    assert db.is_file() and _sha(db) == digest
+    assert sorted(p.name for p in (folder / "databases").iterdir()) == ["w.sqlite"]
+    # the command says so with exit status 2
+    assert cli.main(["generate", "--db", str(db), "--queries", str(tmp_path / "q.jsonl"), "--out", str(folder),
+                     "--no-resume", "--no-progress", "--recipes", "drift"]) == 2
+    assert _sha(db) == digest
+
+
+def test_a_samples_file_no_generate_run_wrote_is_not_overwritten(tmp_path):
+    db = _weird_db(tmp_path / "w.sqlite")
+    anchors = load_anchors(db=db, queries=_queries(tmp_path / "q.jsonl"))
+    out = tmp_path / "mydataset"
+    out.mkdir()
+    mine = out / "samples.jsonl"
+    mine.write_text('{"id": "hand-written"}\n', encoding="utf-8")
+    for resume in (True, False):
+        with pytest.raises(GenerationError, match="samples.jsonl.*no generate run"):
+            generate(anchors, ["drift"], out, progress=False, resume=resume)
+    assert mine.read_text(encoding="utf-8") == '{"id": "hand-written"}\n'
+    # a folder a generate run wrote is still resumed and restarted
+    run = tmp_path / "run"
+    first = generate(anchors, ["drift"], run, progress=False).samples_path.read_bytes()
+    assert generate(anchors, ["drift"], run, progress=False).samples_path.read_bytes() == first
+    assert generate(anchors, ["drift"], run, progress=False, resume=False).samples_path.read_bytes() == first
+
+
+def test_two_runs_at_once_on_one_out_the_second_is_refused(tmp_path):
+    db = _weird_db(tmp_path / "w.sqlite")
+    anchors = load_anchors(db=db, queries=_queries(tmp_path / "q.jsonl"))
+    out = tmp_path / "out"
+    out.mkdir()
+    fd = os.open(out, os.O_RDONLY)  # what a running generate holds on its folder
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(GenerationError, match="another generate run"):
+            generate(anchors, ["drift"], out, progress=False)
+        assert not (out / "journal.jsonl").exists()
+    finally:
+        os.close(fd)
+    rep = generate(anchors, ["drift"], out, progress=False)  # released: runs
+    assert rep.counts["by_recipe"]["drift"]["samples"] >= 3
+    # and the lock is released after a run and after a refused one (the same process can run again)
+    with pytest.raises(GenerationError):
+        generate(anchors, ["drift"], out, progress=False, seed=1)
+    assert generate(anchors, ["drift"], out, progress=False).resumed == 2
+
+
+# -- report ------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("atk") / "run"
+    assert cli.main(["eval", "--dataset", "embedded", "--agent", "no-clarify", "--out", str(out),
+                     "--no-progress"]) == 0
+    return out
+
+
+def _corrupt(run_dir: Path, tmp_path: Path, edit) -> Path:
+    d = tmp_path / "bad"
+    shutil.copytree(run_dir, d)
+    m = json.loads((d / "metrics.json").read_text(encoding="utf-8"))
+    edit(m)
+    (d / "metrics.json").write_text(json.dumps(m), encoding="utf-8")
+    return d
+
+
+def _first(m):
+    return m["overall"][next(iter(m["overall"]))]
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda m: m.__setitem__("n_trajectories", "48"), "n_trajectories"),
+    (lambda m: m.__setitem__("n_trajectories", None), "n_trajectories"),
+    (lambda m: m.__setitem__("excluded_indistinguishable", "x"), "excluded_indistinguishable"),
+    (lambda m: m.__setitem__("run", "x"), "run"),
+    (lambda m: _first(m).__setitem__("ci95", "x"), "overall.EX.ci95"),
+    (lambda m: _first(m).__setitem__("ci95", [0.1]), "overall.EX.ci95"),
+    (lambda m: _first(m).__setitem__("value", "abc"), "overall.EX.value"),
+    (lambda m: _first(m).__setitem__("value", float("nan")), "overall.EX.value"),
+    (lambda m: _first(m).__setitem__("value", float("inf")), "overall.EX.value"),
+    (lambda m: _first(m).__setitem__("n", "many"), "overall.EX.n"),
+], ids=["ntraj-str", "ntraj-null", "excluded-str", "run-str", "ci-str", "ci-short", "value-str", "value-nan",
+        "value-inf", "n-str"])
+def test_a_wrongly_typed_metrics_json_is_a_clear_error(run_dir, tmp_path, capsys, edit, field):
+    d = _corrupt(run_dir, tmp_path, edit)
+    assert next(iter(json.loads((run_dir / "metrics.json").read_text())["overall"])) == "EX"
+    with pytest.raises(ReportError, match=f"metrics.json: field '{field}'"):
+        load_run(d)
+    for fmt in ("html", "json"):
+        assert cli.main(["report", str(run_dir), str(d), "--format", fmt, "-o", str(tmp_path / f"r.{fmt}")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and "Traceback" not in err and f"field '{field}'" in err
+
+
+def test_the_report_never_overwrites_a_file_of_a_run(run_dir, tmp_path, capsys):
+    d = tmp_path / "run"
+    shutil.copytree(run_dir, d)
+    before = {p.name: _sha(p) for p in d.iterdir()}
+    for name in ("metrics.json", "trajectories.jsonl", "run.json"):
+        for fmt in ("html", "md"):
+            assert cli.main(["report", str(d), "--format", fmt, "-o", str(d / name)]) == 2
+            assert f"is a file of the run {d}" in capsys.readouterr().err
+    assert {p.name: _sha(p) for p in d.iterdir()} == before
+    assert cli.main(["report", str(d), "-o", str(d / "report.html")]) == 0  # a new file in the folder is fine
+    assert (d / "report.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+# -- bootstrap ---------------------------------------------------------------------------------------------------
+def test_paired_difference_names_the_sample_and_refuses_mixed_id_types():
+    with pytest.raises(BootstrapError, match=r"a\['s2'\] must be finite"):
+        paired_difference({"s1": 1.0, "s2": float("nan")}, {"s1": 0.0, "s2": 1.0})
+    with pytest.raises(BootstrapError, match=r"b\['s1'\] must be a number"):
+        paired_difference({"s1": 1.0}, {"s1": "1"})
+    with pytest.raises(BootstrapError, match="sample ids"):
+        paired_difference({1: 1.0, "s": 0.0}, {1: 0.0, "s": 1.0})
+    # int ids alone still pair, in sorted order; no overlap is n = 0
+    assert paired_difference({2: True, 1: False}, {1: False, 2: False})["value"] == 0.5
+    assert paired_difference({1: 1.0}, {"1": 1.0}) == {"value": None, "n": 0, "ci95": None, "p_value": None}
+
+
+def test_bootstrap_ci_of_none_is_a_clear_error():
+    with pytest.raises(BootstrapError, match="a sequence"):
+        bootstrap_ci(None)
+    assert bootstrap_ci([None, None]) is None
+    assert bootstrap_ci([True, False, True]) == (0.0, 1.0)
