@@ -7,6 +7,7 @@ Each test is one defect the attack found, fixed in the module at fault:
 - ``generate --no-resume`` into a folder whose ``databases/`` held the *source* database deleted it, and a
   folder holding a ``samples.jsonl`` that no generate run wrote had it overwritten;
 - two ``generate`` runs at once on one ``--out`` interleaved one journal;
+- ``--timeout nan`` / ``inf`` passed the check: every unit was an error and the journal and manifest held ``NaN``;
 - a ``metrics.json`` with a wrongly typed field gave a traceback (TypeError/IndexError/AttributeError) instead
   of an error naming the file and field, and a NaN/Infinity metric value was shown as ``nan`` and written as
   invalid JSON;
@@ -146,6 +147,18 @@ def test_two_runs_at_once_on_one_out_the_second_is_refused(tmp_path):
     with pytest.raises(GenerationError):
         generate(anchors, ["drift"], out, progress=False, seed=1)
     assert generate(anchors, ["drift"], out, progress=False).resumed == 2
+
+
+@pytest.mark.parametrize("timeout", ["nan", "inf"])
+def test_a_timeout_that_is_not_finite_is_refused(tmp_path, capsys, timeout):
+    db = _weird_db(tmp_path / "w.sqlite")
+    anchors = load_anchors(db=db, queries=_queries(tmp_path / "q.jsonl"))
+    with pytest.raises(GenerationError, match="timeout_s must be a positive finite number"):
+        generate(anchors, ["drift"], tmp_path / "out", progress=False, timeout_s=float(timeout))
+    assert cli.main(["generate", "--db", str(db), "--queries", str(tmp_path / "q.jsonl"), "--out",
+                     str(tmp_path / "out2"), "--timeout", timeout, "--no-progress", "--recipes", "drift"]) == 2
+    assert "timeout_s must be a positive finite number" in capsys.readouterr().err
+    assert not (tmp_path / "out2" / "journal.jsonl").exists()  # was a journal header with NaN, every unit an error
 
 
 # -- report ------------------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
@@ -483,7 +484,8 @@ def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir
 
     Raises:
         GenerationError: no anchors, duplicate anchor ids, a model recipe without a council, ``out_dir`` is a
-            file, a journal in ``out_dir`` from a run with other settings (with ``resume``), ``timeout_s`` <= 0;
+            file, a journal in ``out_dir`` from a run with other settings (with ``resume``), ``timeout_s`` not a finite
+            number > 0;
             a source database inside ``out_dir/databases``; a ``samples.jsonl`` in ``out_dir`` with no journal
             beside it (no generate run wrote it); another run holding ``out_dir`` (an ``flock`` on the folder).
         RecipeError: an unknown recipe name, or a recipe that cannot be imported.
@@ -501,8 +503,8 @@ def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir
     twice = [k for k, n in seen_ids.items() if n > 1]
     if twice:
         raise GenerationError(f"anchor ids must be unique; given more than once: {twice[:10]}")
-    if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or timeout_s <= 0:
-        raise GenerationError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or not 0 < timeout_s < math.inf:
+        raise GenerationError(f"timeout_s must be a positive finite number of seconds, got {timeout_s!r}")
     built = [make_recipe(r) if isinstance(r, str) else r for r in recipes]
     if not built:
         raise RecipeError("no recipe given")
