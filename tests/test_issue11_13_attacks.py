@@ -7,6 +7,7 @@ Each test is one defect the attack found, fixed in the module at fault:
 - ``generate --no-resume`` into a folder whose ``databases/`` held the *source* database deleted it, and a
   folder holding a ``samples.jsonl`` that no generate run wrote had it overwritten;
 - two ``generate`` runs at once on one ``--out`` interleaved one journal;
+- a damaged ``journal.jsonl`` line (valid JSON, no unit record) gave a TypeError/AttributeError traceback;
 - ``--timeout nan`` / ``inf`` passed the check: every unit was an error and the journal and manifest held ``NaN``;
 - a ``metrics.json`` with a wrongly typed field gave a traceback (TypeError/IndexError/AttributeError) instead
   of an error naming the file and field, and a NaN/Infinity metric value was shown as ``nan`` and written as
@@ -159,6 +160,42 @@ def test_a_timeout_that_is_not_finite_is_refused(tmp_path, capsys, timeout):
                      str(tmp_path / "out2"), "--timeout", timeout, "--no-progress", "--recipes", "drift"]) == 2
     assert "timeout_s must be a positive finite number" in capsys.readouterr().err
     assert not (tmp_path / "out2" / "journal.jsonl").exists()  # was a journal header with NaN, every unit an error
+
+
+@pytest.mark.parametrize("damage", ["list", "no_recipe", "outcomes_str"])
+def test_a_damaged_journal_line_is_run_again_not_a_traceback(tmp_path, damage):
+    db = _weird_db(tmp_path / "w.sqlite")
+    anchors = load_anchors(db=db, queries=_queries(tmp_path / "q.jsonl"))
+    out = tmp_path / "out"
+    first = generate(anchors, ["drift", "missing_schema"], out, progress=False).samples_path.read_bytes()
+    journal = out / "journal.jsonl"
+    lines = journal.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 1 + 4
+    if damage == "list":
+        lines.insert(2, "[1, 2]")
+    elif damage == "no_recipe":
+        lines.insert(2, '{"anchor_id": "q1"}')
+    else:
+        rec = json.loads(lines[2])
+        rec["outcomes"] = "x"
+        lines[2] = json.dumps(rec)
+    journal.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    rep = generate(anchors, ["drift", "missing_schema"], out, progress=False)
+    assert rep.resumed == 1  # the units before the damaged line; it and the rest are run again
+    assert rep.samples_path.read_bytes() == first
+    assert len(journal.read_text(encoding="utf-8").splitlines()) == 1 + 4
+
+
+def test_a_journal_whose_first_line_is_no_header_is_a_clear_error(tmp_path):
+    db = _weird_db(tmp_path / "w.sqlite")
+    anchors = load_anchors(db=db, queries=_queries(tmp_path / "q.jsonl"))
+    out = tmp_path / "out"
+    generate(anchors, ["drift"], out, progress=False)
+    journal = out / "journal.jsonl"
+    journal.write_text("[]\n" + journal.read_text(encoding="utf-8").split("\n", 1)[1], encoding="utf-8")
+    with pytest.raises(GenerationError, match="is not a generate journal"):
+        generate(anchors, ["drift"], out, progress=False)
+    assert generate(anchors, ["drift"], out, progress=False, resume=False).resumed == 0
 
 
 # -- report ------------------------------------------------------------------------------------------------------

@@ -170,7 +170,8 @@ def _run_unit(recipe: Recipe, anchor: Anchor, seed: int, ctx: GenContext, out_di
 # -- the journal -------------------------------------------------------------------------------------------------
 def _read_journal(path: Path, header: dict[str, Any]) -> tuple[dict[tuple[str, str], dict], int]:
     """The finished units of a journal whose header equals ``header``, and the byte length of its last complete
-    line (a line cut by a kill is dropped). Raises :class:`GenerationError` on another run's header."""
+    line (a line cut by a kill, or one that is no unit record, is dropped with the lines after it). Raises
+    :class:`GenerationError` on another run's header, or a first line that is no header."""
     done: dict[tuple[str, str], dict] = {}
     good = 0
     with open(path, "rb") as fh:
@@ -186,6 +187,9 @@ def _read_journal(path: Path, header: dict[str, Any]) -> tuple[dict[tuple[str, s
         except (UnicodeDecodeError, ValueError):
             break
         if first:
+            if not isinstance(rec, dict) or not isinstance(rec.get("header"), dict):
+                raise GenerationError(f"{path} is not a generate journal (its first line is no header); use "
+                                      f"--no-resume (resume=False) to start over, or another output folder")
             if rec.get("header") != header:
                 raise GenerationError(
                     f"{path.parent} holds a generation run with other settings ({json.dumps(rec.get('header'))[:300]}; "
@@ -193,6 +197,10 @@ def _read_journal(path: Path, header: dict[str, Any]) -> tuple[dict[tuple[str, s
                     f"output folder")
             first = False
         else:
+            if not (isinstance(rec, dict) and isinstance(rec.get("recipe"), str)
+                    and isinstance(rec.get("anchor_id"), str) and isinstance(rec.get("outcomes"), list)
+                    and all(isinstance(o, dict) for o in rec["outcomes"])):
+                break  # a damaged line: it and the rest are run again, as after a cut line
             done[(rec["recipe"], rec["anchor_id"])] = rec
         pos = end + 1
         good = pos
