@@ -12,6 +12,7 @@ Each test is one defect the attack found, fixed in the module at fault:
 - a ``metrics.json`` with a wrongly typed field gave a traceback (TypeError/IndexError/AttributeError) instead
   of an error naming the file and field, and a NaN/Infinity metric value was shown as ``nan`` and written as
   invalid JSON;
+- a run name with ``$`` went through matplotlib's mathtext (``$\\frac{$`` stopped the report);
 - ``report RUN -o RUN/metrics.json`` overwrote the run's own file with the page;
 - ``paired_difference`` raised TypeError on sample ids of two types and named an index, not the sample id.
 """
@@ -255,6 +256,16 @@ def test_the_report_never_overwrites_a_file_of_a_run(run_dir, tmp_path, capsys):
     assert {p.name: _sha(p) for p in d.iterdir()} == before
     assert cli.main(["report", str(d), "-o", str(d / "report.html")]) == 0  # a new file in the folder is fine
     assert (d / "report.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+@pytest.mark.parametrize("name", ["$\\frac{$", "cost $5 and $6"])
+def test_a_run_name_with_dollars_is_charted_as_text(name):
+    pytest.importorskip("matplotlib")
+    from textsql_clarify.reports.plots import bar_chart_svg
+
+    m = {"value": 0.5, "n": 4, "ci95": [0.25, 0.75]}
+    svg = bar_chart_svg("EX", ["scope"], [("oracle", [m]), (name, [m])], xmax=1.0, salt="atk")
+    assert f">{name}</text>" in svg  # was mathtext: a ParseSyntaxException, or "$5 and $" set in italics
 
 
 # -- bootstrap ---------------------------------------------------------------------------------------------------

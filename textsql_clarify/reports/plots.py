@@ -55,8 +55,9 @@ def bar_chart_svg(title: str, categories: Sequence[str], series: Sequence[tuple[
             raise ValueError(f"series {name!r} has {len(vals)} values for {len(categories)} categories")
     bar_h = 0.8 / k
     height = 1.2 + 0.28 * len(categories) * k + (0.35 if k > 1 else 0)
+    # text.parse_math off: a run or category name with "$" is text, not mathtext (which raised on "$\\frac{$")
     with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt, "font.size": 9,
-                         "font.family": "sans-serif"}):
+                         "font.family": "sans-serif", "text.parse_math": False}):
         fig, ax = plt.subplots(figsize=(7.2, height))
         try:
             top = 0.0
