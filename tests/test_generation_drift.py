@@ -368,10 +368,16 @@ def test_a_literal_said_twice_is_not_edited_and_set_operation_branches_keep_thei
     cands = _candidates(s, "value")
     assert cands and all(c.edit.startswith("value: orchestra.Year_of_Founded 2003 ->") for c in cands)
     assert {c.slots["old"] for c in cands} == {"less than 2003", "more than 2003"}
-    # rate50 sample 9 (spider-dev-575): a filter or a join dropped from one INTERSECT branch made that branch
-    # swallow the other; no constraint edit inside a set operation's branch
-    assert _candidates(spider_by_id["spider-dev-575"], "constraint") == []
-    assert _candidates(s, "constraint") == []
+    # rate50 sample 9 (spider-dev-575): a join removed from one INTERSECT branch ("didn't need a degree
+    # program ..."); in a set operation only a filter of an INTERSECT / EXCEPT branch named once goes
+    got = sorted(c.edit for c in _candidates(spider_by_id["spider-dev-575"], "constraint"))
+    assert got == [
+        "constraint: removed Degree_Programs.degree_summary_name filter degree_summary_name = 'Bachelor'",
+        "constraint: removed Degree_Programs.degree_summary_name filter degree_summary_name = 'Master'",
+        "constraint: removed Degree_Programs.degree_summary_name filter degree_summary_name = 'Master'; "
+        "removed Degree_Programs.degree_summary_name filter degree_summary_name = 'Bachelor'"]
+    assert len(_candidates(s, "constraint")) == 3  # < 2003, > 2003, both
+    # never in a UNION (a branch without its filter takes in every row), nor a filter said twice
     assert _candidates(spider_by_id["spider-dev-755"], "constraint") == []
 
 
@@ -416,3 +422,20 @@ def test_replacement_values_carry_no_markup(spider_root, spider_by_id):
                                       "Tab\there", 3.5)] == [False, False, False, True, False, False, False, True]
     for seed in range(40):
         assert not any("[" in c.edit or "]" in c.edit for c in _candidates(s, "value", seed)), seed
+
+
+def test_intersect_branch_filter_said_twice_is_kept(tmp_path):
+    sql = ("SELECT first_name FROM students WHERE dept_id = 1 AND total_credits > 10 INTERSECT "
+           "SELECT first_name FROM students WHERE dept_id = 2 AND total_credits > 10")
+    a = Anchor("x3", "university", str(UNI), "Names in department 1 and in 2, with more than 10 credits?", sql)
+    r = DriftRecipe()
+    sb = get_sandbox(UNI)
+    edits = sorted(c.edit for c in r.constraint_candidates(r._query(a, sb), random.Random(0), sb))
+    # "drop the condition that the total credits is more than 10" cannot say which branch: not offered
+    assert edits == ["constraint: removed students.dept_id filter dept_id = 1",
+                     "constraint: removed students.dept_id filter dept_id = 1; removed students.dept_id filter "
+                     "dept_id = 2",
+                     "constraint: removed students.dept_id filter dept_id = 2"]
+    union = sql.replace("INTERSECT", "UNION")
+    a = Anchor("x4", "university", str(UNI), "Names in department 1 or in 2?", union)
+    assert list(r.constraint_candidates(r._query(a, sb), random.Random(0), sb)) == []

@@ -157,6 +157,12 @@ def _collapses(sel: exp.Select) -> bool:
                for n in p.walk(prune=lambda n: isinstance(n, (exp.Select, exp.Subquery))))
 
 
+def _root_branch(sel: exp.Select, root: exp.Expression) -> bool:
+    """True when ``sel`` is one of the two branches of ``root``, an INTERSECT or an EXCEPT (not a UNION:
+    :meth:`DriftRecipe.constraint_candidates`)."""
+    return isinstance(root, (exp.Intersect, exp.Except)) and sel.parent is root
+
+
 def _own_select(node: exp.Expression) -> exp.Select | None:
     p = node.parent
     while p is not None and not isinstance(p, exp.Select):
@@ -564,13 +570,18 @@ class DriftRecipe:
         """``constraint`` candidates, in an rng-shuffled order: a WHERE conjunct removed (a comparison,
         IN list, LIKE or BETWEEN on one column, in any scope; never a column = column join condition or a
         conjunct with a subquery), one bound of a BETWEEN dropped, or a filtering join removed
-        (:meth:`_join_removals`). Nothing inside a branch of a UNION / INTERSECT / EXCEPT
-        (:func:`_in_set_operation`): the utterance cannot say which branch, and a branch without its filter
-        swallows the other (``A INTERSECT B`` becomes ``B``: "both" means nothing)."""
+        (:meth:`_join_removals`). Inside a set operation only a filter of one of the two branches of a root
+        INTERSECT or EXCEPT (:func:`_root_branch`) whose words occur once in the query (else the utterance
+        cannot say which branch): there a withdrawn filter withdraws a requirement ("in 2014 and 2015" ->
+        "in 2014"; "without a concert in 2014" -> "without a concert"). Never in a UNION: a branch without
+        its filter takes in every row, where the user dropping "or younger than 30" means the other branch
+        alone."""
         edits: list[tuple[exp.Select, exp.Expression, exp.Expression | None, str, dict, str]] = []
+        said = self._filter_words(q, sandbox)
         for sel in q.selects:
-            if _in_set_operation(sel):
-                continue
+            branch = _in_set_operation(sel)
+            if branch and not _root_branch(sel, q.tree):
+                continue  # a UNION's branch, or deeper inside a set operation
             for c in _conjuncts(sel.args.get("where")):
                 if _has_subquery(c):
                     continue
@@ -579,6 +590,8 @@ class DriftRecipe:
                     continue
                 (table, column), cond = desc
                 words = self._words(sandbox, table, column)
+                if branch and said.get((words, cond), 0) > 1:
+                    continue  # the same filter words in another place: which one goes?
                 excluded = _excluded_words(c, column)
                 slots = {"col": words, "cond": cond} | ({"excluded": excluded} if excluded else {})
                 edits.append((sel, c, None, "remove_exclusion" if excluded else "remove_predicate", slots,
@@ -618,6 +631,19 @@ class DriftRecipe:
                 sel.set("where", where)
             yield DriftCandidate("constraint", post, kind, edit, slots, self._identifiers(q))
         yield from self._join_removals(q, rng, sandbox)
+
+    def _filter_words(self, q: _Query, sandbox: SQLiteSandbox) -> dict[tuple[str, str], int]:
+        """How often each (column words, condition words) pair names a one-column filter of the query
+        (every scope): a filter named twice cannot be named apart by a constraint utterance."""
+        out: dict[tuple[str, str], int] = {}
+        for sel in q.selects:
+            for c in _conjuncts(sel.args.get("where")):
+                desc = None if _has_subquery(c) else self._describe_condition(c, sel, q.schema)
+                if desc is not None:
+                    key = (self._words(sandbox, *desc[0]), desc[1])
+                    out[key] = out.get(key, 0) + 1
+        return out
+
 
     def _describe_condition(self, c: exp.Expression, sel: exp.Select, schema) -> tuple[tuple[str, str], str] | None:
         """((table, column), condition words) of a one-column filter; ``None`` when it is not one."""
@@ -660,11 +686,11 @@ class DriftRecipe:
         are not needed all go, with their ON conditions and their filters, when the needed ones stay
         linked by the ON conditions left (one that stayed behind would still filter the rows). Under an aggregate
         or a GROUP BY only one table may go, by a many-to-one link (its ON column unique in it), so that
-        removing it changes which rows count, not how often. TIDE §2.2 constraint drift: the links and
-        their filters withdrawn, nothing else (``singer_in_concert JOIN singer JOIN concert WHERE
-        concert.year = 2014`` -> ``FROM singer``: every singer)."""
+        removing it changes which rows count, not how often. No scope inside a set operation. TIDE §2.2
+        constraint drift: the links and their filters withdrawn, nothing else (``singer_in_concert JOIN singer
+        JOIN concert WHERE concert.year = 2014`` -> ``FROM singer``: every singer)."""
         for sel in q.selects:
-            if not _in_set_operation(sel):  # as constraint_candidates: no branch of a set operation
+            if not _in_set_operation(sel):  # in a branch "every student enrolment" would misname the result
                 yield from self._join_removal(q, sel, rng, sandbox)
 
     def _join_removal(self, q: _Query, root: exp.Select, rng: random.Random,
