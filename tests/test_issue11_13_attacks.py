@@ -123,6 +123,14 @@ def test_a_samples_file_no_generate_run_wrote_is_not_overwritten(tmp_path):
         with pytest.raises(GenerationError, match="samples.jsonl.*no generate run"):
             generate(anchors, ["drift"], out, progress=False, resume=resume)
     assert mine.read_text(encoding="utf-8") == '{"id": "hand-written"}\n'
+    # nor a databases/ folder of someone else's files (--no-resume removed it whole)
+    other = tmp_path / "project"
+    (other / "databases").mkdir(parents=True)
+    keep = _weird_db(other / "databases" / "other.sqlite")
+    for resume in (True, False):
+        with pytest.raises(GenerationError, match="databases exists but no generate run"):
+            generate(anchors, ["drift"], other, progress=False, resume=resume)
+    assert keep.is_file() and sorted(p.name for p in other.iterdir()) == ["databases"]
     # a folder a generate run wrote is still resumed and restarted
     run = tmp_path / "run"
     first = generate(anchors, ["drift"], run, progress=False).samples_path.read_bytes()

@@ -494,8 +494,8 @@ def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir
         GenerationError: no anchors, duplicate anchor ids, a model recipe without a council, ``out_dir`` is a
             file, a journal in ``out_dir`` from a run with other settings (with ``resume``), ``timeout_s`` not a finite
             number > 0;
-            a source database inside ``out_dir/databases``; a ``samples.jsonl`` in ``out_dir`` with no journal
-            beside it (no generate run wrote it); another run holding ``out_dir`` (an ``flock`` on the folder).
+            a source database inside ``out_dir/databases``; a ``samples.jsonl`` or a non-empty ``databases/`` in
+            ``out_dir`` with no journal beside it (no generate run wrote them); another run holding ``out_dir`` (an ``flock`` on the folder).
         RecipeError: an unknown recipe name, or a recipe that cannot be imported.
         KeyboardInterrupt: passed on; the journal keeps every unit finished before it.
 
@@ -536,8 +536,9 @@ def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir
     if inside:
         raise GenerationError(f"source database {inside[0]} is inside {out / DATABASES}, the folder of derived "
                               f"databases that generate writes (and --no-resume deletes); give another output folder")
-    if (out / SAMPLES).exists() and not (out / JOURNAL).exists():
-        raise GenerationError(f"{out / SAMPLES} exists but no generate run wrote it (no {JOURNAL} beside it); move it "
+    foreign = [p for p in (out / SAMPLES, out / DATABASES) if p.is_file() or (p.is_dir() and any(p.iterdir()))]
+    if foreign and not (out / JOURNAL).exists():
+        raise GenerationError(f"{foreign[0]} exists but no generate run wrote it (no {JOURNAL} beside it); move it "
                               f"away or give another output folder")
     out.mkdir(parents=True, exist_ok=True)
     with _exclusive(out):
