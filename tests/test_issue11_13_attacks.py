@@ -13,6 +13,8 @@ Each test is one defect the attack found, fixed in the module at fault:
   of an error naming the file and field, and a NaN/Infinity metric value was shown as ``nan`` and written as
   invalid JSON;
 - a run name with ``$`` went through matplotlib's mathtext (``$\\frac{$`` stopped the report);
+- runs over different sample sets were laid side by side in the leaderboard with no word that their means are
+  over different samples (the page now says how many ids they share);
 - ``report RUN -o RUN/metrics.json`` overwrote the run's own file with the page;
 - ``paired_difference`` raised TypeError on sample ids of two types and named an index, not the sample id.
 """
@@ -264,6 +266,22 @@ def test_the_report_never_overwrites_a_file_of_a_run(run_dir, tmp_path, capsys):
     assert {p.name: _sha(p) for p in d.iterdir()} == before
     assert cli.main(["report", str(d), "-o", str(d / "report.html")]) == 0  # a new file in the folder is fine
     assert (d / "report.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+def test_runs_over_different_samples_are_said_to_be(run_dir, tmp_path):
+    pytest.importorskip("matplotlib")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    lines = (run_dir / "trajectories.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    assert len(lines) == 48
+    other = json.loads(lines[5])
+    other["sample_id"] = "not-in-the-reference"
+    (sub / "trajectories.jsonl").write_text("".join(lines[:5]) + json.dumps(other) + "\n", encoding="utf-8")
+    assert cli.main(["report", str(run_dir), str(sub), "-o", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "<b>Not the same samples</b>: sub has 5 of the 48 sample ids of no-clarify and 1 others" in page
+    assert cli.main(["report", str(run_dir), str(run_dir), "-o", str(tmp_path / "same.html")]) == 0
+    assert "Not the same samples" not in (tmp_path / "same.html").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("name", ["$\\frac{$", "cost $5 and $6"])

@@ -115,6 +115,13 @@ def _leaderboard_section(runs: Sequence[Run], board: dict[str, Any]) -> str:
     if len(runs) > 1:
         note += (f" Δ: the run minus {esc(board['reference'])} over the samples both runs define (n), with the paired "
                  "bootstrap's 95 % interval and two-sided p-value (PremiseSQL's paired bootstrap).")
+        ref_ids = {t.sample_id for t in runs[0].trajectories}
+        for r in runs[1:]:
+            ids = {t.sample_id for t in r.trajectories}
+            if ids != ref_ids:  # the means side by side are then over different samples
+                note += (f" <b>Not the same samples</b>: {esc(r.name)} has {len(ids & ref_ids)} of the "
+                         f"{len(ref_ids)} sample ids of {esc(board['reference'])} and {len(ids - ref_ids)} others, so "
+                         "its means are not comparable with the reference's; the Δ is (over the shared ones).")
     return ('<section id="leaderboard"><h2>Leaderboard</h2>' f'<p class="note">{note}</p>'
             '<div class="scroll"><table class="leaderboard">' + "".join(head) + "".join(body) + "</table></div></section>")
 
