@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--device", default=None, help="hf: agents: 'auto' (default), 'cpu' or 'cuda'")
     e.add_argument("--limit", type=int, default=None, help="evaluate only the first N samples")
     e.add_argument("--out", default=None,
-                   help="folder for trajectories.jsonl and metrics.json (default: runs/<dataset kind>-<agent>-<simulator>[-p], "
+                   help="folder for trajectories.jsonl, metrics.json and run.json (default: runs/<dataset kind>-<agent>-<simulator>[-p], "
                         "the agent spec made folder-safe)")
     e.add_argument("--seed", type=int, default=0, help="seed of the first episode (default 0)")
     e.add_argument("--isolation", default="in_process", choices=["in_process", "process"],
