@@ -15,6 +15,8 @@ Each test is one defect the attack found, fixed in the module at fault:
 - a run name with ``$`` went through matplotlib's mathtext (``$\\frac{$`` stopped the report);
 - runs over different sample sets were laid side by side in the leaderboard with no word that their means are
   over different samples (the page now says how many ids they share);
+- a run whose trajectories.jsonl plays a sample twice (two runs appended) was read: the leaderboard means took
+  every line, the paired differences only the last per sample;
 - ``report RUN -o RUN/metrics.json`` overwrote the run's own file with the page;
 - ``paired_difference`` raised TypeError on sample ids of two types and named an index, not the sample id.
 """
@@ -266,6 +268,17 @@ def test_the_report_never_overwrites_a_file_of_a_run(run_dir, tmp_path, capsys):
     assert {p.name: _sha(p) for p in d.iterdir()} == before
     assert cli.main(["report", str(d), "-o", str(d / "report.html")]) == 0  # a new file in the folder is fine
     assert (d / "report.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+def test_a_run_that_plays_a_sample_twice_is_refused(run_dir, tmp_path):
+    d = tmp_path / "twice"
+    d.mkdir()
+    text = (run_dir / "trajectories.jsonl").read_text(encoding="utf-8")
+    (d / "trajectories.jsonl").write_text(text + text, encoding="utf-8")  # two runs appended to one file
+    first = json.loads(text.splitlines()[0])["sample_id"]
+    with pytest.raises(ReportError, match=f"trajectories.jsonl:49: field 'sample_id': '{first}' \\(protocol f\\) "
+                                          f"was played already on line 1"):
+        load_run(d)  # was: the leaderboard took all 96, the paired differences the last 48 (EX -0.667 vs -0.333)
 
 
 def test_runs_over_different_samples_are_said_to_be(run_dir, tmp_path):

@@ -126,14 +126,15 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
     Returns:
         The trajectories, in file order.
     Raises:
-        ReportError: the file is missing, a line is not JSON, or a record is not a valid trajectory (names
-            the line and field).
+        ReportError: the file is missing, a line is not JSON, a record is not a valid trajectory, or a sample
+            is played twice under one protocol (names the line and field).
     """
     path = Path(path)
     if not path.is_file():
         raise ReportError(f"{path}: not found (a run folder holds the {TRAJECTORIES} that textsql-clarify eval "
                           f"--out writes)")
     out: list[Trajectory] = []
+    seen: dict[tuple[str, str], int] = {}
     with open(path, encoding="utf-8", errors="strict") as fh:
         try:
             for line, text in enumerate(fh, 1):
@@ -143,7 +144,14 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
                     rec = json.loads(text)
                 except json.JSONDecodeError as e:
                     raise ReportError(f"{path}:{line}: not valid JSON: {e.msg} (column {e.colno})") from e
-                out.append(_trajectory(path, line, rec))
+                traj = _trajectory(path, line, rec)
+                key = (traj.sample_id, traj.protocol)
+                if key in seen:  # the paired differences go per sample: a second episode would be dropped
+                    raise ReportError(f"{path}:{line}: field 'sample_id': {traj.sample_id!r} (protocol "
+                                      f"{traj.protocol}) was played already on line {seen[key]}; a run plays each "
+                                      f"sample once per protocol (runs appended to one file?)")
+                seen[key] = line
+                out.append(traj)
         except UnicodeDecodeError as e:
             raise ReportError(f"{path}: not UTF-8 text ({e})") from e
     if not out:
