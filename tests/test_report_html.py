@@ -207,6 +207,35 @@ def test_write_report_and_cli(runs_root, tmp_path, capsys):
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert write_report(dirs[:1], tmp_path / "w.html").is_file()
+    assert "warning" not in capsys.readouterr().err  # the same 48 samples in every run: no warning
+
+
+def test_runs_sharing_few_or_no_samples_are_warned_about(runs_root, tmp_path, capsys):
+    """Issue 13 item 4: a paired row over runs without shared samples was all "—" with no word said."""
+    sub, apart = tmp_path / "sub", tmp_path / "apart"
+    sub.mkdir()
+    apart.mkdir()
+    recs = _records(runs_root / "random")
+    _write_records(sub, recs[:12])  # 12 of the reference's 48 ids
+    _write_records(apart, [{**r, "sample_id": "other-" + r["sample_id"]} for r in recs])  # none of them
+    out = tmp_path / "r.html"
+    assert main(["report", str(runs_root / "oracle"), str(sub), str(apart), "-o", str(out)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["warning: run sub shares 12 of its 12 sample ids with the reference run oracle (48 ids); "
+                   "its paired differences are over those 12",
+                   "warning: run apart shares 0 of its 48 sample ids with the reference run oracle (48 ids); "
+                   "its paired differences are over those 0 (all undefined)"]
+    page = out.read_text()
+    assert "sub has 12 of the 48 sample ids of oracle and 0 others" in page
+    assert "the Δ is over the 12 shared ones (n)." in page
+    assert "apart has 0 of the 48 sample ids of oracle and 48 others" in page
+    assert "the Δ is undefined (no shared sample)." in page
+    board = leaderboard(load_runs([runs_root / "oracle", sub, apart]), ["EX"], n_resamples=50)
+    shared = {r["sample_id"] for r in recs[:12]}
+    ex_n = sum(v is not None for k, v in per_sample_values(load_run(runs_root / "oracle"), "EX").items()
+               if k in shared)
+    assert ex_n > 0 and board["rows"][1]["diff"]["EX"]["n"] == ex_n
+    assert board["rows"][2]["diff"]["EX"]["n"] == 0 and board["rows"][2]["diff"]["EX"]["value"] is None
 
 
 # ------------------------------------------------------------------------------------------ export

@@ -374,6 +374,12 @@ def _report(args: argparse.Namespace) -> int:
     if bad or not by:
         raise ValueError(f"--by takes breakdowns from {', '.join(BREAKDOWNS)}, got {args.by!r}")
     runs = load_runs(args.runs)
+    from .reports.leaderboard import sample_overlaps
+
+    for o in sample_overlaps(runs):  # the paired row is all "—" without shared samples: say so (issue 13)
+        print(f"warning: run {o['run']} shares {o['shared']} of its {o['n']} sample ids with the reference run "
+              f"{o['reference']} ({o['reference_n']} ids); its paired differences are over those {o['shared']}"
+              + (" (all undefined)" if o["shared"] == 0 else ""), file=sys.stderr)
     if args.output is not None:  # never overwrite what the report reads
         from .reports.runs import METRICS, RUN_INFO, TRAJECTORIES
 

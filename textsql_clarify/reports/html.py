@@ -121,7 +121,9 @@ def _leaderboard_section(runs: Sequence[Run], board: dict[str, Any]) -> str:
             if ids != ref_ids:  # the means side by side are then over different samples
                 note += (f" <b>Not the same samples</b>: {esc(r.name)} has {len(ids & ref_ids)} of the "
                          f"{len(ref_ids)} sample ids of {esc(board['reference'])} and {len(ids - ref_ids)} others, so "
-                         "its means are not comparable with the reference's; the Δ is (over the shared ones).")
+                         "its means are not comparable with the reference's; the Δ is "
+                         + ("undefined (no shared sample)." if not ids & ref_ids else
+                            f"over the {len(ids & ref_ids)} shared ones (n)."))
     return ('<section id="leaderboard"><h2>Leaderboard</h2>' f'<p class="note">{note}</p>'
             '<div class="scroll"><table class="leaderboard">' + "".join(head) + "".join(body) + "</table></div></section>")
 

@@ -101,6 +101,31 @@ def leaderboard(runs: Sequence[Run], metrics: Sequence[str] | None = None, *, se
     return {"metrics": names, "reference": runs[0].name if runs else None, "rows": rows}
 
 
+def sample_overlaps(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """How many sample ids each run after the first shares with the first (the paired differences' reference).
+
+    A paired difference is taken over the samples both runs define, so a run that shares no id with the
+    reference has every Δ undefined (issue 13 item 4; ``textsql-clarify report`` warns on stderr).
+
+    Args:
+        runs: the runs; ``runs[0]`` is the reference.
+    Returns:
+        One dict per run whose sample ids differ from the reference's, in report order: ``{"run": name,
+        "reference": reference name, "shared": ids in both, "reference_n": the reference's ids, "n": this
+        run's ids}``; ``[]`` when every run is over the reference's samples (or there is one run).
+    """
+    if len(runs) < 2:
+        return []
+    ref = {t.sample_id for t in runs[0].trajectories}
+    out = []
+    for r in runs[1:]:
+        ids = {t.sample_id for t in r.trajectories}
+        if ids != ref:
+            out.append({"run": r.name, "reference": runs[0].name, "shared": len(ids & ref),
+                        "reference_n": len(ref), "n": len(ids)})
+    return out
+
+
 def _mean(m: Any) -> dict[str, Any]:
     """A metrics.json mean as ``{"value", "n", "ci95"}`` (``ci95`` None where the file has none)."""
     if not isinstance(m, dict):
