@@ -443,15 +443,15 @@ def test_generate_command(tmp_path, monkeypatch, capsys):
     q = tmp_path / "q.jsonl"
     q.write_text("".join(json.dumps({"question": f"q{i}", "sql": f"SELECT name FROM departments WHERE dept_id >= {i}"})
                          + "\n" for i in range(1, 7)))
-    out = tmp_path / "out"
+    out = tmp_path / ("long-out-" * 5) / "out"  # "wrote ... to <path>: ..." passed 100 columns with a long path
     rc = main(["generate", "--db", str(embedded_db_path()), "--queries", str(q), "--recipes", "stub", "--out", str(out),
                "--seed", "2", "--no-progress", "--option", "k=v"])
     printed = capsys.readouterr().out
     assert rc == 0
     recs = _lines(out / "samples.jsonl")
     assert printed.splitlines()[0].split() == ["recipe", "stage", "entered", "rejected", "rate"]
-    assert f"wrote {len(recs)} lines to {out / 'samples.jsonl'}" in printed
-    assert max(len(line) for line in printed.splitlines() if not line.startswith("wrote")) <= 100
+    assert f"wrote {len(recs)} line{'' if len(recs) == 1 else 's'} to" in printed and str(out / "samples.jsonl") in printed
+    assert all(len(line) <= 100 or line.strip() == f"{out / 'samples.jsonl'}:" for line in printed.splitlines())
     man = json.loads((out / "manifest.json").read_text())
     assert man["options"] == {"k": "v"} and man["seed"] == 2 and man["anchors"]["source"] == str(q)
     assert 0 < len(recs) < 6 and all(r["provenance"]["anchor_source"] == str(q) for r in recs)
@@ -464,3 +464,29 @@ def test_generate_command(tmp_path, monkeypatch, capsys):
         assert main(["generate", *argv, "--out", str(out), "--no-progress"]) == 2, argv
         assert capsys.readouterr().err.startswith("error: ")
     assert not (out / "samples.jsonl").exists()
+
+
+def test_generate_summary_lines_fit_100_columns_and_count_drift_subtypes_apart(tmp_path):
+    """The summary after ``generate``'s table: every line <= 100 columns even with a long ``--out`` path,
+    1 sample / 2 samples, and tide_triplets' subtypes labelled as those of the samples with a drift (its
+    24 samples hold 16 drifts: projection 14, value 2; the other 8 are its chain and premise members)."""
+    from textsql_clarify.cli import generate_summary
+
+    counts = {"lines": 31, "samples": 25, "paired_originals": 6, "by_recipe": {
+        "tide_triplets": {"samples": 24, "paired_originals": 6, "by_group": {"answerable": 16, "ambiguous": 8},
+                          "by_drift_subtype": {"projection": 14, "value": 2}},
+        "lexical_overlap": {"samples": 1, "paired_originals": 0, "by_group": {"ambiguous": 1}},
+        "drift": {"samples": 3, "paired_originals": 0, "by_group": {"answerable": 3},
+                  "by_drift_subtype": {"value": 3}}}}
+    path = Path("runs") / ("generated-corpus-" * 3) / "samples.jsonl"  # 70 characters
+    lines = generate_summary(counts, path, 0, 4)
+    assert max(map(len, lines)) <= 100
+    assert lines[:2] == [f"wrote 31 lines to {path}:", "  25 samples, 6 paired originals (0 of 4 units from the journal)"]
+    assert lines[2:] == ["  tide_triplets: 24 samples; drift subtypes of the 16 with a drift: projection 14, value 2;",
+                         "    6 paired originals",
+                         "  lexical_overlap: 1 sample (ambiguous 1)",
+                         "  drift: 3 samples; drift subtypes: value 3"]
+    assert generate_summary({**counts, "lines": 1, "samples": 1, "paired_originals": 1, "by_recipe": {}}, "s.jsonl",
+                            1, 1) == ["wrote 1 line to s.jsonl: 1 sample, 1 paired original (1 of 1 unit from the journal)"]
+    longer = Path("/" + "x" * 120) / "samples.jsonl"  # a path wider than the page stands on its own line
+    assert generate_summary(counts, longer, 0, 4)[:2] == ["wrote 31 lines to", f"  {longer}:"]

@@ -351,16 +351,69 @@ def _generate(args: argparse.Namespace) -> int:
         print(f"--distinct-golds: {report.manifest['anchors']['n']} anchors kept, {dropped} skipped ({SAME_GOLD})",
               file=sys.stderr)
     print(report.table(width=100))
-    c = report.counts
-    print(f"\nwrote {c['lines']} lines to {report.samples_path}: {c['samples']} samples, "
-          f"{c['paired_originals']} paired originals ({report.resumed} of {report.units} units from the journal)")
-    for name, b in c["by_recipe"].items():
-        parts = ", ".join(f"{k} {v}" for k, v in (b.get("by_drift_subtype") or b["by_group"]).items())
-        print(f"  {name}: {b['samples']} samples" + (f" ({parts})" if parts else "")
-              + (f", {b['paired_originals']} paired originals" if b["paired_originals"] else ""))
+    print("\n" + "\n".join(generate_summary(report.counts, report.samples_path, report.resumed, report.units)))
     if report.load_validation:
         print(f"  moved out by the load-time validation: {len(report.load_validation)} (rejections.json)")
     return 0
+
+
+def _plural(n: int, word: str) -> str:
+    """``1 sample``, ``2 samples`` (``word`` is the singular)."""
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def generate_summary(counts: dict, samples_path: Path | str, resumed: int, units: int,
+                     width: int = 100) -> list[str]:
+    """The lines ``generate`` prints after its rejection table (issue 11), each at most ``width`` columns
+    (a path longer than that is the only thing on its line).
+
+    Args:
+        counts: the manifest's ``counts`` block (``lines``, ``samples``, ``paired_originals``, ``by_recipe``).
+        samples_path: the ``samples.jsonl`` written.
+        resumed, units: units taken from the journal, and all units.
+        width: columns (the tables' width).
+    Returns:
+        The lines: what was written, then one line per recipe: its samples, and their drift subtypes (only the
+        samples that carry a drift have one, so they are counted apart) or else their groups.
+    """
+    import textwrap
+
+    def fit(parts: list[str], sep: str = "; ") -> list[str]:
+        """Join ``parts`` with ``sep``, going on to an indented line where the next part does not fit."""
+        out = [parts[0]]
+        for part in parts[1:]:
+            if len(out[-1] + sep + part) <= width:
+                out[-1] += sep + part
+            else:
+                out[-1] += sep.rstrip()
+                out.append("    " + part)
+        return [w for line in out for w in (textwrap.wrap(line, width, subsequent_indent="    ",
+                                                          break_long_words=False, break_on_hyphens=False)
+                                            if len(line) > width and line.strip() else [line])]
+
+    head = f"wrote {_plural(counts['lines'], 'line')} to {samples_path}"
+    rest = (f"{_plural(counts['samples'], 'sample')}, {_plural(counts['paired_originals'], 'paired original')} "
+            f"({resumed} of {_plural(units, 'unit')} from the journal)")
+    if len(f"{head}: {rest}") <= width:
+        lines = [f"{head}: {rest}"]
+    elif len(head) + 1 <= width:
+        lines = [head + ":", "  " + rest]
+    else:  # the path alone on its line
+        lines = [f"wrote {_plural(counts['lines'], 'line')} to", f"  {samples_path}:", "  " + rest]
+    for name, b in counts["by_recipe"].items():
+        parts = [f"  {name}: {_plural(b['samples'], 'sample')}"]
+        sub = b.get("by_drift_subtype") or {}
+        if sub:
+            with_drift = sum(sub.values())
+            label = ("drift subtypes" if with_drift == b["samples"]
+                     else f"drift subtypes of the {with_drift} with a drift")
+            parts.append(f"{label}: " + ", ".join(f"{k} {v}" for k, v in sub.items()))
+        elif b.get("by_group"):
+            parts[0] += " (" + ", ".join(f"{k} {v}" for k, v in b["by_group"].items()) + ")"
+        if b.get("paired_originals"):
+            parts.append(_plural(b["paired_originals"], "paired original"))
+        lines += fit(parts)
+    return lines
 
 
 def _report(args: argparse.Namespace) -> int:
