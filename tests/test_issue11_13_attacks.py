@@ -52,8 +52,8 @@ def _weird_db(path: Path) -> Path:
     con = sqlite3.connect(path)
     con.executescript(f'''
         CREATE TABLE "order" ("select" INTEGER PRIMARY KEY, name TEXT, "group" TEXT);
-        CREATE TABLE "{WEIRD.replace('"', '""')}" (id INTEGER PRIMARY KEY, order_id INTEGER REFERENCES "order"("select"),
-                                       val INTEGER, kind TEXT);
+        CREATE TABLE "{WEIRD.replace('"', '""')}" (id INTEGER PRIMARY KEY,
+            order_id INTEGER REFERENCES "order"("select"), val INTEGER, kind TEXT);
     ''')
     for i in range(1, 31):
         con.execute('INSERT INTO "order" VALUES (?, ?, ?)', (i, f"name{i % 7}", "abc"[i % 3]))
