@@ -436,3 +436,39 @@ def test_triplet_over_the_model_free_drift_recipe(embedded, tmp_path):
                                               "anchor_source": "embedded"}) for s in acc]
     assert validate_samples(gen, use_cache=False).problems == []
     assert [p.flag for p in validate_samples(acc, use_cache=False).problems] == ["duplicate_gold"]
+
+
+def test_fake_default_drift_reply_is_accepted(embedded, tmp_path, capsys):
+    """``generate --recipes tide_drift --option tide_drift_source=model --model fake --model fake:b`` rejected
+    every candidate at ``json_format`` ("no JSON object in the reply"): the fake had no default for
+    ``[task:drift_gen]``. Its default now edits the anchor's SQL for the assigned subtype."""
+    from textsql_clarify.cli import main
+    from textsql_clarify.generation.tide import ModelDriftSource
+    from textsql_clarify.samples import load_jsonl
+
+    a = _anchor(embedded["uni-drift-002"])
+    seen = {}
+    for seed in range(12):
+        (o,) = ModelDriftSource().run(a, random.Random(seed), _ctx(tmp_path))
+        assert isinstance(o, Accepted), o
+        seen[o.sample.drift.subtype] = o.sample.drift
+    join = "FROM student_courses AS sc JOIN courses AS c ON c.course_id = sc.course_id WHERE c.title = 'Algorithms'"
+    assert {st: (d.utterance, d.post_gold_sql) for st, d in seen.items()} == {
+        "value": ("Sorry, make that 14 instead of 28.", f"SELECT COUNT(*) {join} AND sc.grade >= 14"),
+        "constraint": ("Actually, forget that last condition; I want them all.", f"SELECT COUNT(*) {join}"),
+        "projection": ("Actually, give me how many different course ID values there are instead.",
+                       f"SELECT COUNT(DISTINCT sc.course_id) {join} AND sc.grade >= 28")}
+    out = tmp_path / "out"
+    assert main(["generate", "--anchors", "embedded", "--limit", "8", "--recipes", "tide_drift", "--option",
+                 "tide_drift_source=model", "--model", "fake", "--model", "fake:b", "--out", str(out),
+                 "--no-progress"]) == 0
+    table = capsys.readouterr().out
+    assert [line.split()[:3] for line in table.splitlines() if "json_format" in line] == [["json_format", "8", "0"]]
+    samples = load_jsonl(out / "samples.jsonl")
+    assert [(s.id, s.drift.subtype) for s in samples] == [
+        ("tide_drift-uni-ans-002-projection", "projection"), ("tide_drift-uni-ans-003-constraint", "constraint"),
+        ("tide_drift-uni-evd-001-value", "value"), ("tide_drift-uni-evd-002-projection", "projection"),
+        ("tide_drift-uni-evd-003-value", "value"), ("tide_drift-uni-scope-001-constraint", "constraint")]
+    assert samples[2].drift.utterance == "Sorry, make that 45 instead of 90."
+    assert all(s.provenance["candidate_source"] == "model" for s in samples)
+    assert validate_samples(samples, use_cache=False).problems == []

@@ -282,15 +282,120 @@ def _fake_l2(_fake, prompt: str) -> str:
         "alternative_sql": f"SELECT * FROM ({sql}) LIMIT 1"})
 
 
+def _schema_columns(prompt: str) -> dict[str, list[str]]:
+    """``{table: [columns]}`` read back from the :func:`schema_summary` lines of a prompt."""
+    import re
+
+    block = prompt.split("Database schema:", 1)[-1].split("Fully specified question:", 1)[0]
+    return {m.group(1): [c.strip().split(" ")[0] for c in m.group(2).split(",") if c.strip()]
+            for m in re.finditer(r"^(\w+)\((.*)\)$", block, flags=re.M)}
+
+
+def _fake_value_edit(tree, where) -> tuple[str, Any] | None:
+    """The first numeric comparison of ``where`` with its literal moved so that more rows pass (``>= 28`` ->
+    ``>= 14``, ``< 5`` -> ``< 10``, ``= 3`` -> ``= 4``); ``(utterance, tree)`` or ``None``."""
+    from sqlglot import exp
+
+    for cmp in where.find_all(exp.GT, exp.GTE, exp.LT, exp.LTE, exp.EQ):
+        lit = cmp.expression
+        if not isinstance(lit, exp.Literal) or lit.is_string:
+            continue
+        try:
+            old = int(lit.this)
+        except ValueError:
+            continue
+        if isinstance(cmp, (exp.GT, exp.GTE)):
+            new = old // 2 if old > 1 else old - 1
+        elif isinstance(cmp, (exp.LT, exp.LTE)):
+            new = old * 2 if old > 0 else old + 1
+        else:
+            new = old + 1
+        lit.replace(exp.Literal.number(new))
+        return f"Sorry, make that {new} instead of {old}.", tree
+    return None
+
+
+def _fake_projection_edit(tree, prompt: str) -> tuple[str, Any] | None:
+    """The first output column replaced by another column of its table (a ``COUNT(*)`` by a count of the
+    first table's second column's distinct values); ``(utterance, tree)`` or ``None``."""
+    from sqlglot import exp
+
+    from .utterances import column_words
+
+    cols = _schema_columns(prompt)
+    tables = {(t.alias_or_name): t.name for t in tree.find_all(exp.Table)}
+    first = next(iter(tree.find_all(exp.Table)), None)
+    item = tree.expressions[0] if tree.expressions else None
+    node = item.this if isinstance(item, exp.Alias) else item
+    if isinstance(node, exp.Column):
+        table = tables.get(node.table) if node.table else (first.name if first is not None else None)
+        shown = {c.name for c in tree.expressions for c in c.find_all(exp.Column)}
+        other = next((c for c in cols.get(table or "", []) if c not in shown and not c.endswith("_id")), None)
+        if other is None:
+            return None
+        node.replace(exp.column(other, table=node.table or None))
+        return f"Actually, show me the {column_words(other)} instead of the {column_words(node.name)}.", tree
+    if isinstance(node, exp.Count) and isinstance(node.this, exp.Star) and first is not None:
+        table_cols = cols.get(first.name, [])
+        if len(table_cols) < 2:
+            return None
+        col = exp.column(table_cols[1], table=first.alias or None)
+        node.replace(exp.Count(this=exp.Distinct(expressions=[col])))
+        return f"Actually, give me how many different {column_words(table_cols[1])} values there are instead.", tree
+    return None
+
+
+def _fake_drift(_fake, prompt: str) -> str:
+    """The fake generator's drift reply (``[task:drift_gen]``, TIDE App. B.2), edited on the anchor's AST
+    (sqlglot) for the subtype the prompt assigns: ``value`` moves the first numeric comparison's literal,
+    ``constraint`` removes the last condition of the WHERE clause, ``projection`` replaces the first output
+    column. Where the anchor admits no such edit the anchor's SQL comes back unchanged, so the checks
+    reject it (``distinct_result``): control flow only, not natural drifts."""
+    import re
+
+    import sqlglot
+    from sqlglot import exp
+
+    from .fake_model import prompt_field
+
+    sql = prompt_field(prompt, "Its SQL").rstrip("; ")
+    m = re.search(r"of this kind: (\w+):", prompt)
+    subtype = m.group(1) if m else ""
+    edit = None
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except Exception:  # noqa: BLE001 - a fake: an unparsable anchor gets its SQL back
+        tree = None
+    where = tree.args.get("where") if isinstance(tree, exp.Select) else None
+    if subtype == "value" and where is not None:
+        edit = _fake_value_edit(tree, where)
+    elif subtype == "constraint" and where is not None:
+        cond = where.this
+        while isinstance(cond, exp.Paren):
+            cond = cond.this
+        if isinstance(cond, exp.And):
+            cond.replace(cond.this)  # keeps every condition but the last
+        else:
+            tree.set("where", None)
+        edit = ("Actually, forget that last condition; I want them all.", tree)
+    elif subtype == "projection" and isinstance(tree, exp.Select):
+        edit = _fake_projection_edit(tree, prompt)
+    if edit is None:
+        return json.dumps({"utterance": "Actually, keep it as it is.", "post_drift_sql": sql})
+    return json.dumps({"utterance": edit[0], "post_drift_sql": edit[1].sql(dialect="sqlite")})
+
+
 def register_fake_defaults() -> None:
     """Register the fake model's default answers for the TIDE markers
     (:func:`textsql_clarify.generation.fake_model.register_default`): a valid chain echoing the anchor, every
-    judge passing, the counterfactual verdict ``transformed``, an empty evidence rewrite. Called on import."""
+    judge passing, the counterfactual verdict ``transformed``, an empty evidence rewrite, a drift edited on the
+    anchor's SQL (:func:`_fake_drift`). Called on import."""
     from .fake_model import register_default
 
     register_default(MARKERS["chain_l1"], reply=_fake_l1)
     register_default(MARKERS["chain_l2"], reply=_fake_l2)
     register_default(MARKERS["evidence_rewrite"], reply='{"evidence": ""}')
+    register_default(MARKERS["drift_gen"], reply=_fake_drift)
     for k in ("plausibility", "re_ask", "drift_fit", "stability"):
         register_default(MARKERS[k], choice=PASS)
     register_default(MARKERS["counterfactual"], choice="transformed")
