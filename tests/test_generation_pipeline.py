@@ -450,7 +450,8 @@ def test_generate_command(tmp_path, monkeypatch, capsys):
     assert rc == 0
     recs = _lines(out / "samples.jsonl")
     assert printed.splitlines()[0].split() == ["recipe", "stage", "entered", "rejected", "rate"]
-    assert f"wrote {len(recs)} line{'' if len(recs) == 1 else 's'} to" in printed and str(out / "samples.jsonl") in printed
+    assert f"wrote {len(recs)} line{'' if len(recs) == 1 else 's'} to" in printed
+    assert str(out / "samples.jsonl") in printed
     assert all(len(line) <= 100 or line.strip() == f"{out / 'samples.jsonl'}:" for line in printed.splitlines())
     man = json.loads((out / "manifest.json").read_text())
     assert man["options"] == {"k": "v"} and man["seed"] == 2 and man["anchors"]["source"] == str(q)
@@ -481,12 +482,14 @@ def test_generate_summary_lines_fit_100_columns_and_count_drift_subtypes_apart(t
     path = Path("runs") / ("generated-corpus-" * 3) / "samples.jsonl"  # 70 characters
     lines = generate_summary(counts, path, 0, 4)
     assert max(map(len, lines)) <= 100
-    assert lines[:2] == [f"wrote 31 lines to {path}:", "  25 samples, 6 paired originals (0 of 4 units from the journal)"]
+    assert lines[:2] == [f"wrote 31 lines to {path}:",
+                         "  25 samples, 6 paired originals (0 of 4 units from the journal)"]
     assert lines[2:] == ["  tide_triplets: 24 samples; drift subtypes of the 16 with a drift: projection 14, value 2;",
                          "    6 paired originals",
                          "  lexical_overlap: 1 sample (ambiguous 1)",
                          "  drift: 3 samples; drift subtypes: value 3"]
-    assert generate_summary({**counts, "lines": 1, "samples": 1, "paired_originals": 1, "by_recipe": {}}, "s.jsonl",
-                            1, 1) == ["wrote 1 line to s.jsonl: 1 sample, 1 paired original (1 of 1 unit from the journal)"]
+    one = {**counts, "lines": 1, "samples": 1, "paired_originals": 1, "by_recipe": {}}
+    assert generate_summary(one, "s.jsonl", 1, 1) == [
+        "wrote 1 line to s.jsonl: 1 sample, 1 paired original (1 of 1 unit from the journal)"]
     longer = Path("/" + "x" * 120) / "samples.jsonl"  # a path wider than the page stands on its own line
     assert generate_summary(counts, longer, 0, 4)[:2] == ["wrote 31 lines to", f"  {longer}:"]
