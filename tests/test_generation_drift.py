@@ -377,8 +377,10 @@ def test_a_literal_said_twice_is_not_edited_and_set_operation_branches_keep_thei
         "constraint: removed Degree_Programs.degree_summary_name filter degree_summary_name = 'Master'; "
         "removed Degree_Programs.degree_summary_name filter degree_summary_name = 'Bachelor'"]
     assert len(_candidates(s, "constraint")) == 3  # < 2003, > 2003, both
-    # never in a UNION (a branch without its filter takes in every row), nor a filter said twice
-    assert _candidates(spider_by_id["spider-dev-755"], "constraint") == []
+    # never one UNION branch's filter (a branch without its filter takes in every row), nor a filter said
+    # twice in one branch only: IsOfficial = 'T' goes from both branches at once (issue 11, helper B3)
+    assert [c.edit for c in _candidates(spider_by_id["spider-dev-755"], "constraint")] == [
+        "constraint: removed countrylanguage.IsOfficial filter IsOfficial = 'T' from both branches of the UNION"]
 
 
 def test_words_of_relation_tables_exclusions_and_participles(spider_root, spider_by_id, tmp_path):
@@ -431,11 +433,64 @@ def test_intersect_branch_filter_said_twice_is_kept(tmp_path):
     r = DriftRecipe()
     sb = get_sandbox(UNI)
     edits = sorted(c.edit for c in r.constraint_candidates(r._query(a, sb), random.Random(0), sb))
-    # "drop the condition that the total credits is more than 10" cannot say which branch: not offered
+    # "drop the condition that the total credits is more than 10" cannot say which branch: it goes from
+    # both branches at once, never from one
     assert edits == ["constraint: removed students.dept_id filter dept_id = 1",
                      "constraint: removed students.dept_id filter dept_id = 1; removed students.dept_id filter "
                      "dept_id = 2",
-                     "constraint: removed students.dept_id filter dept_id = 2"]
+                     "constraint: removed students.dept_id filter dept_id = 2",
+                     "constraint: removed students.total_credits filter total_credits > 10 from both branches "
+                     "of the INTERSECT"]
     union = sql.replace("INTERSECT", "UNION")
     a = Anchor("x4", "university", str(UNI), "Names in department 1 or in 2?", union)
-    assert list(r.constraint_candidates(r._query(a, sb), random.Random(0), sb)) == []
+    cands = list(r.constraint_candidates(r._query(a, sb), random.Random(0), sb))
+    assert [c.post_sql for c in cands] == [
+        "SELECT first_name FROM students WHERE dept_id = 1 UNION SELECT first_name FROM students WHERE dept_id = 2"]
+    # a third copy of the filter (in a subquery) makes the words name nothing: not offered
+    three = union.replace("dept_id = 2 AND", "dept_id IN (SELECT dept_id FROM students WHERE total_credits > 10) AND")
+    a = Anchor("x5", "university", str(UNI), "Names in department 1 or in 2?", three)
+    assert not any("both branches" in c.edit for c in r.constraint_candidates(r._query(a, sb), random.Random(0), sb))
+
+
+def test_a_filter_shared_by_both_branches_is_removed_from_both(spider_root, spider_by_id, tmp_path):
+    # spider-dev-748: English and French both official (INTERSECT, T2.IsOfficial = 'T' in each branch): dropping
+    # the official flag everywhere gives the nations where both are spoken; TIDE Alg. 1 calls it constraint
+    outs = _accepted(_run(spider_by_id["spider-dev-748"], tmp_path))
+    shared = [o for o in outs if "both branches" in o[2]]
+    assert [(o[1], o[2]) for o in shared] == [
+        ("constraint", "constraint: removed countrylanguage.IsOfficial filter T2.IsOfficial = 'T' from both branches "
+                       "of the INTERSECT")]
+    assert "IsOfficial" not in shared[0][3] and shared[0][3].count("INTERSECT") == 1
+    sb = get_sandbox(spider_by_id["spider-dev-748"].db_path)
+    pre = sb.execute(spider_by_id["spider-dev-748"].gold_sql)
+    post = sb.execute(shared[0][3])
+    assert {r[0] for r in pre.rows} < {r[0] for r in post.rows}  # more nations once unofficial languages count
+    # spider-dev-755 (UNION): the value edits of before, and now the flag withdrawn from both branches
+    kinds = [(o[1], o[2] if o[1] == "constraint" else o[2].split(" '")[0])
+             for o in _accepted(_run(spider_by_id["spider-dev-755"], tmp_path))]
+    assert kinds == [("value", "value: countrylanguage.Language")] * 3 + [
+        ("constraint", "constraint: removed countrylanguage.IsOfficial filter IsOfficial = 'T' from both branches "
+                       "of the UNION")]
+
+
+def test_an_or_of_filters_on_one_column_is_removed_whole(spider_root, spider_by_id, tmp_path):
+    # spider-dev-255: flights landing in Aberdeen or Abilene; the OR is one W unit (TIDE Alg. 1 keeps it whole)
+    outs = [o.sample for o in _run(spider_by_id["spider-dev-255"], tmp_path) if isinstance(o, Accepted)]
+    assert [(o.drift.subtype, o.provenance["edit"], o.drift.post_gold_sql, o.drift.utterance) for o in outs] == [
+        ("constraint", "constraint: removed Airports.city filter T2.city = 'Aberdeen' OR T2.city = 'Abilene'",
+         "SELECT COUNT(*) FROM Flights AS T1 JOIN Airports AS T2 ON T1.DestAirport = T2.AirportCode",
+         "Never mind the city being Aberdeen or Abilene, drop that.")]
+    # spider-dev-428: two comparisons on one column, said as one condition
+    got = {o.sample.provenance["edit"]: o.sample.drift.utterance for o in _run(spider_by_id["spider-dev-428"], tmp_path)
+           if isinstance(o, Accepted) and o.sample.drift.subtype == "constraint"}
+    assert got == {"constraint: removed museum.open_year filter open_year > 2013 OR open_year < 2008":
+                   "Could you leave out the condition that the open year is more than 2013 or less than 2008?"}
+    # an OR over two columns (spider-dev-151: maker General Motors OR weight > 3500) goes whole, named as one
+    # either-or condition; never one disjunct alone (the W unit would change, not go: Alg. 1 'reject')
+    got = [(o.sample.provenance["edit_kind"], o.sample.drift.post_gold_sql, o.sample.drift.utterance)
+           for o in _run(spider_by_id["spider-dev-151"], tmp_path)
+           if isinstance(o, Accepted) and o.sample.drift.subtype == "constraint"]
+    assert got == [("remove_either", "SELECT DISTINCT T2.Model FROM CAR_NAMES AS T1 JOIN MODEL_LIST AS T2 ON "
+                    "T1.Model = T2.Model JOIN CAR_MAKERS AS T3 ON T2.Maker = T3.Id JOIN CARS_DATA AS T4 ON "
+                    "T1.MakeId = T4.Id", "What if we dropped the either-or condition on the full name and the weight?")]
+    assert not any(" OR " in c.post_sql for c in _candidates(spider_by_id["spider-dev-151"], "constraint"))

@@ -9,9 +9,10 @@ each TIDE subtype, by editing the anchor's AST (never its text):
     rng (:meth:`DriftRecipe.value_candidates`).
 ``constraint``
     one filter removed: a ``WHERE`` conjunct (any scope, not a join equality, not one holding a
-    subquery), one bound of a ``BETWEEN`` range, or a joined table that only filters the rows (it is
-    read by nothing but its join and filter conditions) removed with those conditions
-    (:meth:`DriftRecipe.constraint_candidates`).
+    subquery; an OR of filters goes whole, on one column or as an either-or over two), one bound of a
+    ``BETWEEN`` range, a filter that both branches of a root set operation hold identically (from both
+    at once), or a joined table that only filters the rows (it is read by nothing but its join and
+    filter conditions) removed with those conditions (:meth:`DriftRecipe.constraint_candidates`).
 ``projection``
     an output column replaced by another column of its table, an output column removed, or an
     aggregate replaced by another over the same column (:meth:`DriftRecipe.projection_candidates`).
@@ -129,6 +130,14 @@ def _conjuncts(where: exp.Expression | None) -> list[exp.Expression]:
     node = _strip(where.this if isinstance(where, exp.Where) else where)
     if isinstance(node, exp.And):
         return _conjuncts(node.this) + _conjuncts(node.expression)
+    return [node]
+
+
+def _disjuncts(node: exp.Expression) -> list[exp.Expression]:
+    """Top-level OR operands of a condition (in order), parentheses looked through."""
+    node = _strip(node)
+    if isinstance(node, exp.Or):
+        return _disjuncts(node.this) + _disjuncts(node.expression)
     return [node]
 
 
@@ -575,7 +584,10 @@ class DriftRecipe:
         cannot say which branch): there a withdrawn filter withdraws a requirement ("in 2014 and 2015" ->
         "in 2014"; "without a concert in 2014" -> "without a concert"). Never in a UNION: a branch without
         its filter takes in every row, where the user dropping "or younger than 30" means the other branch
-        alone."""
+        alone. A filter that both branches of a root set operation hold identically goes from both at once
+        (:meth:`_shared_filter_removals`, any set operation). An OR conjunct goes whole: on one column it is
+        one filter (``year = 2014 OR year = 2015``: "2014 or 2015", :meth:`_describe_condition`); over two
+        columns an either-or (:meth:`_either_or`, kind ``remove_either``, not in a set operation)."""
         edits: list[tuple[exp.Select, exp.Expression, exp.Expression | None, str, dict, str]] = []
         said = self._filter_words(q, sandbox)
         for sel in q.selects:
@@ -587,6 +599,10 @@ class DriftRecipe:
                     continue
                 desc = self._describe_condition(c, sel, q.schema)
                 if desc is None:
+                    either = None if branch else self._either_or(c, sel, q.schema, sandbox)
+                    if either is not None:
+                        edits.append((sel, c, None, "remove_either", either,
+                                      f"constraint: removed either-or filter {c.sql(dialect=DIALECT)}"))
                     continue
                 (table, column), cond = desc
                 words = self._words(sandbox, table, column)
@@ -606,6 +622,7 @@ class DriftRecipe:
                                       f"constraint: {table}.{column} range {c.sql(dialect=DIALECT)} -> "
                                       f"{kept.sql(dialect=DIALECT)}"))
         singles = [e for e in edits if e[3] in ("remove_predicate", "remove_exclusion")]
+        edits += self._shared_filter_removals(q, sandbox, said)
         rng.shuffle(edits)
         pairs = []
         for i, a in enumerate(singles):
@@ -632,6 +649,67 @@ class DriftRecipe:
             yield DriftCandidate("constraint", post, kind, edit, slots, self._identifiers(q))
         yield from self._join_removals(q, rng, sandbox)
 
+    def _either_or(self, c: exp.Expression, sel: exp.Select, schema, sandbox: SQLiteSandbox) -> dict | None:
+        """The slots ``col``, ``cond``, ``col2``, ``cond2`` of an OR of two one-column filters on two different
+        columns (``FullName = 'General Motors' OR weight > 3500``), for the ``remove_either`` utterance; ``None``
+        for any other condition (a negated OR, three disjuncts, one column: :meth:`_describe_condition`).
+        TIDE Alg. 1 keeps the OR whole as one W unit, so removing it is a constraint drift (issue 11)."""
+        c = _strip(c)
+        if not isinstance(c, exp.Or):
+            return None
+        parts = _disjuncts(c)
+        descs = [self._describe_condition(d, sel, schema) for d in parts] if len(parts) == 2 else [None]
+        if any(d is None or d[1].startswith("not ") for d in descs) or descs[0][0] == descs[1][0]:
+            return None
+        (ta, ca), cond = descs[0]
+        (tb, cb), cond2 = descs[1]
+        col, col2 = self._words(sandbox, ta, ca), self._words(sandbox, tb, cb)
+        return None if col == col2 else {"col": col, "cond": cond, "col2": col2, "cond2": cond2}
+
+    def _shared_filter_removals(self, q: _Query, sandbox: SQLiteSandbox,
+                                said: Mapping[tuple[str, str], int]) -> list[tuple]:
+        """Edits removing one filter that both branches of a root UNION / INTERSECT / EXCEPT hold identically
+        (the same column and condition words), from both branches at once (issue 11; TIDE Alg. 1: both W
+        units go, O unchanged). The filter's words occur in those two places only (:meth:`_filter_words`),
+        so the utterance names one requirement and withdraws it everywhere: ``... WHERE IsOfficial = 'T'
+        AND Language = 'English' UNION ... WHERE IsOfficial = 'T' AND Language = 'Dutch'`` -> without the
+        official-language filter ("include the unofficial languages too"). A branch that is itself a set
+        operation or a subquery is not looked into.
+
+        Returns:
+            Tuples ``((sel_a, sel_b), (conjunct_a, conjunct_b), None, kind, slots, edit)`` in the shape
+            :meth:`constraint_candidates` renders.
+        """
+        root = q.tree
+        if not isinstance(root, exp.SetOperation):
+            return []
+        a, b = _strip(root.this), _strip(root.expression)
+        if not (isinstance(a, exp.Select) and isinstance(b, exp.Select)):
+            return []
+
+        def described(sel: exp.Select) -> dict:
+            out: dict = {}
+            for c in _conjuncts(sel.args.get("where")):
+                desc = None if _has_subquery(c) else self._describe_condition(c, sel, q.schema)
+                if desc is not None:
+                    out.setdefault(desc, []).append(c)
+            return out
+
+        da, db = described(a), described(b)
+        edits = []
+        for desc, cs in da.items():
+            (table, column), cond = desc
+            words = self._words(sandbox, table, column)
+            if len(cs) != 1 or len(db.get(desc, [])) != 1 or said.get((words, cond), 0) != 2:
+                continue
+            ca, cb = cs[0], db[desc][0]
+            excluded = _excluded_words(ca, column)
+            slots = {"col": words, "cond": cond} | ({"excluded": excluded} if excluded else {})
+            edits.append(((a, b), (ca, cb), None, "remove_exclusion" if excluded else "remove_predicate", slots,
+                          f"constraint: removed {table}.{column} filter {ca.sql(dialect=DIALECT)} from both "
+                          f"branches of the {type(root).__name__.upper()}"))
+        return edits
+
     def _filter_words(self, q: _Query, sandbox: SQLiteSandbox) -> dict[tuple[str, str], int]:
         """How often each (column words, condition words) pair names a one-column filter of the query
         (every scope): a filter named twice cannot be named apart by a constraint utterance."""
@@ -646,10 +724,20 @@ class DriftRecipe:
 
 
     def _describe_condition(self, c: exp.Expression, sel: exp.Select, schema) -> tuple[tuple[str, str], str] | None:
-        """((table, column), condition words) of a one-column filter; ``None`` when it is not one."""
+        """((table, column), condition words) of a one-column filter; ``None`` when it is not one.
+
+        A disjunction of such filters on one column (``year = 2014 OR year = 2015``) is one filter too, its
+        words joined by "or" (``2014 or 2015``): TIDE Alg. 1 keeps an OR subtree whole as one W unit, so
+        removing it is a constraint drift (issue 11). Not a negated OR, nor a disjunct that is itself negated.
+        """
         neg = False
         if isinstance(c, exp.Not):
             neg, c = True, _strip(c.this)
+        if isinstance(c, exp.Or):
+            descs = [None if neg else self._describe_condition(d, sel, schema) for d in _disjuncts(c)]
+            if any(d is None or d[1].startswith("not ") for d in descs) or len({d[0] for d in descs}) != 1:
+                return None
+            return descs[0][0], " or ".join(d[1] for d in descs)
         col, words = None, None
         if isinstance(c, _COMPARISONS):
             left, right, op = c.this, c.expression, type(c).__name__

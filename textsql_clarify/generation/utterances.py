@@ -390,6 +390,21 @@ TEMPLATES: Mapping[str, Mapping[str, tuple[str, ...]]] = {
             "What if the {col} didn't have to be {cond} or {cond2}?",
         ),
     },
+    # constraint: one either-or filter over two columns removed whole ({col} {cond} OR {col2} {cond2})
+    "remove_either": {
+        "formal": (
+            "Please drop the condition that the {col} is {cond} or the {col2} is {cond2}.",
+            "I no longer need the {col} to be {cond} or the {col2} to be {cond2}; please remove that condition.",
+        ),
+        "colloquial": (
+            "Never mind the {col} being {cond} or the {col2} being {cond2}, drop that.",
+            "Forget the either-or part about the {col} being {cond} or the {col2} being {cond2}.",
+        ),
+        "interrogative": (
+            "Could you leave out the condition that the {col} is {cond} or the {col2} is {cond2}?",
+            "What if we dropped the either-or condition on the {col} and the {col2}?",
+        ),
+    },
     # constraint: one bound of a range removed
     "drop_bound": {
         "formal": (
