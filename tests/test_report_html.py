@@ -323,3 +323,14 @@ def test_older_folder_without_run_json_or_intervals_is_recomputed(runs_root, tmp
     assert "not recorded: this run was written before" in render_html([loaded])
     (run / "metrics.json").unlink()
     assert load_run(run).metrics["overall"]["EX"]["n"] == 36
+
+
+def test_csv_cells_that_a_spreadsheet_would_run_as_formulas_are_made_inert(runs_root, tmp_path):
+    # a run named like a formula (run.json's agent is free text) must not become a live spreadsheet formula
+    run = _copy_run(runs_root / "oracle", tmp_path / "evil")
+    info = json.loads((run / "run.json").read_text())
+    info["agent"] = '=HYPERLINK("http://x.example","click")'
+    (run / "run.json").write_text(json.dumps(info))
+    rows = list(csv.DictReader(io.StringIO(render_tables(load_runs([run]), "csv"))))
+    assert rows and {r["run"] for r in rows} == {"'" + info["agent"]}
+    assert not any(v.startswith(("=", "+", "-", "@")) for r in rows for k, v in r.items() if k in ("run", "key"))

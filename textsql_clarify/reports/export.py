@@ -43,10 +43,21 @@ def report_tables(runs: Sequence[Run], *, by: Sequence[str] = DEFAULT_BY) -> dic
     }
 
 
+#: a text cell starting with one of these is read as a formula by spreadsheets (OWASP "CSV injection")
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _inert(text: str) -> str:
+    """A text cell made inert for spreadsheets: a leading formula character gets a ``'`` in front
+    (OWASP CSV injection advice); numbers are written as numbers, never through this."""
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
 def _csv_row(table: str, run: str, metric: str, m: dict[str, Any] | None, *, breakdown: str = "",
              key: str = "") -> dict[str, Any]:
     m = m or {}
     ci = m.get("ci95") or (None, None)
+    run, key = _inert(str(run)), _inert(str(key))
     return {"table": table, "run": run, "breakdown": breakdown, "key": key, "metric": metric,
             "value": m.get("value"), "ci95_lo": ci[0], "ci95_hi": ci[1], "n": m.get("n", 0),
             "p_value": m.get("p_value"), "count": m.get("count")}
