@@ -140,7 +140,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--model", action="append", default=[], metavar="SPEC",
                    help="a council model (repeatable; needed by the model recipes): a local path, an installed "
                         "package (smollm2), a cached hub id, or 'fake' (the deterministic fake model)")
-    g.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a recipe option (repeatable)")
+    g.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a recipe option (repeatable); each recipe's options are listed in docs/generation.md, and "
+                        "an unknown name or a bad value stops the run before it starts")
     g.add_argument("--timeout", type=float, default=5.0, help="seconds per SQL execution in the recipes (default 5)")
     g.add_argument("--device", default="auto", help="council models: 'auto' (default), 'cpu' or 'cuda'")
     g.add_argument("--keep-flag", action="append", default=[], metavar="FLAG",
@@ -320,6 +321,7 @@ def _generate(args: argparse.Namespace) -> int:
     """``generate``: anchors (:func:`~textsql_clarify.generation.anchors.load_anchors`) x recipes ->
     :func:`~textsql_clarify.generation.pipeline.generate`; prints the rejection table and the counts (issue 11)."""
     from .generation.anchors import load_anchors
+    from .generation.base import check_options
     from .generation.pipeline import generate
     from .generation.recipes import make_recipes
 
@@ -334,6 +336,7 @@ def _generate(args: argparse.Namespace) -> int:
             raise ValueError(f"--option takes KEY=VALUE, got {kv!r}")
         options[key.strip()] = value
     recipes = make_recipes(args.recipes)
+    check_options(recipes, options)  # before the anchors and the models load (generate checks again)
     anchors = load_anchors(args.anchors, db=args.db, queries=args.queries, limit=args.limit, db_root=args.db_root)
     council = None
     if args.model:

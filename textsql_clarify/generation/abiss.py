@@ -65,7 +65,7 @@ from ..sql.sandbox import ExecutionResult, get_sandbox
 from ..sql.schema import parse_sql
 from ..taxonomy import SUBCATEGORIES
 from . import prompts as P
-from .base import Accepted, Anchor, GenContext, Outcome, Rejected
+from .base import Accepted, Anchor, GenContext, OptionSpec, Outcome, Rejected
 from .council import Vote, tally
 
 __all__ = ["AbissRecipe", "NLQObject", "STAGES", "parse_nlq", "extract_sql", "sql_difficulty", "RecipeOptionError"]
@@ -252,6 +252,16 @@ class AbissRecipe:
     name = "abiss"
     stages = STAGES
     needs_model = True
+    #: ``--option`` names this recipe reads (module doc; issue 11 follow-up).
+    options = {
+        "per_anchor": OptionSpec("int", "1", "candidates per anchor", minimum=1),
+        "subcategories": OptionSpec("list", "all 13", "subcategories to draw from", choices=tuple(SUBCATEGORIES)),
+        "styles": OptionSpec("list", "all", "question styles to draw from", choices=tuple(P.STYLES)),
+        "difficulties": OptionSpec("list", "all", "difficulty levels to draw from", choices=tuple(P.DIFFICULTY_LEVELS)),
+        "schema_scope": OptionSpec("choice", "anchor", "tables shown: the anchor's, or all", choices=("anchor", "all")),
+        "sample_rows": OptionSpec("int", "5", "rows per table shown (ABISS §4.1)", minimum=0),
+        "max_new_tokens": OptionSpec("int", "256", "most tokens per written text", minimum=16),
+    }
 
     def __init__(self) -> None:
         # Stage 1 memory of the current unit (one anchor): normalised questions and masked golds accepted so far.

@@ -16,11 +16,13 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
+from ..errors import TextSQLClarifyError
 from ..samples import Sample
 
-__all__ = ["Anchor", "Accepted", "Rejected", "Outcome", "GenContext", "Recipe"]
+__all__ = ["Anchor", "Accepted", "Rejected", "Outcome", "GenContext", "Recipe", "OptionSpec", "OptionError",
+           "check_options"]
 
 
 @dataclass(frozen=True)
@@ -123,3 +125,119 @@ class Recipe(Protocol):
         (seeded by the pipeline from the seed, the recipe name and the anchor id) and the models.
         Sample ids must be unique across anchors: ``f"{name}-{anchor.id}-{suffix}"``."""
         ...
+
+
+class OptionError(TextSQLClarifyError, ValueError):
+    """A ``--option key=value`` that no selected recipe declares, or whose value does not parse or is out of
+    range (issue 11 follow-up: checked before any unit runs)."""
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One recipe option, as a recipe declares it in its class attribute ``options`` (name -> spec).
+
+    Attributes:
+        kind: ``"int"``, ``"float"``, ``"str"``, ``"choice"`` (one of ``choices``) or ``"list"`` (a comma list of
+            ``choices``; empty means the default).
+        default: the value the recipe uses when the option is not given, as text (documentation; the recipe's
+            own code applies it).
+        help: one line.
+        minimum: for ``int`` / ``float``: the smallest value allowed, or ``None``.
+        choices: for ``choice`` / ``list``: the allowed values.
+        check: an extra parser for ``str`` options; raises ``ValueError`` on a bad value.
+    Source: issue 11 follow-up (the attacker's ``--option max_tries=abc``).
+    """
+
+    kind: str
+    default: str
+    help: str
+    minimum: float | None = None
+    choices: tuple[str, ...] = ()
+    check: Callable[[str], Any] | None = None
+
+    def expected(self) -> str:
+        """What a valid value looks like, in words (for error messages)."""
+        if self.kind in ("int", "float"):
+            word = "an integer" if self.kind == "int" else "a number"
+            return word + ("" if self.minimum is None else f" >= {self.minimum:g}")
+        if self.kind == "choice":
+            return "one of " + ", ".join(self.choices)
+        if self.kind == "list":
+            return "a comma list of " + ", ".join(self.choices)
+        return self.help
+
+    def parse(self, raw: str) -> Any:
+        """The value of ``raw`` (text), parsed as the recipes parse it.
+
+        Raises:
+            ValueError: ``raw`` does not parse or is out of range (the message says what is expected).
+        """
+        raw = str(raw)
+        if self.kind in ("int", "float"):
+            try:
+                v = int(raw) if self.kind == "int" else float(raw)
+            except ValueError:
+                raise ValueError(f"expected {self.expected()}") from None
+            if self.kind == "float" and v != v:
+                raise ValueError(f"expected {self.expected()}")
+            if self.minimum is not None and v < self.minimum:
+                raise ValueError(f"expected {self.expected()}")
+            return v
+        if self.kind == "choice":
+            if raw.strip() not in self.choices:
+                raise ValueError(f"expected {self.expected()}")
+            return raw.strip()
+        if self.kind == "list":
+            vals = [v.strip() for v in raw.split(",") if v.strip()]
+            bad = [v for v in vals if v not in self.choices]
+            if bad or (raw.strip() and not vals):
+                raise ValueError(f"unknown {bad}; expected {self.expected()}")
+            return vals
+        if self.check is not None:
+            self.check(raw)
+        return raw
+
+
+def check_options(recipes: Sequence[Any], options: Mapping[str, str] | None) -> dict[str, str]:
+    """Check ``--option`` values against what the selected recipes declare (their class attribute ``options``,
+    name -> :class:`OptionSpec`), before any unit runs.
+
+    A recipe without an ``options`` attribute (one from another package) declares nothing: then an unknown name
+    cannot be judged and is let through; the declared ones are still checked.
+
+    Args:
+        recipes: the recipe instances of the run.
+        options: option name -> value (text), as given on the command line; may be ``None``.
+
+    Returns:
+        The options, names and values as text (unchanged), for :attr:`GenContext.options`.
+
+    Raises:
+        OptionError: a name no selected recipe declares (the message lists the ones they accept); a value that
+            does not parse or is out of range for a recipe that declares it (names the option, the value, the
+            recipe and what is expected).
+    Source: issue 11 follow-up.
+    """
+    opts = {str(k): str(v) for k, v in (options or {}).items()}
+    declared: dict[str, list[tuple[str, OptionSpec]]] = {}
+    undeclared = False
+    for r in recipes:
+        specs = getattr(r, "options", None)
+        if specs is None:
+            undeclared = True
+            continue
+        for name, spec in specs.items():
+            declared.setdefault(name, []).append((r.name, spec))
+    unknown = sorted(k for k in opts if k not in declared)
+    if unknown and not undeclared:
+        names = ", ".join(r.name for r in recipes)
+        accepted = ", ".join(sorted(declared)) or "none"
+        raise OptionError(f"unknown option(s) {', '.join(unknown)} for recipe(s) {names}; they accept: {accepted} "
+                          f"(docs/generation.md lists each recipe's options)")
+    for k, v in opts.items():
+        for recipe, spec in declared.get(k, ()):
+            try:
+                spec.parse(v)
+            except ValueError as e:
+                raise OptionError(f"option {k}={v!r} (recipe {recipe}): {e}") from None
+    return opts

@@ -44,14 +44,14 @@ from ..rewards.sql_canonical import _double_quoted_literals
 from ..samples import DriftEvent, Sample
 from ..sql.sandbox import SQLiteSandbox, get_sandbox
 from ..sql.schema import DIALECT, parse_sql
-from .base import Accepted, Anchor, GenContext, Outcome, Rejected
+from .base import Accepted, Anchor, GenContext, OptionSpec, Outcome, Rejected
 from .drift_checks import STAGES, check_drift_candidate
 from .utterances import (aggregate_words, attribute_words, column_words, condition_words, entity_words,
                          flag_column_words, flag_value_words, relation_words, render_utterance, table_words,
                          value_words)
 
 __all__ = ["DriftCandidate", "DriftRecipe", "SUBTYPES", "DEFAULT_PER_SUBTYPE", "DEFAULT_PROJECTION_FILL",
-           "DEFAULT_PER_ANCHOR", "DEFAULT_TRIES"]
+           "DEFAULT_PER_ANCHOR", "DEFAULT_TRIES", "DRIFT_OPTIONS"]
 
 #: the subtypes, in the order the recipe tries them (TIDE §2.2)
 SUBTYPES: tuple[str, ...] = ("value", "constraint", "projection")
@@ -1043,3 +1043,24 @@ class DriftRecipe:
         names = {t.name for t in q.tree.find_all(exp.Table)} | {c.name for c in q.tree.find_all(exp.Column)}
         names |= {e for e in extra if e}
         return tuple(sorted(n for n in names if n and not _plain_identifier(n)))
+
+
+def _check_per_subtype(raw: str) -> None:
+    """Raise ``ValueError`` where ``drift_per_subtype`` does not parse (as :class:`DriftRecipe` parses it)."""
+    DriftRecipe._per_subtype(raw)
+
+
+#: the options the drift recipe reads (``--option key=value``; issue 11 follow-up), also read by ``tide_drift``
+#: and ``tide_triplets`` with the ``rules`` source.
+DRIFT_OPTIONS: dict[str, OptionSpec] = {
+    "drift_per_subtype": OptionSpec("str", "value=3,constraint=8,projection=1",
+                                    "most samples per anchor and subtype: N, or value=N,constraint=N,projection=N",
+                                    check=_check_per_subtype),
+    "drift_projection_fill": OptionSpec("int", str(DEFAULT_PROJECTION_FILL),
+                                        "most projection samples of an anchor without a value or constraint one",
+                                        minimum=0),
+    "drift_per_anchor": OptionSpec("int", str(DEFAULT_PER_ANCHOR),
+                                   "the total projection samples fill an anchor up to (0: no limit)", minimum=0),
+    "drift_tries": OptionSpec("int", str(DEFAULT_TRIES), "most candidates checked per anchor and subtype", minimum=1),
+}
+DriftRecipe.options = DRIFT_OPTIONS

@@ -47,7 +47,7 @@ from ..samples import Interpretation, Sample
 from ..sql.sandbox import SQLiteSandbox
 from ..sql.uri import ro_uri
 from ..text import plural_stem
-from .base import Accepted, Anchor, GenContext, Outcome, Rejected
+from .base import Accepted, Anchor, GenContext, OptionSpec, Outcome, Rejected
 from .derived_db import column_comments
 from .gold_refs import SourceSchema, gold_refs, source_schema, words
 
@@ -286,6 +286,8 @@ class LexicalOverlapRecipe:
     name = "lexical_overlap"
     stages = ("pair_found", "question_fits_both", "swap_executes", "swap_nonempty", "results_differ")
     needs_model = False
+    #: ``--option`` names this recipe reads (issue 11 follow-up).
+    options = {"max_tries": OptionSpec("int", "3", "most pairs tried per anchor", minimum=1)}
 
     def __init__(self, max_tries: int = 3) -> None:
         self.max_tries = max_tries

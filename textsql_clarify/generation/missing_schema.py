@@ -41,7 +41,7 @@ from ..errors import TextSQLClarifyError
 from ..samples import Sample
 from ..sql.sandbox import ExecutionResult, SQLiteSandbox
 from ..text import plural_stem
-from .base import Accepted, Anchor, GenContext, Outcome, Rejected
+from .base import Accepted, Anchor, GenContext, OptionSpec, Outcome, Rejected
 from .derived_db import DerivedDBError, Removal, build_derived
 from .gold_refs import GoldRefs, SourceSchema, gold_refs, source_schema, words
 from .utterances import attribute_words
@@ -291,6 +291,8 @@ class MissingSchemaRecipe:
     stages = ("element_chosen", "derived_built", "gold_fails_on_derived", "no_substitute", "original_nonempty",
               "hidden_knowledge_judged")
     needs_model = False
+    #: ``--option`` names this recipe reads (issue 11 follow-up).
+    options = {"max_tries": OptionSpec("int", "3", "most eligible elements tried per anchor", minimum=1)}
 
     def __init__(self, max_tries: int = 3) -> None:
         self.max_tries = max_tries

@@ -46,7 +46,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from ..errors import TextSQLClarifyError
 from ..samples import Sample, sample_from_dict
 from .anchors import anchor_gold, distinct_gold_anchors
-from .base import Accepted, Anchor, GenContext, Recipe, Rejected
+from .base import Accepted, Anchor, GenContext, Recipe, Rejected, check_options
 from .rejections import ERROR_STAGE, RecipeRejections, render_rejection_table
 from .recipes import RecipeError, make_recipe
 
@@ -497,6 +497,8 @@ def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir
             a source database inside ``out_dir/databases``; a ``samples.jsonl`` or a non-empty ``databases/`` in
             ``out_dir`` with no journal beside it (no generate run wrote them); another run holding ``out_dir`` (an ``flock`` on the folder).
         RecipeError: an unknown recipe name, or a recipe that cannot be imported.
+        OptionError: an option no selected recipe declares, or a value that does not parse or is out of range
+            (:func:`~.base.check_options`, before any unit runs).
         KeyboardInterrupt: passed on; the journal keeps every unit finished before it.
 
     Source: issue 11 item 1; ABISS App. B (the rejection table); TIDE §3.1 (anchors).
@@ -519,6 +521,7 @@ def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir
     names = [r.name for r in built]
     if len(set(names)) != len(names):
         raise RecipeError(f"a recipe is given more than once: {names}")
+    options = check_options(built, options)
     if isinstance(council, str):
         council = [council]
     if isinstance(council, (list, tuple)):

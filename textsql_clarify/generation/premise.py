@@ -24,7 +24,7 @@ from ..samples import Sample
 from ..sql.schema import read_schema
 from ..taxonomy import PREMISE_FLAW_CODES, PREMISE_FLAWS, SUBCATEGORIES
 from . import premise_prompts as PP
-from .base import Accepted, Anchor, GenContext, Outcome, Rejected
+from .base import Accepted, Anchor, GenContext, OptionSpec, Outcome, Rejected
 from .tide import _council, _norm, _opt_int, _sandbox
 from .tide_prompts import parse_json_reply, schema_summary
 
@@ -64,20 +64,27 @@ def sql_in_text(text: str, schema: dict[str, dict[str, str]]) -> str | None:
     return None
 
 
+def _flaw_names(raw: str) -> list[str]:
+    """The rewriting flaws named by the ``premise_flaws`` option ``raw`` (comma list of names or codes).
+
+    Raises:
+        ValueError: a part that is not a rewriting premise flaw (PremiseSQL §A.3).
+    """
+    names = []
+    for part in raw.split(","):
+        part = part.strip()
+        name = PREMISE_FLAW_CODES.get(part, part)
+        if name not in PP.REWRITE_FLAWS:
+            raise ValueError(f"option premise_flaws: {part!r} is not a rewriting premise flaw; valid: "
+                             f"{', '.join(PP.REWRITE_FLAWS)} (or their codes)")
+        if name not in names:
+            names.append(name)
+    return names
+
+
 def _flaws(ctx: GenContext, rng: random.Random) -> list[str]:
     raw = ctx.options.get("premise_flaws")
-    if raw:
-        names = []
-        for part in raw.split(","):
-            part = part.strip()
-            name = PREMISE_FLAW_CODES.get(part, part)
-            if name not in PP.REWRITE_FLAWS:
-                raise ValueError(f"option premise_flaws: {part!r} is not a rewriting premise flaw; valid: "
-                                 f"{', '.join(PP.REWRITE_FLAWS)} (or their codes)")
-            if name not in names:
-                names.append(name)
-    else:
-        names = list(PP.REWRITE_FLAWS)
+    names = _flaw_names(raw) if raw else list(PP.REWRITE_FLAWS)
     k = _opt_int(ctx, "premise_per_anchor", len(names))
     if k < len(names):
         names = sorted(rng.sample(names, max(k, 0)), key=list(PREMISE_FLAWS).index)
@@ -107,6 +114,14 @@ class PremiseRecipe:
     name = "premise"
     stages = PREMISE_STAGES
     needs_model = True
+    #: ``--option`` names this recipe reads (issue 11 follow-up).
+    options = {
+        "premise_flaws": OptionSpec("str", "all eight rewriting flaws", "comma list of rewriting flaw names or codes",
+                                    check=lambda raw: _flaw_names(raw) if raw else None),
+        "premise_per_anchor": OptionSpec("int", "all of premise_flaws", "that many of them per anchor, drawn with rng",
+                                         minimum=0),
+        "max_new_tokens": OptionSpec("int", "200", "most tokens per generation", minimum=1),
+    }
 
     def run(self, anchor: Anchor, rng: random.Random, ctx: GenContext) -> Sequence[Outcome]:
         """One candidate per flaw for ``anchor`` (the class docstring's stages).

@@ -39,7 +39,8 @@ from ..sql.sandbox import ExecutionResult, SQLiteSandbox, get_sandbox
 from ..sql.schema import parse_for_analysis
 from ..taxonomy import SUBCATEGORIES
 from . import tide_prompts as P
-from .base import Accepted, Anchor, GenContext, Outcome, Rejected
+from .base import Accepted, Anchor, GenContext, OptionSpec, Outcome, Rejected
+from .drift import DRIFT_OPTIONS
 
 __all__ = ["TideChainRecipe", "TideDriftRecipe", "TideTripletRecipe", "ModelDriftSource", "unanimous",
            "reading_problem", "anchor_problem", "feasible_subtypes", "CHAIN_STAGES", "CROSS_STAGES",
@@ -55,6 +56,20 @@ CROSS_STAGES = ("drift_fit", "stability")
 DRIFT_SOURCES = ("rules", "model")
 #: the ambiguous ABISS subcategories a chain's L1 may be labelled with.
 _AMBIGUOUS = tuple(n for n, s in SUBCATEGORIES.items() if s.group == "ambiguous")
+
+
+#: ``--option`` names the chain recipe reads (issue 11 follow-up).
+CHAIN_OPTIONS: dict[str, OptionSpec] = {
+    "tide_min_commitments": OptionSpec("int", "2", "fewest commitments an anchor needs", minimum=0),
+    "max_new_tokens": OptionSpec("int", "320", "most tokens per generation", minimum=1),
+}
+#: ``--option`` names the cross-validated drift recipe reads: its source's (drift's, or the model source's
+#: ``max_new_tokens``) and ``tide_drift_source``.
+TIDE_DRIFT_OPTIONS: dict[str, OptionSpec] = {
+    "tide_drift_source": OptionSpec("choice", "rules", "where the drift candidates come from",
+                                    choices=DRIFT_SOURCES),
+    "max_new_tokens": CHAIN_OPTIONS["max_new_tokens"],
+}
 
 
 def _opt_int(ctx: GenContext, key: str, default: int) -> int:
@@ -184,6 +199,7 @@ class TideChainRecipe:
     name = "tide_chain"
     stages = CHAIN_STAGES
     needs_model = True
+    options = CHAIN_OPTIONS
 
     def run(self, anchor: Anchor, rng: random.Random, ctx: GenContext) -> Sequence[Outcome]:
         """One chain candidate per anchor, accepted or rejected at its first failed stage.
@@ -393,6 +409,7 @@ class TideDriftRecipe:
 
     name = "tide_drift"
     needs_model = True
+    options = {**DRIFT_OPTIONS, **TIDE_DRIFT_OPTIONS}
 
     def __init__(self, source: Any | None = None):
         from .drift_checks import STAGES
@@ -492,6 +509,7 @@ class TideTripletRecipe:
 
     name = "tide_triplets"
     needs_model = True
+    options = {**DRIFT_OPTIONS, **TIDE_DRIFT_OPTIONS, **CHAIN_OPTIONS}
 
     def __init__(self, chain: TideChainRecipe | None = None, drift: TideDriftRecipe | None = None):
         self.chain = chain or TideChainRecipe()
