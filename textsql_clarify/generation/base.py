@@ -114,6 +114,9 @@ class Recipe(Protocol):
             ``premise``).
         stages: its checks, in the order they run; every :class:`Rejected` names one of them.
         needs_model: ``True`` for the model recipes (the pipeline then requires a council).
+
+    Optional (not part of the runtime check): ``options``, name -> :class:`OptionSpec`, the ``--option`` names the
+    recipe reads; :func:`check_options` checks them before the run (a recipe without it declares nothing).
     """
 
     name: str
