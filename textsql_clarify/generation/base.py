@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 from ..errors import TextSQLClarifyError
 from ..samples import Sample
 
-__all__ = ["Anchor", "Accepted", "Rejected", "Outcome", "GenContext", "Recipe", "OptionSpec", "OptionError",
+__all__ = ["Anchor", "Accepted", "Rejected", "Outcome", "GenContext", "Recipe", "OptionSpec", "OptionError", "read_option",
            "check_options"]
 
 
@@ -199,6 +199,23 @@ class OptionSpec:
         if self.check is not None:
             self.check(raw)
         return raw
+
+
+def read_option(recipe: Any, options: Mapping[str, str], name: str, default: Any) -> Any:
+    """The typed value of option ``name`` for ``recipe`` (its :class:`OptionSpec` in ``recipe.options`` parses the
+    text), or ``default`` when ``options`` does not set it. The one place a recipe turns ``--option`` text into a
+    value (issue 11 follow-up), so what :func:`check_options` accepts is what the recipe reads.
+
+    Raises:
+        ValueError: the text does not parse or is out of range; the message names the recipe, the option, the
+            value and what is expected.
+    """
+    if name not in options:
+        return default
+    try:
+        return recipe.options[name].parse(options[name])
+    except ValueError as e:
+        raise ValueError(f"{recipe.name}: option {name}={options[name]!r}: {e}") from None
 
 
 def check_options(recipes: Sequence[Any], options: Mapping[str, str] | None) -> dict[str, str]:

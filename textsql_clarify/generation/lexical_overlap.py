@@ -47,7 +47,7 @@ from ..samples import Interpretation, Sample
 from ..sql.sandbox import SQLiteSandbox
 from ..sql.uri import ro_uri
 from ..text import plural_stem
-from .base import Accepted, Anchor, GenContext, OptionSpec, Outcome, Rejected
+from .base import Accepted, Anchor, GenContext, OptionSpec, Outcome, Rejected, read_option
 from .derived_db import column_comments
 from .gold_refs import SourceSchema, gold_refs, source_schema, words
 
@@ -298,17 +298,9 @@ class LexicalOverlapRecipe:
         Returns:
             The :class:`Rejected` outcomes of the pairs tried, then at most one :class:`Accepted`.
         Raises:
-            ValueError: ``ctx.options["max_tries"]`` is not a positive integer.
+            ValueError: ``ctx.options["max_tries"]`` is not an integer >= 1 (:func:`~.base.read_option`).
         """
-        tries = self.max_tries
-        if "max_tries" in ctx.options:
-            try:
-                tries = int(ctx.options["max_tries"])
-            except ValueError:
-                tries = 0
-            if tries < 1:
-                raise ValueError(f"lexical_overlap: option max_tries must be a positive integer, "
-                                 f"got {ctx.options['max_tries']!r}")
+        tries = read_option(self, ctx.options, "max_tries", self.max_tries)
         try:
             schema = source_schema(anchor.db_path)
             pairs = overlap_pairs(anchor.gold_sql, schema)

@@ -41,7 +41,7 @@ from ..errors import TextSQLClarifyError
 from ..samples import Sample
 from ..sql.sandbox import ExecutionResult, SQLiteSandbox
 from ..text import plural_stem
-from .base import Accepted, Anchor, GenContext, OptionSpec, Outcome, Rejected
+from .base import Accepted, Anchor, GenContext, OptionSpec, Outcome, Rejected, read_option
 from .derived_db import DerivedDBError, Removal, build_derived
 from .gold_refs import GoldRefs, SourceSchema, gold_refs, source_schema, words
 from .utterances import attribute_words
@@ -303,17 +303,9 @@ class MissingSchemaRecipe:
         Returns:
             The :class:`Rejected` outcomes of the elements tried, then at most one :class:`Accepted`.
         Raises:
-            ValueError: ``ctx.options["max_tries"]`` is not a positive integer.
+            ValueError: ``ctx.options["max_tries"]`` is not an integer >= 1 (:func:`~.base.read_option`).
         """
-        tries = self.max_tries
-        if "max_tries" in ctx.options:
-            try:
-                tries = int(ctx.options["max_tries"])
-            except ValueError:
-                tries = 0
-            if tries < 1:
-                raise ValueError(f"missing_schema: option max_tries must be a positive integer, "
-                                 f"got {ctx.options['max_tries']!r}")
+        tries = read_option(self, ctx.options, "max_tries", self.max_tries)
         try:
             schema = source_schema(anchor.db_path)
             refs = gold_refs(anchor.gold_sql, schema)
