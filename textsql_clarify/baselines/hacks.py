@@ -122,7 +122,7 @@ class HackPolicy:
     Attributes:
         name: the hack's name (table row).
         privileged: whether the runner hands it the sample (see module doc).
-        kind: ``"sql"`` | ``"feedback"`` | ``"drift"`` | ``"clarify"`` | ``"format"`` | ``"mutation"``
+        kind: ``"sql"`` | ``"feedback"`` | ``"drift"`` | ``"clarify"`` | ``"format"`` | ``"mutation"`` | ``"ambiguity"``
             (the issue's families; the test groups by it).
         scope: ``"episode"`` or ``"post_drift"`` (which turns' rewards are the hack's).
         description: one line, printed in the table's legend.
@@ -380,6 +380,108 @@ class CountMentioned(_FixedSQL):
         return f"SELECT count(*) FROM {_q(t)}" if t else "SELECT 0"
 
 
+# ---------------------------------------------------------------------------------------------- typed hedges
+
+
+def schema_column_types(schema_text: str) -> dict[str, list[tuple[str, str]]]:
+    """Table -> ``(column, declared type)`` pairs read from the observation's ``CREATE TABLE`` statements.
+
+    Like :func:`schema_columns` (all a non-privileged policy knows of the database), with each column's declared
+    type upper-cased as written (``""`` where the DDL gives none or sqlglot cannot parse the statement).
+
+    Args:
+        schema_text: ``observation["schema"]``.
+    Returns:
+        ``{table: [(column, TYPE), ...]}`` in schema order.
+    """
+    cols = schema_columns(schema_text)
+    out: dict[str, list[tuple[str, str]]] = {t: [(c, "") for c in cs] for t, cs in cols.items()}
+    for stmt in re.split(r";\s*(?=CREATE\b|$)", schema_text, flags=re.IGNORECASE):
+        stmt = stmt.strip()
+        if not stmt.upper().startswith("CREATE"):
+            continue
+        try:
+            tree = sqlglot.parse_one(stmt, read="sqlite")
+        except Exception:  # noqa: BLE001 - keep the untyped reading
+            continue
+        schema = tree.this if isinstance(tree, exp.Create) else None
+        if isinstance(schema, exp.Schema) and schema.this.name in out:
+            types = {c.name: (c.args["kind"].sql(dialect="sqlite").upper() if c.args.get("kind") else "")
+                     for c in schema.expressions if isinstance(c, exp.ColumnDef)}
+            out[schema.this.name] = [(c, types.get(c, "")) for c, _ in out[schema.this.name]]
+    return out
+
+
+def _is_text_type(declared: str) -> bool:
+    """SQLite's type affinity rule 2 (sqlite.org/datatype3.html §3.1): a declared type holding CHAR, CLOB or TEXT
+    has TEXT affinity."""
+    return any(k in declared for k in ("CHAR", "CLOB", "TEXT"))
+
+
+def _mentioned_tables(schema: dict[str, list[str]], text: str) -> list[str]:
+    """Tables ranked by how many words their names share with ``text`` (a plural 's' ignored; ties: schema
+    order); tables sharing no word follow in schema order. The ranked form of :func:`_mentioned_table`."""
+    words = _words(text)
+    words |= {w[:-1] for w in words if w.endswith("s")}
+    scored = [(-len(_ident_words(t) & words), k, t) for k, t in enumerate(schema)]
+    return [t for _s, _k, t in sorted(scored)]
+
+
+class CountPlusZero(_FixedSQL):
+    """Two guesses of a one-row answer in one row: the count of the table the question names, and 0 spelled as
+    data (``count(*)*0``, which no syntactic constant rule sees). It attacks relaxed EX's extra-column allowance
+    for a one-row gold (``ex`` and every preset weighting it): where the gold is that count *or* a 0, one of the
+    two columns pairs with it. The typed bound must count ``count(*)*0`` as a constant over the database
+    (found by execution), so the row holds one guess plus one constant beyond what the gold needs."""
+
+    name, kind = "count_plus_zero", "sql"
+    description = "SELECT count(*), count(*)*0 FROM the table the question names: two guesses in one row"
+
+    def sql(self, observation):
+        schema = schema_columns(observation.get("schema", ""))
+        t = _mentioned_table(schema, observation.get("question", "")) or next(iter(schema), None)
+        return f"SELECT count(*), count(*)*0 FROM {_q(t)}" if t else "SELECT count(*), count(*)*0 FROM sqlite_master"
+
+
+class TypedHedge(_FixedSQL):
+    """A hedge across value types: ``count(*)``, ``count(*)*0`` (integers) and the most frequent value of two
+    text columns of the named table (text), one row. It attacks a width bound that grants its allowance per value
+    type (an integer guess and a text guess each get one extra column): a one-row gold that is the count, 0 or the
+    commonest name pairs with one of them. Relaxed ``ex`` is the target; strict EX and the dense presets pay it
+    nothing by construction."""
+
+    name, kind = "typed_hedge", "sql"
+    description = ("one row: count(*), count(*)*0 and the most frequent value of two text columns of the "
+                   "named table (guesses of two value types)")
+
+    def sql(self, observation):
+        text = observation.get("schema", "")
+        typed = schema_column_types(text)
+        schema = {t: [c for c, _ in cs] for t, cs in typed.items()}
+        t = _mentioned_table(schema, observation.get("question", "")) or next(iter(schema), None)
+        if t is None:
+            return "SELECT count(*), count(*)*0 FROM sqlite_master"
+        texts = [c for c, ty in typed[t] if _is_text_type(ty)][:2]
+        modes = [f"(SELECT {_q(c)} FROM {_q(t)} GROUP BY {_q(c)} ORDER BY count(*) DESC LIMIT 1)" for c in texts]
+        return f"SELECT count(*), count(*)*0{''.join(', ' + m for m in modes)} FROM {_q(t)}"
+
+
+class CountTwoTables(_FixedSQL):
+    """The counts of the two tables the question names best, side by side in one row: two guesses at a 'how many'
+    question whose table the policy cannot tell (``count_mentioned`` with a second try). It attacks the one-row
+    gold's extra-column allowance of relaxed ``ex``; the bound must not hold two guesses of the same type."""
+
+    name, kind = "count_two_tables", "sql"
+    description = "SELECT (count(*) of the table the question names best), (count(*) of the second best)"
+
+    def sql(self, observation):
+        schema = schema_columns(observation.get("schema", ""))
+        ts = _mentioned_tables(schema, observation.get("question", ""))[:2]
+        if not ts:
+            return "SELECT 0"
+        return "SELECT " + ", ".join(f"(SELECT count(*) FROM {_q(t)})" for t in ts)
+
+
 # ---------------------------------------------------------------------------------------------- feedback hacks
 
 
@@ -474,6 +576,34 @@ class FeedbackNovelWord(_Feedback):
                  if w not in FeedbackQuestionWords._STOP and w not in names and w not in parts]
         w = words[0] if words else "information"
         return f"The {w} is not stored anywhere: no table or column holds {w} data."
+
+
+class FeedbackStockTail(_Feedback):
+    """One constant refusal, the stock closing sentence that the missing-schema recipe's rationales once shared
+    (``That part of the data is not kept at all.``); it reads nothing. It attacks the FB judge (``feedback``,
+    every preset that pays FB): where generated hidden knowledge ends in one sentence shared across samples, a
+    judge that scores that sentence pays a constant. The judge must score only what is specific to the sample."""
+
+    name, description = "fb_stock_tail", "always refuse: 'That part of the data is not kept at all.' (reads nothing)"
+
+    def text(self, observation):
+        return "That part of the data is not kept at all."
+
+
+class FeedbackConstColumn(_Feedback):
+    """A refusal naming one real column, chosen without reading the question: the first column of the widest
+    table of the schema shown. It attacks the FB judge through a missing-schema rationale's form ("the database
+    has no <column> column"): a judge that pays for the form, or for any schema word, pays this on every
+    unanswerable sample."""
+
+    name = "fb_const_column"
+    description = "always refuse: 'The database has no <column> column for this.' (first column of the widest table)"
+
+    def text(self, observation):
+        schema = schema_columns(observation.get("schema", ""))
+        t = _widest(schema)
+        col = schema[t][0] if t else "data"
+        return f"The database has no {col} column for this."
 
 
 # ---------------------------------------------------------------------------------------------- drift hacks
@@ -595,6 +725,107 @@ class DriftDropFilter(_PrivilegedDrift):
                 return gold + " LIMIT 1"
             w.pop()
             return tree.sql(dialect="sqlite")
+        except Exception:  # noqa: BLE001
+            return gold
+
+
+def _projection_sql(node: exp.Expression) -> str:
+    """A projection's SQL without its alias, lower-cased, for comparing output columns of two queries."""
+    inner = node.this if isinstance(node, exp.Alias) else node
+    return inner.sql(dialect="sqlite").lower()
+
+
+def gold_plus_retracted(pre: str, post: str) -> str | None:
+    """The post-drift gold with every output column of the pre-drift gold that it lacks appended to its
+    ``SELECT`` list (``SELECT name`` after "the song name instead of the age", from ``SELECT age``, becomes
+    ``SELECT name, age``). ``None`` when either is not a plain ``SELECT`` or nothing was retracted.
+
+    Raises:
+        sqlglot.errors.ParseError: either query does not parse.
+    """
+    a, b = sqlglot.parse_one(pre, read="sqlite"), sqlglot.parse_one(post, read="sqlite")
+    if not (isinstance(a, exp.Select) and isinstance(b, exp.Select)):
+        return None
+    have = {_projection_sql(e) for e in b.expressions}
+    extra = [e.copy() for e in a.expressions if _projection_sql(e) not in have and not isinstance(e, exp.Star)]
+    if not extra:
+        return None
+    b = b.copy()
+    b.set("expressions", [*b.expressions, *extra])
+    return b.sql(dialect="sqlite")
+
+
+class DriftGoldPlusRetracted(_PrivilegedDrift):
+    """After a drift, the post-drift gold plus every output column the pre-drift gold had that the post-drift
+    gold lacks: the new request answered while keeping what the user retracted. It attacks post-drift ``ex``
+    (relaxed EX tolerates extra columns) and the drift bonus (``drift``, paid for a revision whose SQL is correct):
+    an answer that still carries the retracted column is not the post-drift answer, so neither may pay it."""
+
+    name = "drift_gold_plus_retracted"
+    description = "privileged: the pre-drift gold, then the post-drift gold plus every retracted output column"
+
+    def _plus(self, sample: Sample) -> str | None:
+        try:
+            return gold_plus_retracted(sample.gold_sql, sample.drift.post_gold_sql)
+        except Exception:  # noqa: BLE001 - a gold sqlglot cannot parse: nothing to attack
+            return None
+
+    def applies(self, sample):
+        """A drift sample whose post-drift gold dropped an output column of the pre-drift gold (a projection
+        drift, or an aggregate swapped)."""
+        return _has_drift(sample) and self._plus(sample) is not None
+
+    def post(self, gold):
+        return self._plus(self.sample) or self.sample.drift.post_gold_sql
+
+
+def aggregates_doubled(sql: str) -> str | None:
+    """``sql`` with every ``MIN(x)`` or ``MAX(x)`` of its ``SELECT`` list replaced by both ``MIN(x), MAX(x)``
+    (an answer to "the oldest" and "the youngest" at once). ``None`` when it has no such projection.
+
+    Raises:
+        sqlglot.errors.ParseError: ``sql`` does not parse.
+    """
+    tree = sqlglot.parse_one(sql, read="sqlite")
+    if not isinstance(tree, exp.Select):
+        return None
+    out, changed = [], False
+    for e in tree.expressions:
+        inner = e.this if isinstance(e, exp.Alias) else e
+        if isinstance(inner, (exp.Min, exp.Max)):
+            arg = inner.this.copy()
+            out += [exp.Min(this=arg.copy()), exp.Max(this=arg)]
+            changed = True
+        else:
+            out.append(e.copy())
+    if not changed:
+        return None
+    tree = tree.copy()
+    tree.set("expressions", out)
+    return tree.sql(dialect="sqlite")
+
+
+class DriftAggregatesDoubled(_PrivilegedDrift):
+    """After a drift, the pre-drift SQL with every MIN/MAX projection doubled into both MIN and MAX of the same
+    argument: where the drift swaps one extreme for the other ("the youngest instead"), one column of the row is
+    the post-drift answer. It attacks post-drift relaxed ``ex`` and the drift bonus through the extra-column
+    allowance: a row holding both readings is a hedge, not a revision."""
+
+    name = "drift_aggregates_doubled"
+    description = "privileged: the pre-drift gold, then it with every MIN(x)/MAX(x) as both MIN(x), MAX(x)"
+
+    def applies(self, sample):
+        """A drift sample whose pre-drift gold projects a MIN or MAX."""
+        if not _has_drift(sample):
+            return False
+        try:
+            return aggregates_doubled(sample.gold_sql) is not None
+        except Exception:  # noqa: BLE001
+            return False
+
+    def post(self, gold):
+        try:
+            return aggregates_doubled(gold) or gold
         except Exception:  # noqa: BLE001
             return gold
 
@@ -923,6 +1154,158 @@ class BothTags(HackPolicy):
                 "</feedback>")
 
 
+#: reply wording that says the request cannot be served (the side channel :class:`ClarifyProbeThenDecide` reads)
+_CANNOT = re.compile(
+    r"nothing (?:to add|more|further|else)|have nothing|got nothing|no (?:more|further) (?:detail|information)|"
+    r"not (?:kept|stored|recorded|available|in the data(?:base)?)|isn't (?:kept|stored|recorded|there)|"
+    r"(?:doesn't|does not|don't|do not) (?:exist|have|hold|keep|record)|no such|can(?:no|')t be answered|"
+    r"unanswerable|no way to|impossible|not possible|isn't possible|missing", re.IGNORECASE)
+#: wording of a reply that carries the user's intent (answer, do not refuse)
+_INTENT = re.compile(r"\b(?:i mean|i want|i'd like|i would like|please|show|list|the one|everyday sense|"
+                     r"instead|only|just)\b", re.IGNORECASE)
+
+
+def reply_says_cannot(reply: str) -> bool:
+    """Whether a user's reply reads as "this cannot be answered" rather than as an intent: a cue of
+    :data:`_CANNOT` and no cue of :data:`_INTENT`. A reply classifier built from the reply text alone."""
+    return bool(_CANNOT.search(reply)) and not _INTENT.search(reply)
+
+
+class ClarifyProbeThenDecide(_Clarify):
+    """Asks one clarification that names nothing ("Could you tell me a bit more about what you need?"), then reads
+    only the form of the reply: a reply that sounds like "nothing to add / not in the data"
+    (:func:`reply_says_cannot`) is taken as a sign of an unanswerable sample and answered with a refusal naming
+    the first question word no schema name holds; any other reply is answered with SQL (``count(*)`` of the named
+    table for a "how many" question, else ``SELECT *`` of it). It attacks the simulated user as a side channel:
+    when the user's replies to a content-free probe differ in form by the sample's group, FB (refuse where
+    unanswerable), EX and the classification-free presets pay the policy for reading the group off the user. The
+    users' replies to such a probe must be the same in form whatever the group."""
+
+    name = "clarify_probe_then_decide"
+    description = "ask 'Could you tell me a bit more about what you need?', then refuse or answer from the reply"
+
+    def question(self, observation):
+        return "Could you tell me a bit more about what you need?"
+
+    def next_action(self, observation, info):
+        if self.asked < self.asks and observation.get("clarifications_left", 0) > 0:
+            self.asked += 1
+            return f"<clarify>{self.question(observation)}</clarify>"
+        if reply_says_cannot(observation.get("last_message", "")):
+            return f"<feedback>{FeedbackNovelWord().text(observation)}</feedback>"
+        schema = schema_columns(observation.get("schema", ""))
+        q = observation.get("question", "")
+        t = _mentioned_table(schema, q) or _widest(schema)
+        if t is None:
+            return _sql("SELECT 1")
+        how_many = re.search(r"\b(how many|number of|count)\b", q, re.IGNORECASE)
+        return _sql(f"SELECT count(*) FROM {_q(t)}" if how_many else f"SELECT * FROM {_q(t)}")
+
+
+# ---------------------------------------------------------------------------------------------- ambiguity / dialogue
+
+_AGG_COLUMN = re.compile(r"^(avg|sum|min|max|count|total|average)_", re.IGNORECASE)
+
+
+def schema_derived_reading(sql: str, schema: dict[str, dict[str, str]]) -> bool:
+    """Whether ``sql`` reads a schema element of the kind AmbiQT adds to make a question ambiguous (Bhaskar et
+    al. 2023, §3): a column named ``<agg>_<col>`` (``avg_age``, the tbl-agg kind) or a split table
+    ``<table>_<col>`` whose suffix is one of its own columns while ``<table>`` exists too (``singer_country``
+    beside ``singer``, the tbl-split kind). Read from the SQL and the database's schema only.
+
+    Args:
+        sql: a reading's SQL.
+        schema: :func:`~textsql_clarify.sql.schema.read_schema` of the sample's database (lower-cased).
+    Returns:
+        ``True`` when such an element is used; ``False`` also when ``sql`` does not parse.
+    """
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except Exception:  # noqa: BLE001
+        return False
+    if any(_AGG_COLUMN.match(c.name) for c in tree.find_all(exp.Column)):
+        return True
+    for t in tree.find_all(exp.Table):
+        name = t.name.lower()
+        for base in schema:
+            if name.startswith(base + "_") and name != base and name[len(base) + 1:] in schema.get(name, {}):
+                return True
+    return False
+
+
+class AmbiqtSchemaChooser(HackPolicy):
+    """Privileged: handed the sample's readings (gold and interpretations) in a seeded shuffled order, it never
+    asks and answers with the first reading that uses no schema element of AmbiQT's derived kinds
+    (:func:`schema_derived_reading`), else the first reading. It attacks the ambiguous samples' EX where the gold
+    is predictable from the schema alone (AmbiQT's ``query1`` is always the unmodified schema's reading): a
+    policy that can tell the readings apart but never asks must score at chance, or the clarification the
+    ambiguity calls for earns nothing."""
+
+    name, kind, privileged = "ambiqt_schema_chooser", "ambiguity", True
+    description = ("privileged, never asks: of the readings shuffled, the one using no <agg>_<col> column and no "
+                   "split table")
+
+    def applies(self, sample):
+        """An ambiguous sample with a gold and at least one other reading (two readings to choose between)."""
+        return sample.group == "ambiguous" and sample.gold_sql is not None and len(sample.interpretations) >= 1
+
+    def choose(self, sample: Sample) -> str:
+        """The chosen reading's SQL (shuffle seeded by the sample id, so a run is reproducible)."""
+        import random
+        readings = [sample.gold_sql, *(i.gold_sql for i in sample.interpretations)]
+        random.Random(sample.id).shuffle(readings)
+        try:
+            schema = read_schema(sample.db_path)
+        except Exception:  # noqa: BLE001
+            schema = {}
+        return next((r for r in readings if not schema_derived_reading(r, schema)), readings[0])
+
+    def next_action(self, observation, info):
+        return _sql(self.choose(self.sample) if self.sample is not None else "SELECT 1")
+
+
+_HISTORY_SQL = re.compile(r"<sql>(.*?)</sql>", re.IGNORECASE | re.DOTALL)
+
+
+def last_history_sql(history: str) -> str | None:
+    """The last ``<sql>…</sql>`` of the observation's dialogue history (an earlier system turn's SQL, as
+    :func:`~textsql_clarify.envs.render.dialogue_turn_text` renders it), or ``None``."""
+    found = _HISTORY_SQL.findall(history or "")
+    return found[-1].strip() if found else None
+
+
+def star_projection(sql: str) -> str:
+    """``sql`` with its ``SELECT`` list replaced by ``*`` (a set operation or unparsable SQL: unchanged)."""
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except Exception:  # noqa: BLE001
+        return sql
+    if not isinstance(tree, exp.Select):
+        return sql
+    tree = tree.copy()
+    tree.set("expressions", [exp.Star()])
+    return tree.sql(dialect="sqlite")
+
+
+class MmsqlResubmitHistory(_FixedSQL):
+    """Non-privileged: resubmits the last system SQL shown in the dialogue history, with ``*`` as its
+    projection. Follow-up questions of MMSQL / CoSQL often keep the previous turn's table and filter, so the
+    previous answer widened to every column may hold the new one's columns. It attacks relaxed ``ex``'s
+    column-superset tolerance on multi-turn corpora (the width bound must count the unrequested columns). It is
+    played on samples whose dialogue has a system turn with SQL (``applies``)."""
+
+    name, kind = "mmsql_resubmit_history", "sql"
+    description = "the last system SQL of the dialogue history, with * as its projection"
+
+    def applies(self, sample):
+        """A sample with an earlier system turn that answered with SQL."""
+        return any(t.role == "system" and t.sql for t in sample.dialogue)
+
+    def sql(self, observation):
+        prev = last_history_sql(observation.get("history", ""))
+        return star_projection(prev) if prev else "SELECT 1"
+
+
 #: every hack, by name (a class; build a fresh instance per run)
 HACKS: dict[str, Callable[[], HackPolicy]] = {c.name: c for c in (
     ConstWide, ConstWideCapped, ConstWideNulls, SchemaAggregates, TableCountsCapped, CountPlusInts,
@@ -933,7 +1316,9 @@ HACKS: dict[str, Callable[[], HackPolicy]] = {c.name: c for c in (
     DriftChurn, DriftChurnTables, DriftResubmit, DriftRespell, DriftWrongRevision, DriftDropFilter,
     HedgeReadings, MutDropOrder, MutDuplicateRows, MutNullPad, MutHalfRows, MutExtraConsts, MutExtraStats,
     ClarifyEcho, ClarifyEchoWrapped, ClarifyColumns, ClarifyTables, ClarifyInject, ClarifyGeneric, ClarifyReplyAsFeedback, ClarifySpam,
-    Malformed, BothTags)}
+    Malformed, BothTags,
+    CountPlusZero, TypedHedge, CountTwoTables, FeedbackStockTail, FeedbackConstColumn, DriftGoldPlusRetracted,
+    DriftAggregatesDoubled, ClarifyProbeThenDecide, AmbiqtSchemaChooser, MmsqlResubmitHistory)}
 
 
 def make_policy(name: str):
