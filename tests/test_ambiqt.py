@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 from collections import Counter
 from pathlib import Path
@@ -19,7 +20,7 @@ from conftest import MeanIs
 from textsql_clarify.baselines.agents import make_agent
 from textsql_clarify.baselines.rollout import evaluate
 from textsql_clarify.datasets import load_dataset
-from textsql_clarify.datasets.ambiqt import check_golds, hidden_knowledge, load_ambiqt
+from textsql_clarify.datasets.ambiqt import READING_SEED, check_golds, gold_reading, hidden_knowledge, load_ambiqt
 from textsql_clarify.datasets.ambiqt_rebuild import (RebuildError, build_database, parse_schema_text, plan_rebuild,
                                                      read_schema, rebuilt_schema)
 from textsql_clarify.errors import DatasetError
@@ -129,6 +130,14 @@ def test_sample_mapping(shared_data, loaded):
     assert t.hidden_knowledge == ("I mean the country stored in the singer table itself, not the copy in the separate "
                                   "singer country table.")
     assert "linked to each singer by its singer id" in t.interpretations[0].hidden_knowledge
+    # a sample whose draw made AmbiQT's reading the gold: the user means the summary table
+    u = _by_id(samples)["ambiqt-tbl-agg-validation-15"]
+    assert u.provenance["gold_reading"] == "query2" and not u.flags
+    assert u.gold_sql == "select avg_horsepower from cars_data_horsepower where year < 1980"
+    assert u.hidden_knowledge == ("I want the average horsepower read from the precomputed cars data horsepower "
+                                  "summary table, not recomputed from the individual cars data records.")
+    assert [(i.gold_sql, i.description) for i in u.interpretations] == [
+        ("select avg(horsepower) from cars_data where year < 1980", "computed from the individual cars data records")]
     assert Counter(x.difficulty for x in samples) == {"medium": 341, "easy": 34, "hard": 12, "extra": 2}
     # every hidden knowledge is a stand-alone sentence, never a bare reply
     assert all(x.hidden_knowledge.startswith("I ") and x.hidden_knowledge.endswith(".") and
@@ -178,6 +187,7 @@ def test_distinguishable_split_is_a_non_unique_key(shared_data, loaded):
     samples, _report, _cache, _ = loaded
     s = _by_id(samples)["ambiqt-tbl-split-validation-234"]
     assert not s.flags and s.provenance["gold_check"].startswith("results differ (mismatch)")
+    assert s.provenance["gold_reading"] == "query1"
     assert "join countrylanguage_language as t2 on t1.countrycode = t2.countrycode" in s.interpretations[0].gold_sql
 
 
@@ -202,6 +212,58 @@ def test_sources_unchanged_and_cache_reused(shared_data, loaded, monkeypatch):
     assert [s.db_path for s in again] == [s.db_path for s in samples]
     assert {p: p.stat().st_mtime_ns for p in (cache / "ambiqt").glob("*.sqlite")} == mtimes
     assert [s.flags for s in again] == [s.flags for s in samples]
+    # the gold reading is drawn from the id and the seed alone: the same on every load
+    assert [(s.gold_sql, s.hidden_knowledge) for s in again] == [(s.gold_sql, s.hidden_knowledge) for s in samples]
+
+
+# -- which reading is the gold --------------------------------------------------------------------------
+def _schema_only_choice(s) -> str | None:
+    """The reading a schema-only chooser picks: the one naming no table AmbiQT added (no ``<agg>_<col>``
+    summary table, no split table); None when not exactly one reading is such."""
+    added = {t.lower() for t in s.provenance["constructions"]}
+    readings = [s.gold_sql] + [i.gold_sql for i in s.interpretations]
+    plain = [q for q in readings if not set(re.findall(r"[a-z_0-9]+", q.lower())) & added]
+    return plain[0] if len(plain) == 1 else None
+
+
+def test_gold_reading_is_drawn_so_a_schema_only_chooser_is_at_chance(shared_data, loaded):
+    samples, _report, _cache, _ = loaded
+    dist = [s for s in samples if not s.flags]
+    assert len(dist) == 22 and all(_schema_only_choice(s) is not None for s in samples)
+    # before the draw the gold was always query1, the plain reading: the chooser scored 22/22 = 1.000
+    plain_is_query1 = [_schema_only_choice(s) == (s.gold_sql if s.provenance["gold_reading"] == "query1"
+                                                  else s.interpretations[0].gold_sql) for s in dist]
+    assert all(plain_is_query1)
+    # with the seeded draw (seed 0): 14/22 = 0.636 on the distinguishable items, 204/389 = 0.524 on all
+    assert sum(_schema_only_choice(s) == s.gold_sql for s in dist) == 14
+    assert sum(_schema_only_choice(s) == s.gold_sql for s in samples) == 204
+    assert Counter(s.provenance["gold_reading"] for s in samples) == {"query1": 204, "query2": 185}
+    # over seeds 0..99 (distinguishability is symmetric here, so the 22 stay the 22) the mean is 0.522, n=2,200
+    per_seed = [sum(gold_reading(s.id, seed) == 1 for s in dist) for seed in range(100)]
+    assert sum(per_seed) == 1149 and sum(per_seed) / 2200 == pytest.approx(0.522, abs=5e-4)
+
+
+def test_gold_hidden_knowledge_and_interpretation_agree_with_the_draw(shared_data, loaded):
+    samples, _report, _cache, _ = loaded
+    records = {k: json.loads((AMBIQT / k).read_text()) for k in ("tbl-agg/validation.json", "tbl-split/validation.json")}
+    for s in samples:
+        rec = records[s.provenance["file"]][s.provenance["index"]]
+        st1, st2, d1, d2 = hidden_knowledge(rec)
+        n = gold_reading(s.id, READING_SEED)
+        assert s.provenance["gold_reading"] == f"query{n}" and s.provenance["reading_seed"] == READING_SEED
+        gold, other = (rec["query1"], rec["query2"]) if n == 1 else (rec["query2"], rec["query1"])
+        assert (s.gold_sql, s.hidden_knowledge) == (gold.strip(), st1 if n == 1 else st2)
+        (it,) = s.interpretations
+        assert (it.gold_sql, it.hidden_knowledge, it.description) == ((other.strip(), st2, d2) if n == 1
+                                                                      else (other.strip(), st1, d1))
+
+
+def test_gold_reading_depends_on_id_and_seed_only():
+    assert gold_reading("ambiqt-tbl-agg-validation-0") == gold_reading("ambiqt-tbl-agg-validation-0", 0) == 1
+    assert gold_reading("ambiqt-tbl-agg-validation-15") == 2
+    ids = [f"ambiqt-tbl-split-validation-{i}" for i in range(400)]
+    assert {gold_reading(i, 1) for i in ids} == {1, 2}
+    assert [gold_reading(i, 0) for i in ids] != [gold_reading(i, 1) for i in ids]
 
 
 def test_oracle_and_no_clarify_on_distinguishable(shared_data, loaded, tmp_path, monkeypatch):
@@ -280,7 +342,10 @@ def test_column_and_table_synonyms(tmp_path, monkeypatch):
     # synonyms hold the same values: honest copies, so EX cannot tell the readings apart
     assert c.flags == ("indistinguishable",) and t.flags == ("indistinguishable",)
     assert c.hidden_knowledge == "By city I mean the town column of the store table, not the location one."
-    assert t.interpretations[0].hidden_knowledge == "By sale I mean the purchases table, not the sales table."
+    # the draw made query2 the gold of the table-synonym item: the user means purchases
+    assert (t.gold_sql, t.provenance["gold_reading"]) == ("select count(*) from purchases", "query2")
+    assert t.hidden_knowledge == "By sale I mean the purchases table, not the sales table."
+    assert t.interpretations[0].hidden_knowledge == "By sale I mean the sales table, not the purchases table."
     assert (report.built, report.files["col-synonyms/validation.json"].loaded) == (2, 1)
     src = root / "database" / "shop" / "shop.sqlite"
     assert read_schema(src)["store"].columns[2] == ("city", "TEXT")  # the source keeps its column
@@ -381,5 +446,5 @@ def test_failed_build_leaves_no_file(tmp_path):
 
 
 def test_hidden_knowledge_fallback_names_a_reading():
-    gold, interp, desc = hidden_knowledge({"query1": "select 1"})
-    assert gold.startswith("I mean") and interp != gold and desc
+    first, second, desc1, desc2 = hidden_knowledge({"query1": "select 1"})
+    assert first.startswith("I mean") and second != first and desc1 != desc2

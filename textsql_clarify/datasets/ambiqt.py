@@ -12,12 +12,12 @@ with ``train.json`` / ``validation.json``: JSON lists, read whole (the largest h
 * **Items over databases that the Spider root lacks** are skipped and counted
   (:attr:`FileReport.skipped_no_database`), not an error: ``../shared/data/spider_dev`` has the 20 dev
   databases, and AmbiQT's ``tbl-agg/train.json`` (426 items) is over Spider's train databases only.
-* **Gold checks.** Both golds run on the rebuilt database in the read-only sandbox and ``query2``'s
-  result is scored against ``query1``'s with the env's own scorer (relaxed EX,
+* **Gold checks.** Both readings run on the rebuilt database in the read-only sandbox and the
+  interpretation's result is scored against the gold's with the env's own scorer (relaxed EX,
   :func:`~textsql_clarify.rewards.execution.score_execution`). The sample is kept, with flags:
-  ``gold_error`` / ``gold_timeout`` (``query1`` fails), ``gold_empty`` (``query1`` returns no data),
-  ``interpretation_error`` (``query2`` fails), ``indistinguishable`` (``query2`` scores as a match of
-  ``query1``, or, when ``query1`` is empty, returns the same rows): EX cannot reward asking there.
+  ``gold_error`` / ``gold_timeout`` (the gold fails), ``gold_empty`` (the gold returns no data),
+  ``interpretation_error`` (the other reading fails), ``indistinguishable`` (the other reading scores as a
+  match of the gold, or, when the gold is empty, returns the same rows): EX cannot reward asking there.
 
 Mapping to the taxonomy (``docs/datasets.md``, AmbiQT section):
 
@@ -26,15 +26,21 @@ Mapping to the taxonomy (``docs/datasets.md``, AmbiQT section):
   elements that AmbiQT made alike (``singer.country`` and ``singer_country.country``; ``singer.age``
   aggregated and ``singer_age.avg_age``), not two entities (ABISS's entity ambiguity) and not two
   syntactic parses (structural ambiguity).
-* ``gold_sql`` = ``query1``: Spider's own gold for the question (AmbiQT's ``orig_query``), so the reading
-  the question's author meant over the unchanged database; ``interpretations`` = [``query2``], AmbiQT's
-  generated reading. Hidden knowledge: a stand-alone statement of which reading the user means, in words
-  (:func:`hidden_knowledge`), one for the gold and one for the interpretation.
+* ``gold_sql``: the reading drawn per sample (:func:`gold_reading`, seeded by the sample id and
+  :data:`READING_SEED`): ``query1`` (Spider's own gold over the unchanged tables) or ``query2`` (AmbiQT's
+  reading over the table it added), about half each; ``interpretations`` = [the other one]. Both are valid
+  readings of the question (Bhaskar et al. 2023 §3), so which one the user means is the user's hidden
+  knowledge, not something the schema can tell: a fixed ``query1`` let a policy that picks the reading
+  without an ``<agg>_<col>`` column or split table score EX 1.0 with no clarification. Hidden knowledge: a
+  stand-alone statement of the drawn reading, in words (:func:`hidden_knowledge`); the interpretation gets
+  the other statement.
 * difficulty: Spider hardness of the item's ``sql`` (``query1``'s parse), ``unknown`` when absent.
-* id ``ambiqt-<kind>-<file stem>-<index>``; provenance ``{source, split, file, index, rebuilt_db, ...}``.
+* id ``ambiqt-<kind>-<file stem>-<index>``; provenance ``{source, split, file, index, rebuilt_db, ...,
+  gold_reading ("query1" | "query2"), reading_seed}``.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import sqlite3
@@ -55,11 +61,13 @@ from .ambiqt_rebuild import (BuildPlan, RebuildError, build_database, file_sha25
 from .spider_hardness import spider_hardness
 
 __all__ = ["load_from_spec", "load_ambiqt", "AmbiqtReport", "FileReport", "hidden_knowledge", "check_golds",
-           "SPEC_FORM", "SUBCATEGORY"]
+           "gold_reading", "SPEC_FORM", "SUBCATEGORY", "READING_SEED"]
 
 SPEC_FORM = "ambiqt:<dir>:<spider root>"
 #: ABISS §3.2.2 semantic mapping ambiguity, lexical overlap (see the module docstring).
 SUBCATEGORY = "lexical_overlap"
+#: the dataset seed of the per-sample draw of the gold reading (:func:`gold_reading`)
+READING_SEED = 0
 _log = logging.getLogger(__name__)
 _REQUIRED = ("db_id", "question", "query1", "query2", "schema_with_content")
 _AGG_WORDS = {"avg": "average", "sum": "total", "min": "minimum", "max": "maximum", "count": "number of"}
@@ -142,18 +150,19 @@ def _q1_parts(q1: str) -> tuple[list[str], list[str]]:
     return aggs, tables
 
 
-def hidden_knowledge(item: dict, plan: BuildPlan | None = None) -> tuple[str, str, str]:
-    """The stand-alone statements of the two readings of an AmbiQT item, in the user's words.
+def hidden_knowledge(item: dict, plan: BuildPlan | None = None) -> tuple[str, str, str, str]:
+    """The stand-alone statements and descriptions of the two readings of an AmbiQT item, in the user's words.
 
     Args:
         item: the record (its kind's fields: ``split_map``; ``new_table_name``; ``extra_map``;
             ``extra_table_map``; and ``query1``).
         plan: unused except as a fallback for the kind (its ``constructions``).
     Returns:
-        ``(gold statement, interpretation statement, interpretation description)``, e.g. for tbl-agg
+        ``(query1 statement, query2 statement, query1 description, query2 description)``, e.g. for tbl-agg
         ``"I want the average age computed from the individual singer records themselves, not read from the
-        precomputed singer age summary table."``. A statement, never a bare reply (the rule-based user
-        compares a clarification with it, :mod:`textsql_clarify.simulators.rule_based`).
+        precomputed singer age summary table."`` for ``query1``. Which of the two is the sample's gold is drawn
+        per sample (:func:`gold_reading`); the other becomes its interpretation. A statement is never a bare
+        reply (the rule-based user compares a clarification with it, :mod:`textsql_clarify.simulators.rule_based`).
     """
     split = item.get("split_map")
     new = item.get("new_table_name")
@@ -165,6 +174,7 @@ def hidden_knowledge(item: dict, plan: BuildPlan | None = None) -> tuple[str, st
                 f"{side} table.",
                 f"I mean the {_words(col)} from the separate {side} table, linked to each {_words(base)} by its "
                 f"{_words(str(pk))}, not the copy stored in the {_words(base)} table itself.",
+                f"{col} read from the table {base} itself",
                 f"{col} read through the split table {base}_{col}")
     if isinstance(new, str) or (plan is not None and any(v.startswith("precomputed") for v in plan.constructions.values())):
         if not isinstance(new, str):
@@ -176,6 +186,7 @@ def hidden_knowledge(item: dict, plan: BuildPlan | None = None) -> tuple[str, st
                 f"precomputed {_words(new)} summary table.",
                 f"I want the {what} read from the precomputed {_words(new)} summary table, not recomputed from the "
                 f"individual {base} records.",
+                f"computed from the individual {base} records",
                 f"read from the precomputed aggregate table {new}")
     cmap = item.get("extra_map")
     if isinstance(cmap, dict) and cmap:
@@ -184,55 +195,76 @@ def hidden_knowledge(item: dict, plan: BuildPlan | None = None) -> tuple[str, st
         a1, a2 = alts[0], alts[1]
         return (f"By {_words(c)} I mean the {_words(a1)} column of the {_words(t)} table, not the {_words(a2)} one.",
                 f"By {_words(c)} I mean the {_words(a2)} column of the {_words(t)} table, not the {_words(a1)} one.",
-                f"{t}.{a2} instead of {t}.{a1}")
+                f"{t}.{a1} instead of {t}.{a2}", f"{t}.{a2} instead of {t}.{a1}")
     tmap = item.get("extra_table_map")
     if isinstance(tmap, dict) and tmap:
         t, alts = next(iter(tmap.items()))
         a1, a2 = alts[0], alts[1]
         return (f"By {_words(t)} I mean the {_words(a1)} table, not the {_words(a2)} table.",
                 f"By {_words(t)} I mean the {_words(a2)} table, not the {_words(a1)} table.",
-                f"table {a2} instead of {a1}")
+                f"table {a1} instead of {a2}", f"table {a2} instead of {a1}")
     return ("I mean the reading of the question over the original tables.",
-            "I mean the reading of the question over the tables that AmbiQT added.", "AmbiQT's second reading")
+            "I mean the reading of the question over the tables that AmbiQT added.",
+            "AmbiQT's first reading", "AmbiQT's second reading")
 
 
-def check_golds(db_path: str | os.PathLike, query1: str, query2: str) -> tuple[list[str], str]:
-    """Run both golds on a rebuilt database and tell whether EX can tell them apart.
+def gold_reading(sample_id: str, seed: int = READING_SEED) -> int:
+    """Which of an AmbiQT item's two readings is the sample's gold: ``1`` (``query1``) or ``2`` (``query2``).
+
+    ``query1`` is always Spider's gold over the unchanged tables and ``query2`` always reads what AmbiQT added
+    (an ``<agg>_<col>`` column, a split table), so a fixed choice lets a policy pick the gold from the schema
+    alone, with no clarification. The draw is the low bit of the first byte of
+    ``sha256(f"ambiqt-reading:{seed}:{sample_id}")``: deterministic for a (seed, id), independent of load order,
+    and about half of the samples each way. The user's hidden knowledge is the statement of the drawn reading.
+
+    Args:
+        sample_id: the sample's id (``ambiqt-<kind>-<file stem>-<index>``).
+        seed: the dataset seed (:data:`READING_SEED` by default).
+    Returns:
+        ``1`` or ``2``.
+    """
+    digest = hashlib.sha256(f"ambiqt-reading:{seed}:{sample_id}".encode("utf-8")).digest()
+    return 1 + (digest[0] & 1)
+
+
+def check_golds(db_path: str | os.PathLike, gold_sql: str, other_sql: str) -> tuple[list[str], str]:
+    """Run both readings on a rebuilt database and tell whether EX can tell them apart.
 
     Args:
         db_path: the rebuilt database (opened through the read-only sandbox).
-        query1, query2: the gold and the interpretation's gold.
+        gold_sql: the sample's gold (the drawn reading, :func:`gold_reading`); other_sql: the interpretation's.
     Returns:
-        ``(flags, note)``: flags from :data:`~textsql_clarify.samples.SAMPLE_FLAGS` (empty when both run,
-        ``query1`` returns data and ``query2``'s result is no match of it), and a one-line reason.
+        ``(flags, note)``: flags from :data:`~textsql_clarify.samples.SAMPLE_FLAGS` (empty when both run, the
+        gold returns data and the other reading's result is no match of it under relaxed EX, scored as the env
+        scores an answer), and a one-line reason.
     """
     from ..sql.sandbox import get_sandbox
     from ..rewards.execution import is_empty_result, score_execution
 
     sandbox = get_sandbox(db_path)
-    r1 = sandbox.execute(query1)
-    r2 = sandbox.execute(query2)
+    r1 = sandbox.execute(gold_sql)
+    r2 = sandbox.execute(other_sql)
     flags: list[str] = []
     notes: list[str] = []
     if not r1.ok:
         flags.append("gold_timeout" if r1.error_kind == "timeout" else "gold_error")
-        notes.append(f"query1 fails ({r1.error_kind}): {r1.error_message}")
+        notes.append(f"the gold fails ({r1.error_kind}): {r1.error_message}")
     if not r2.ok:
         flags.append("interpretation_error")
-        notes.append(f"query2 fails ({r2.error_kind}): {r2.error_message}")
+        notes.append(f"the other reading fails ({r2.error_kind}): {r2.error_message}")
     if flags:
         return flags, "; ".join(notes)
     if not r1.rows or is_empty_result(r1):
         flags.append("gold_empty")
-        notes.append("query1 returns no data")
+        notes.append("the gold returns no data")
         same = (not r2.rows or is_empty_result(r2)) or sorted(map(repr, r1.rows)) == sorted(map(repr, r2.rows))
         if same:
             flags.append("indistinguishable")
-            notes.append("query2 returns the same rows")
+            notes.append("the other reading returns the same rows")
         return flags, "; ".join(notes)
-    verdict = score_execution(r2, r1, query2, query1, sandbox)[0]
+    verdict = score_execution(r2, r1, other_sql, gold_sql, sandbox)[0]
     if verdict.status == "match":
-        return ["indistinguishable"], "query2 scores as a match of query1 (relaxed EX): " + verdict.reason
+        return ["indistinguishable"], "the other reading scores as a match of the gold (relaxed EX): " + verdict.reason
     return [], f"results differ ({verdict.status}): {verdict.reason}"
 
 
@@ -245,13 +277,15 @@ def _files(root: Path) -> list[tuple[str, Path]]:
 
 
 def load_ambiqt(ambiqt_dir: str | os.PathLike, spider_root: str | os.PathLike, *,
-                cache_dir: str | os.PathLike | None = None) -> tuple[list[Sample], AmbiqtReport]:
+                cache_dir: str | os.PathLike | None = None,
+                seed: int = READING_SEED) -> tuple[list[Sample], AmbiqtReport]:
     """Load AmbiQT's items as ambiguous samples over rebuilt databases (see the module docstring).
 
     Args:
         ambiqt_dir: the folder of kind folders (``tbl-agg/``, ``tbl-split/``, ...), or one kind's folder.
         spider_root: the Spider folder with ``database/<db_id>/<db_id>.sqlite`` (never written).
         cache_dir: where rebuilt databases go; ``None``: ``textsql_clarify.models.cache_root()/ambiqt``.
+        seed: the dataset seed of the per-sample draw of which reading is the gold (:func:`gold_reading`).
     Returns:
         ``(samples, report)``: samples in file order (kinds and files sorted by name), flagged ones kept;
         the :class:`AmbiqtReport` of counts.
@@ -286,7 +320,7 @@ def load_ambiqt(ambiqt_dir: str | os.PathLike, spider_root: str | os.PathLike, *
             def bad(fld: str, msg: str, i=i) -> None:
                 problems.append(RecordProblem(str(path), i + 1, fld, msg))
 
-            s = _one(rec, i, kind, path, rel, db_dir, cache, fr, report, bad, schemas, hashes, targets)
+            s = _one(rec, i, kind, path, rel, db_dir, cache, fr, report, bad, schemas, hashes, targets, seed)
             if s is not None:
                 samples.append(s)
     if problems:
@@ -300,7 +334,7 @@ def load_ambiqt(ambiqt_dir: str | os.PathLike, spider_root: str | os.PathLike, *
 
 def _one(rec: Any, i: int, kind: str, path: Path, rel: str, db_dir: Path, cache: Path, fr: FileReport,
          report: AmbiqtReport, bad: Callable[[str, str], None], schemas: dict, hashes: dict,
-         targets: dict) -> Sample | None:
+         targets: dict, seed: int = READING_SEED) -> Sample | None:
     """One record -> sample (or None: skipped, or bad and reported through ``bad``)."""
     if not isinstance(rec, dict):
         bad("<record>", f"must be a JSON object, got {type(rec).__name__}")
@@ -352,19 +386,23 @@ def _one(rec: Any, i: int, kind: str, path: Path, rel: str, db_dir: Path, cache:
                            f"(set TEXTSQL_CLARIFY_CACHE to a writable folder)") from None
     db_path = targets[key]
     q1, q2 = rec["query1"].strip(), rec["query2"].strip()
-    flags, note = check_golds(db_path, q1, q2)
-    hk_gold, hk_interp, desc = hidden_knowledge(rec, plan)
-    stem = path.stem
+    hk1, hk2, desc1, desc2 = hidden_knowledge(rec, plan)
+    sid = f"ambiqt-{kind}-{path.stem}-{i}"
+    drawn = gold_reading(sid, seed)
+    # the drawn reading is the gold and what the user means; the other one is the interpretation
+    (gold, hk_gold), (other, hk_other, desc_other) = (((q1, hk1), (q2, hk2, desc2)) if drawn == 1
+                                                      else ((q2, hk2), (q1, hk1, desc1)))
+    flags, note = check_golds(db_path, gold, other)
     native = {
-        "id": f"ambiqt-{kind}-{stem}-{i}", "db_id": db_id, "db_path": str(db_path), "question": rec["question"].strip(),
-        "group": "ambiguous", "subcategory": SUBCATEGORY, "gold_sql": q1, "hidden_knowledge": hk_gold,
-        "interpretations": [{"gold_sql": q2, "hidden_knowledge": hk_interp, "description": desc}],
+        "id": sid, "db_id": db_id, "db_path": str(db_path), "question": rec["question"].strip(),
+        "group": "ambiguous", "subcategory": SUBCATEGORY, "gold_sql": gold, "hidden_knowledge": hk_gold,
+        "interpretations": [{"gold_sql": other, "hidden_knowledge": hk_other, "description": desc_other}],
         "difficulty": spider_hardness(rec.get("sql")), "flags": flags,
         "provenance": {
             "source": "ambiqt", "split": kind, "file": rel, "index": i, "rebuilt_db": db_path.name,
             "spider_db": db_id, "constructions": dict(plan.constructions), "schema_additions": list(plan.added),
             "dropped_tables": list(plan.dropped), "gold_check": note,
-            "intended": "query1 (Spider's own gold for the question)",
+            "gold_reading": f"query{drawn}", "reading_seed": seed,
         },
     }
     s, probs = sample_from_dict(native, file=str(path), line=i + 1, check_db_exists=False)
