@@ -28,8 +28,8 @@ Mapping to the taxonomy (``docs/datasets.md``, AmbiQT section):
   syntactic parses (structural ambiguity).
 * ``gold_sql``: the reading drawn per sample (:func:`gold_reading`, seeded by the sample id and
   :data:`READING_SEED`): ``query1`` (Spider's own gold over the unchanged tables) or ``query2`` (AmbiQT's
-  reading over the table it added), about half each; ``interpretations`` = [the other one]. Both are valid
-  readings of the question (Bhaskar et al. 2023 §3), so which one the user means is the user's hidden
+  reading over the table it added), about half each; ``interpretations`` = [the other one]. AmbiQT gives
+  both as valid golds of the question, so which one the user means is the user's hidden
   knowledge, not something the schema can tell: a fixed ``query1`` let a policy that picks the reading
   without an ``<agg>_<col>`` column or split table score EX 1.0 with no clarification. Hidden knowledge: a
   stand-alone statement of the drawn reading, in words (:func:`hidden_knowledge`); the interpretation gets
