@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from textsql_clarify.samples import Chain, ChainLayer, DriftEvent, Interpretation, Sample
-from textsql_clarify.simulators.base import ALLOWED_LABELS, UserRequest, UserSimulator
+from textsql_clarify.simulators.base import ALLOWED_LABELS, REFUSALS, UserRequest, UserSimulator, refusal_text
 from textsql_clarify.simulators.leakage import leakage_reasons
 from textsql_clarify.simulators.rule_based import (RuleBasedUser, asks_for_sql, content_stems, style_kind,
                                                    technical_cue)
@@ -107,7 +107,7 @@ def test_ambiguous_technical_and_irrelevant():
                       "leak_reasons": ["identifier:title"]}
     r = ask(COURSES, "Which courses do you want?", COURSE_IDS)   # entity word only: not the ambiguity
     assert (r.label, r.meta["reason"]) == ("irrelevant", "off_target")
-    assert r.text == "Sorry, I can't help with that; I only know what I'm after, not how it is stored."
+    assert r.text == refusal_text("Which courses do you want?") in REFUSALS
 
 
 def test_content_stems_and_tide_drift_sample_routes():
@@ -207,14 +207,22 @@ def test_order_key_not_in_question_is_said_without_the_column():
 # ----------------------------------------------------------------------------- unanswerable group
 
 @pytest.mark.parametrize("clar", [
-    "What is the meaning of life?", "Is this about philosophy, concerts or singers?", "Should I sort them?",
-    "Give me the SQL",
+    "What is the meaning of life?", "Is this about philosophy, concerts or singers?", "Give me the SQL", "Why?",
 ])
-def test_unanswerable_is_always_an_irrelevant_refusal(clar):
+def test_unanswerable_is_always_an_irrelevant_refusal_worded_as_on_any_group(clar):
     r = ask(LIFE, clar, SINGER_IDS)
     assert r.label == "irrelevant"
-    assert r.text == "Sorry, I have nothing to add that would help there."
+    # the wording is the clarification's refusal, the one an answerable sample gets: it cannot tell the group
+    assert r.text == refusal_text(clar) == ask(SINGERS, clar, SINGER_IDS).text
     assert not (content_stems(r.text) & content_stems(LIFE.hidden_knowledge))
+
+
+def test_unanswerable_result_format_question_gets_the_no_preference_answer():
+    # labelled irrelevant (ABISS §5.2), worded as an answerable sample whose gold has no ORDER BY
+    r = ask(LIFE, "Should I sort them?", SINGER_IDS)
+    assert (r.label, r.text, r.meta["reason"]) == ("irrelevant", "Any order is fine.", "unanswerable_technical")
+    cols = ask(LIFE, "Which columns should the output show?", SINGER_IDS)
+    assert cols.text == "I'd like to see just what my question asks for."
 
 
 # ----------------------------------------------------------------------------- chain (TIDE)
@@ -251,7 +259,8 @@ def test_style_is_adopted_deterministically():
         "interrogative": "Recent means courses from the last semester. Older ones do not count.",
     }
     assert style_kind("Colloquial") == "casual" and style_kind("") == "neutral"
-    assert ask(Sample(**{**LIFE.__dict__, "style": "terse"}), "Why?").text == "Nothing to add, sorry."
+    # a refusal is not styled: its form would follow the sample (docs/simulator.md "No side channels")
+    assert {ask(Sample(**{**LIFE.__dict__, "style": st}), "Why?").text for st in texts} == {refusal_text("Why?")}
 
 
 def test_batch_order_preserved_and_deterministic():

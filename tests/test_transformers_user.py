@@ -10,7 +10,7 @@ import pytest
 
 from textsql_clarify.samples import Chain, ChainLayer, Sample
 from textsql_clarify.simulators import make_simulator
-from textsql_clarify.simulators.base import ALLOWED_LABELS, UserRequest
+from textsql_clarify.simulators.base import ALLOWED_LABELS, REFUSALS, UserRequest, refusal_text
 from textsql_clarify.simulators.grounding import LexicalGrounder
 from textsql_clarify.simulators.hf_models import GenerationBackend, ModelLoadError, resolve_model_source
 from textsql_clarify.simulators.leakage import leakage_reasons
@@ -107,24 +107,27 @@ def test_fake_is_a_generation_backend():
     assert isinstance(FakeModel("f"), GenerationBackend)
 
 
-def test_tie_becomes_irrelevant_and_every_model_answers_when_nobody_voted_it():
+def test_tie_becomes_irrelevant_with_the_canned_refusal_and_no_generation():
     a = FakeModel("a", default=("relevant", "technical", "irrelevant"))
     b = FakeModel("b", default=("technical", "relevant", "irrelevant"))
     sim = _sim(a, b)
-    r = sim.respond([_req(_sample(), "What age counts as young?")])[0]
+    clar = "What age counts as young?"
+    r = sim.respond([_req(_sample(), clar)])[0]
     assert r.label == "irrelevant"
     assert r.meta["tie"] is True and r.meta["votes"] == ["relevant", "technical"]
-    assert r.text == "Sorry, no."              # both models wrote the refusal, identical: no tournament
-    assert a.n_calls("generate") == b.n_calls("generate") == 1
+    # a model's own refusal would read unlike the unanswerable samples' canned one: no model writes it
+    assert r.text == refusal_text(clar) and r.meta["canned_refusal"] is True
+    assert a.n_calls("generate") == b.n_calls("generate") == 0
 
 
-def test_three_way_tie_only_the_irrelevant_voter_answers():
+def test_three_way_tie_is_refused_without_generation():
     votes = [("relevant",), ("technical",), ("irrelevant",)]
     models = [FakeModel(f"m{k}", default=v + tuple(x for x in ("relevant", "technical", "irrelevant") if x not in v))
               for k, v in enumerate(votes)]
     r = _sim(*models).respond([_req(_sample(), "What age counts as young?")])[0]
     assert r.label == "irrelevant" and r.meta["tie"] is True
-    assert [m.n_calls("generate") for m in models] == [0, 0, 1]
+    assert [m.n_calls("generate") for m in models] == [0, 0, 0]
+    assert r.text == refusal_text("What age counts as young?")
 
 
 def test_majority_wins_without_tie():
@@ -144,7 +147,8 @@ def test_unanswerable_skips_the_models():
     r = sim.respond([_req(s, "Do you mean the net salary?")])[0]
     assert m.calls == []
     assert (r.label, r.route, r.layer, r.leak_rejections) == ("irrelevant", "una", None, 0)
-    assert r.text == refusal_reply(s.question) == "Sorry, I can't help with that."
+    assert r.text == refusal_reply("Do you mean the net salary?") == refusal_text("Do you mean the net salary?")
+    assert r.text in REFUSALS
     assert r.meta["skipped_models"] is True
 
 
@@ -202,7 +206,7 @@ def test_echoes_and_identifier_probes_skip_the_models_and_are_refused(clar, why)
     s = _sample()
     r = _sim(m, protocol="tide").respond([_req(s, clar)])[0]
     assert m.calls == []
-    assert (r.label, r.route, r.text) == ("irrelevant", "una", refusal_reply(s.question))
+    assert (r.label, r.route, r.text) == ("irrelevant", "una", refusal_reply(clar))
     assert r.meta["refused"] == why and r.meta["skipped_models"] is True
 
 

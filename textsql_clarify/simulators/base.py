@@ -6,6 +6,7 @@ many environments (ABISS §5.2, TIDE §4.2).
 """
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field, replace
 from typing import Protocol, Sequence, runtime_checkable
 
@@ -22,6 +23,32 @@ ALLOWED_LABELS = {
     "ambiguous": ("relevant", "technical", "irrelevant"),
     "unanswerable": ("irrelevant",),
 }
+
+
+#: The refusals of an ``irrelevant`` reply (ABISS §5.2), the same for every group: a refusal that read
+#: differently on an unanswerable sample (or by the sample's style, or after the leakage guard replaced it)
+#: would tell the agent the group without the agent solving anything. :func:`refusal_text` picks one by
+#: the clarification alone. None names a table, a column or a reason, and each has at most one content word
+#: (a reply that shared half of a short hidden knowledge's words would read as stating it).
+REFUSALS = (
+    "Sorry, I can't help with that.",
+    "Sorry, I have nothing to add on that.",
+    "I'm not sure, sorry.",
+)
+
+
+def refusal_text(clarification: str) -> str:
+    """The refusal of an ``irrelevant`` reply to ``clarification``: one of :data:`REFUSALS`, chosen by the
+    CRC-32 of the clarification (case-folded, whitespace collapsed), so a function of the clarification
+    only: never of the sample, its group, style, hidden knowledge or gold. Both simulated users use it.
+
+    Raises:
+        TypeError: ``clarification`` is not a string.
+    """
+    if not isinstance(clarification, str):
+        raise TypeError(f"refusal_text: clarification must be a string, got {type(clarification).__name__}")
+    key = " ".join(clarification.casefold().split()).encode("utf-8", "replace")
+    return REFUSALS[zlib.crc32(key) % len(REFUSALS)]
 
 
 @dataclass(frozen=True)

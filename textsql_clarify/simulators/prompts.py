@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from .base import refusal_text
+
 __all__ = ["PromptTask", "RenderedPrompt", "LABEL_OPTIONS", "JUDGE_OPTIONS", "render", "label_task", "conversation_block",
            "answer_task", "judge_task", "refusal_reply", "fallback_reply", "match_style", "clean_reply"]
 
@@ -255,15 +257,22 @@ def match_style(text: str, question: str) -> str:
     return out
 
 
-def refusal_reply(question: str) -> str:
-    """The templated refusal (unanswerable samples, ABISS §5.2; fallback of the irrelevant path)."""
-    return match_style("Sorry, I can't help with that.", question)
+def refusal_reply(clarification: str) -> str:
+    """The canned refusal of every ``irrelevant`` reply (ABISS §5.2): :func:`~.base.refusal_text` of the
+    clarification, the same wording as the rule-based user's. Not styled after the question: a refusal
+    whose form followed the sample would be a side channel (docs/simulator.md "No side channels").
+
+    Raises:
+        TypeError: ``clarification`` is not a string.
+    """
+    return refusal_text(clarification)
 
 
-def fallback_reply(label: str, fact: str | None, question: str) -> str:
+def fallback_reply(label: str, fact: str | None, question: str, *, clarification: str = "") -> str:
     """The templated reply built from the chosen fact, used after the leakage guard rejected every try.
 
-    ``relevant``: the fact as a sentence; ``technical``: ``"<Fact>, please."``; ``irrelevant``: the refusal.
+    ``relevant``: the fact as a sentence; ``technical``: ``"<Fact>, please."`` (both styled after
+    ``question``, :func:`match_style`); ``irrelevant`` or no fact: :func:`refusal_reply` of ``clarification``.
 
     Raises:
         ValueError: unknown label.
@@ -271,7 +280,7 @@ def fallback_reply(label: str, fact: str | None, question: str) -> str:
     if label not in LABEL_OPTIONS:
         raise ValueError(f"label must be one of {list(LABEL_OPTIONS)}, got {label!r}")
     if label == "irrelevant" or not fact or not fact.strip():
-        return refusal_reply(question)
+        return refusal_reply(clarification)
     f = " ".join(fact.split()).rstrip(".")
     f = f[0].upper() + f[1:]
     text = f + "." if label == "relevant" else f + ", please."

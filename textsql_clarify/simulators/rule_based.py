@@ -77,12 +77,13 @@ from sqlglot import exp
 from ..errors import SQLParseError
 from ..samples import Chain, Sample
 from ..sql.schema import parse_sql
-from .base import ALLOWED_LABELS, UserReply, UserRequest, said_before, valid_request, with_dialogue
+from .base import (ALLOWED_LABELS, REFUSALS, UserReply, UserRequest, refusal_text, said_before, valid_request,
+                   with_dialogue)
 from .fragments import Fragment, gold_fragments, technical_topic, vague_text
 from .leakage import is_identifier_probe, leakage_reasons
 
 __all__ = ["RuleBasedUser", "asks_for_sql", "content_stems", "style_kind", "technical_cue", "specificity",
-           "added_stems", "user_knowledge", "STOCK_STEMS"]
+           "added_stems", "user_knowledge", "is_content_free", "STOCK_STEMS", "CONTENT_FREE_STEMS"]
 
 _STOP = frozenset("""
 a an the and or but if then else of to in on at by for with from into onto about as is are was were be been
@@ -241,6 +242,33 @@ def added_stems(clarification: str, question: str) -> set[str]:
     ``"list recent courses"`` -> ``set()``; ``"What time period counts as recent?"`` -> ``{"time",
     "period", "count"}``."""
     return set(_stem_seq(clarification)) - set(_stem_seq(question))
+
+
+#: Stems that, beyond :data:`STOCK_STEMS` and the stop words, say only that more is wanted ("anything else",
+#: "further context"): a clarification made of these asks about nothing.
+CONTENT_FREE_STEMS = STOCK_STEMS | frozenset(_stem(w) for w in """
+else further additional extra context background info hint idea sorry hello hi hey pardon huh
+""".split())
+
+
+def is_content_free(clarification: str) -> bool:
+    """True when a clarification asks about nothing: no content stem beyond :data:`CONTENT_FREE_STEMS`,
+    no technical cue (:func:`technical_cue`: "all of them?" is a result-count question in stop words) and
+    no question to the user about themselves ("who are you?", ABISS §3.2.6 missing user knowledge).
+
+    ``"Could you tell me a bit more about what you need?"``, ``"?"``, ``"Is there anything else I should
+    know?"`` -> True; ``"What do you mean by recent?"`` -> False. Both simulated users refuse such a
+    clarification with :func:`~.base.refusal_text` before reading the sample (ABISS §5.2 "irrelevant").
+
+    Raises:
+        TypeError: ``clarification`` is not a string.
+    """
+    if not isinstance(clarification, str):
+        raise TypeError(f"is_content_free: clarification must be a string, got {type(clarification).__name__}")
+    words = {_stem(w) for w in _split(clarification) if w not in _STOP and len(w) > 1}
+    if words - CONTENT_FREE_STEMS:
+        return False
+    return technical_cue(clarification)[0] is None and not _ABOUT_USER.search(clarification)
 
 
 def specificity(clarification: str, question: str) -> str:
@@ -538,17 +566,14 @@ _TECH_NONE = {
     "distinct": "Repeats are fine, no need to remove them",
     "columns": "Just what my question asks for",
 }
-_REFUSAL = {
-    "neutral": "Sorry, I can't help with that; I only know what I'm after, not how it is stored",
-    "terse": "No idea, sorry",
-    "casual": "Hmm, no clue about that, sorry",
-    "formal": "I'm afraid I cannot help with that",
-}
-_UNANSWERABLE = {
-    "neutral": "Sorry, I have nothing to add that would help there",
-    "terse": "Nothing to add, sorry",
-    "casual": "Hmm, I've got nothing more on that, sorry",
-    "formal": "I'm afraid I have nothing further to add on that",
+#: The reply of an unanswerable sample to a result-format question: (sentence, terse form) as an answerable
+#: sample gives it when its gold has no such fragment, or (output columns: every gold has them) when the
+#: leakage guard left only the vague form (:func:`~.fragments.vague_text`).
+_UNANSWERABLE_TECH = {
+    "order": (_TECH_NONE["order"], _TECH_NONE["order"]),
+    "limit": (_TECH_NONE["limit"], _TECH_NONE["limit"]),
+    "distinct": (_TECH_NONE["distinct"], _TECH_NONE["distinct"]),
+    "columns": (_TECH_SENTENCE["columns"].format(t="just what my question asks for"), "just what my question asks for"),
 }
 _DEFER = {
     "neutral": "That depends on the earlier point, so let's settle that first",
@@ -559,7 +584,7 @@ _DEFER = {
 _GENERIC = {
     "relevant": "I mean it in the plain, everyday sense",
     "technical": "I'd rather leave that detail to you",
-    "irrelevant": "Sorry, I can't help with that",
+    "irrelevant": REFUSALS[0],
 }
 
 
@@ -608,20 +633,28 @@ class RuleBasedUser:
         gold = req.gold_sql or s.gold_sql
         tide = s.chain is not None or s.drift is not None
 
-        if s.group == "unanswerable" or (gold is None and not s.gold_withheld):
-            return self._final(req, gold, kind, "irrelevant", None, tide, "unanswerable",
-                               [_end(_UNANSWERABLE[kind])], {})
+        # the refusals come first and read the same on every group (module docstring, "No side channels")
         clar = req.clarification
         if asks_for_sql(clar):
             return self._refuse(req, gold, kind, tide, "asks_for_sql")
         if is_identifier_probe(clar, question=with_dialogue(s), hidden_knowledge=user_knowledge(s),
                                schema_identifiers=req.schema_identifiers):
             return self._refuse(req, gold, kind, tide, "identifier_probe")
+        if is_content_free(clar):
+            return self._refuse(req, gold, kind, tide, "content_free")
         spec = specificity(clar, s.question)
         if spec == "echo":
             return self._refuse(req, gold, kind, tide, "echo")
 
         topic, rest = technical_cue(clar)
+        if s.group == "unanswerable" or (gold is None and not s.gold_withheld):
+            # no clarification makes it answerable (label irrelevant, ABISS §5.2); a result-format question
+            # gets the no-preference answer an answerable sample without that fragment gets
+            if topic is None:
+                return self._refuse(req, gold, kind, tide, "unanswerable")
+            plain, terse = _UNANSWERABLE_TECH[topic]
+            return self._final(req, gold, kind, "irrelevant", None, tide, "unanswerable_technical",
+                               [_styled(plain, kind, terse)], {"topic": topic, "fragment_kind": None})
         if s.group == "ambiguous":
             reply = self._ambiguous(req, gold, kind, tide, topic, rest, unfocused=spec == "unfocused")
             if reply is not None:
@@ -683,7 +716,13 @@ class RuleBasedUser:
         return None
 
     def _refuse(self, req, gold, kind, tide, reason) -> UserReply:
-        return self._final(req, gold, kind, "irrelevant", None, tide, reason, [_end(_REFUSAL[kind])], {})
+        """The ``irrelevant`` refusal: :func:`~.base.refusal_text` of the clarification, whatever the sample.
+
+        It skips the leakage guard: a sentence that is the same for every sample carries nothing of any
+        sample, while a guard that rejected it on some databases (a column named ``help``) would make the
+        refusal's wording depend on the database."""
+        return self._final(req, gold, kind, "irrelevant", None, tide, reason, [refusal_text(req.clarification)], {},
+                           guard=False)
 
     def _technical(self, req, gold, kind, tide, topic) -> UserReply:
         meta = {"topic": topic}
@@ -712,18 +751,21 @@ class RuleBasedUser:
         return self._final(req, gold, kind, "technical", None, tide, "technical", cands, meta)
 
     def _final(self, req: UserRequest, gold: str | None, kind: str, label: str, layer: str | None, tide: bool,
-               reason: str, candidates: list[str], meta: dict, route: str | None = None) -> UserReply:
-        """Run the leakage guard over the candidates, then the label's generic text, then ``"Sorry."``."""
+               reason: str, candidates: list[str], meta: dict, route: str | None = None,
+               guard: bool = True) -> UserReply:
+        """Run the leakage guard over the candidates, then the label's generic text, then the clarification's
+        refusal (:func:`~.base.refusal_text`). ``guard=False`` (the refusals): the first candidate as is."""
         if label not in ALLOWED_LABELS[req.sample.group]:  # pragma: no cover - guarded by construction
             raise AssertionError(f"label {label!r} outside ABISS limits for group {req.sample.group!r}")
         generic = _GENERIC[label]
-        cands = list(candidates) + [_styled(generic, kind, generic), "Sorry."]
+        refusal = refusal_text(req.clarification)
+        cands = list(candidates) + ([_styled(generic, kind, generic), refusal] if guard else [])
         rejected = 0
-        text = cands[-1]
+        text = cands[0] if not guard else cands[-1]
         reasons: list[str] = []
         knows = user_knowledge(req.sample)
         context = with_dialogue(req.sample)   # what the user said or was told before: licensed
-        for cand in cands:
+        for cand in cands if guard else ():
             r = leakage_reasons(cand, question=context, clarification=req.clarification,
                                 schema_identifiers=req.schema_identifiers, gold_sql=gold, hidden_knowledge=knows)
             if not r:

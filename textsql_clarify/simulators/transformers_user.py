@@ -4,10 +4,14 @@
 way ABISS §5.2 describes, with TIDE §4.2 / App. E's router as an option:
 
 1. **Stage 1, the label.** Unanswerable samples skip the models and get a direct refusal
-   (``irrelevant``), and so do two kinds of clarification that cannot be milked (issue 8, the same
-   rules as the rule-based user): an identifier probe (:func:`~.leakage.is_identifier_probe`: more than
-   two schema names the question and the hidden knowledge lack) and an echo of the question
-   (:func:`~.rule_based.specificity`); ``meta["refused"]`` says which. A clarification that covers
+   (``irrelevant``), and so do three kinds of clarification that cannot be milked (the same rules as
+   the rule-based user): an identifier probe (:func:`~.leakage.is_identifier_probe`: more than two
+   schema names the question and the hidden knowledge lack), a content-free clarification
+   (:func:`~.rule_based.is_content_free`: "Can you clarify?") and an echo of the question
+   (:func:`~.rule_based.specificity`); ``meta["refused"]`` says which. Every ``irrelevant`` reply, voted
+   or direct, is the canned :func:`~.base.refusal_text` of the clarification (``meta["canned_refusal"]``
+   when voted): its wording never depends on the group, so it cannot tell an agent that a sample is
+   unanswerable (docs/simulator.md "No side channels"). A clarification that covers
    the question and adds no hidden-knowledge word (``"unfocused"``) cannot be voted ``relevant``. For the others every council model labels the clarification ``relevant`` |
    ``technical`` | ``irrelevant``, restricted to the labels its group allows (:data:`~.base.ALLOWED_LABELS`:
    answerable -> technical / irrelevant; ambiguous -> all three). A model's vote is the allowed label
@@ -23,7 +27,7 @@ way ABISS §5.2 describes, with TIDE §4.2 / App. E's router as an option:
    the clarification's :func:`~.fragments.technical_topic` when it has one, ranked by MiniLM
    similarity (lexical overlap when MiniLM is absent; :mod:`.grounding`).
 3. **Stage 2, the answer.** Every model that voted the winning label writes a one-line answer from the
-   fact, in the style of the original question (``irrelevant``: a polite refusal). One padded
+   fact, in the style of the original question (``irrelevant`` skips stages 2 to 5: the canned refusal). One padded
    ``generate`` per model for the whole batch.
 4. **Leakage guard.** :func:`~.leakage.leakage_reasons` rejects replies with SQL, the gold SQL, a
    schema identifier or a gold condition value that the user has not licensed (the question and the
@@ -54,12 +58,12 @@ from typing import Any, Sequence
 
 from ..errors import SQLParseError
 from ..sql.schema import read_schema
-from .base import ALLOWED_LABELS, UserReply, UserRequest, dialogue_said, valid_request, with_dialogue
+from .base import ALLOWED_LABELS, UserReply, UserRequest, dialogue_said, refusal_text, valid_request, with_dialogue
 from .fragments import Fragment, gold_fragments, technical_topic, vague_text
 from .grounding import Grounder, best_matches, default_grounder, split_facts
 from .hf_models import DEFAULT_MODEL, GenerationBackend, load_backend
 from .leakage import is_identifier_probe, leakage_reasons
-from .rule_based import added_stems, content_stems, specificity, user_knowledge
+from .rule_based import added_stems, content_stems, is_content_free, specificity, user_knowledge
 from .prompts import (JUDGE_OPTIONS, LABEL_OPTIONS, answer_task, clean_reply, fallback_reply, judge_task, label_task,
                       refusal_reply, render)
 
@@ -248,6 +252,8 @@ class TransformersUserSimulator:
             elif is_identifier_probe(w.clarification, question=w.context, hidden_knowledge=w.knows,
                                      schema_identifiers=w.schema_ids):
                 w.meta["refused"] = "identifier_probe"
+            elif is_content_free(w.clarification):
+                w.meta["refused"] = "content_free"   # asks about nothing: no vote could make it informative
             else:
                 spec = specificity(w.clarification, w.question)
                 if spec == "echo":
@@ -258,15 +264,24 @@ class TransformersUserSimulator:
         active = [w for w in works if "refused" not in w.meta]
         for w in works:
             if "refused" in w.meta:
-                w.label, w.text = "irrelevant", refusal_reply(w.question)
+                w.label, w.text = "irrelevant", refusal_reply(w.clarification)
                 w.route = "una" if self.protocol == "tide" else None
                 w.meta["skipped_models"] = True
         if active:
             self._stage1(active)
             self._decide(active)
-            self._ground(active)
-            self._stage2(active)
-            self._select(active)
+            # an irrelevant label gets the canned refusal, not a model's own wording: a generated refusal
+            # would read differently from the unanswerable samples' canned one (docs/simulator.md
+            # "No side channels")
+            for w in active:
+                if w.label == "irrelevant":
+                    w.text = refusal_reply(w.clarification)
+                    w.meta["canned_refusal"] = True
+            answering = [w for w in active if w.label != "irrelevant"]
+            if answering:
+                self._ground(answering)
+                self._stage2(answering)
+                self._select(answering)
         self.stats["requests"] += len(works)
         self.stats["leak_rejections"] += sum(w.rejections for w in works)
         return [UserReply(text=w.text, label=w.label, layer=w.layer, route=w.route, leak_rejections=w.rejections,
@@ -436,9 +451,9 @@ class TransformersUserSimulator:
         return out
 
     def _fallback(self, w: _Work) -> str:
-        options = [fallback_reply(w.label, w.fact, w.question)]
+        options = [fallback_reply(w.label, w.fact, w.question, clarification=w.clarification)]
         if w.label == "technical" and w.fragment is not None and w.fragment.sql:
-            options.append(fallback_reply(w.label, vague_text(w.fragment), w.question))
+            options.append(fallback_reply(w.label, vague_text(w.fragment), w.question, clarification=w.clarification))
         for o in options:
             if not self._check(w, o):
                 return o
@@ -451,7 +466,7 @@ class TransformersUserSimulator:
         for w in active:
             if w.label == "relevant" and not w.fact:
                 for m in w.answerers:   # nothing to ground on: the user cannot say more
-                    w.cands[m], w.fallback[m] = fallback_reply("irrelevant", None, w.question), True
+                    w.cands[m], w.fallback[m] = refusal_reply(w.clarification), True
                 continue
             todo.extend((w, m) for m in w.answerers)
         by_i = {w.i: w for w in active}
