@@ -18,6 +18,14 @@ from ..rewards.commitments import drift_subtype
 from ..rewards.execution import is_empty_result, score_execution
 from ..samples import Sample
 
+
+def _pre_gold_problem(pre_sql: str, post_sql: str, sandbox) -> str | None:
+    """:func:`textsql_clarify.generation.drift_checks.pre_gold_problem` (imported on use: the generation package
+    imports the datasets layer)."""
+    from ..generation.drift_checks import pre_gold_problem as check
+
+    return check(pre_sql, post_sql, sandbox)
+
 __all__ = ["drift_problems"]
 
 
@@ -45,6 +53,10 @@ def drift_problems(samples: Sequence[Sample], file: str | os.PathLike) -> list[R
     * its result differs from ``gold_sql``'s (relaxed EX, ABISS App. A: a post-drift gold that matches
       the pre-drift one is no drift); skipped when ``gold_sql`` itself fails or returns nothing, which
       the metrics already count as a ceiling;
+    * ``gold_sql``, submitted as the answer after the drift, scores ``ex`` 0 and ``ex_strict`` 0 under the
+      env's own post-drift scorer (the recipe's ``pre_gold_fails`` stage,
+      :func:`~textsql_clarify.generation.drift_checks.pre_gold_problem`): otherwise an agent that ignores the
+      drift is paid as if it had followed it; skipped where ``gold_sql`` fails or returns nothing;
     * ``drift.subtype`` equals TIDE Algorithm 1's subtype of (``gold_sql``, ``post_gold_sql``).
 
     Args:
@@ -81,6 +93,10 @@ def drift_problems(samples: Sequence[Sample], file: str | os.PathLike) -> list[R
             verdict = score_execution(post, gold, s.drift.post_gold_sql, s.gold_sql, sandbox)[1]
             if verdict.status == "match":
                 bad("drift.post_gold_sql", "returns the same result as gold_sql: the drift changes nothing")
+                continue
+            problem = _pre_gold_problem(s.gold_sql, s.drift.post_gold_sql, sandbox)
+            if problem:
+                bad("drift.post_gold_sql", problem.replace("the anchor's gold SQL", "gold_sql"))
                 continue
         try:
             found = drift_subtype(s.gold_sql, s.drift.post_gold_sql, sandbox.schema)

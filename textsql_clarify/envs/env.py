@@ -186,6 +186,9 @@ class TextSQLClarifyEnv(gym.Env):
                              "keep detailed_scores=True or choose a preset without them (e.g. 'binary')")
         self.simulator = make_simulator(simulator)
         self.feedback_judge = feedback_judge or default_judge()
+        use_corpus = getattr(self.feedback_judge, "use_corpus", None)
+        if callable(use_corpus):  # the judge leaves out phrases that recur across this dataset's rationales
+            use_corpus(self.samples)
         self.ex_options = EXOptions.from_mapping(ex_options)
         self.info_format = info_format
         self._typed_info = resolve_info_format(info_format) == "typed"  # ValueError for an unknown format
@@ -610,9 +613,11 @@ class TextSQLClarifyEnv(gym.Env):
         # the other readings of an ambiguous question, before any drift: an answer that matches two different
         # readings at once is a hedge, not a choice (scoring.score_sql_turn, ``other_readings``)
         others = () if post else tuple((f"{s.id}#reading{k}", it.gold_sql) for k, it in enumerate(s.interpretations))
+        # after a drift, an answer that still carries what the user retracted is not the post-drift answer
+        retracted = (s.id, s.gold_sql) if post and s.gold_sql else None
         res = score_sql_turn(act.content, self._gold, self._sandbox, gold_key=self._gold_key,
                              detailed=self.detailed_scores, offered_tables=self._offered, ex_options=self.ex_options,
-                             gold_withheld=s.gold_withheld, other_readings=others)
+                             gold_withheld=s.gold_withheld, other_readings=others, retracted_gold=retracted)
         comps = dict(res.components)
         turn = Turn(self._turn - 1, self._phase, "sql", act.content, execution=res.execution)
         if post:

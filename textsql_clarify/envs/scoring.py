@@ -17,6 +17,7 @@ from ..errors import SQLParseError
 from ..rewards.cells import ResultTable, column_origins, score_cells
 from ..rewards.components import score_components
 from ..rewards.dense import score_partial
+from ..rewards.drift_ex import carried_columns, kept_filters, query_commitments, retracted_columns, retracted_filters
 from ..rewards.execution import EXOptions, gold_is_ordered, score_execution
 from ..rewards.retrieval import score_retrieval, tables_read
 from ..sql.schema import shared_analysis
@@ -56,7 +57,9 @@ class SQLTurnScore:
         gold_status: ``ok`` | ``empty`` | ``error`` | ``nondeterministic`` (gold reads the clock or randomness)
             | ``none`` (no gold SQL: unanswerable) | ``withheld`` (the source withholds the gold,
             :attr:`~textsql_clarify.samples.Sample.gold_withheld`).
-        flags: ceiling flags: ``gold_truncated``, ``pred_truncated``, ``keyless``, ``scorer_inconsistent``.
+        flags: ceiling flags: ``gold_truncated``, ``pred_truncated``, ``keyless``, ``scorer_inconsistent``; and
+            ``hedged`` (two readings answered at once), ``retraction_kept`` (a post-drift answer that still carries
+            what the drift retracted; only with ``retracted_gold``).
         ex_status: the EX verdict's status string.
     """
 
@@ -79,7 +82,8 @@ DETAIL_KEYS = ("cell_precision", "cell_recall", "cell_f1", "cell_f1_covered", "s
 def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, *, gold_key: str,
                    detailed: bool = True, offered_tables: Iterable[str] | None = None,
                    ex_options: EXOptions | None = None, gold_withheld: bool = False,
-                   other_readings: Sequence[tuple[str, str]] = ()) -> SQLTurnScore:
+                   other_readings: Sequence[tuple[str, str]] = (),
+                   retracted_gold: tuple[str, str] | None = None) -> SQLTurnScore:
     """Execute ``pred_sql`` and score it against ``gold_sql``.
 
     Args:
@@ -101,6 +105,14 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
             two golds side by side in one cross join, which the column-superset bound can let through): its
             ``ex`` and ``sql_partial`` are 0 and ``flags["hedged"]`` is set. ABISS Def. 2: an ambiguous question
             is answered by choosing a reading; an answer that satisfies two different readings chose none.
+        retracted_gold: on a post-drift turn, ``(gold_key, gold_sql)`` of the pre-drift gold (``gold_sql`` is then
+            the post-drift gold). A prediction that relaxed EX matches but that still carries what the drift
+            retracted scores ``ex`` 0 and ``ex_strict`` 0 (status ``retraction_kept``, ``flags["retraction_kept"]``,
+            ``sql_partial`` 0): an extra column whose values are those of a pre-drift gold column that no post-drift
+            gold column has (the age beside the song name; ``min`` beside ``max``), a retracted WHERE unit of the
+            commitment sets held at its scope, or a result that relaxed EX also matches with the pre-drift gold
+            where the post-drift gold does not match it (:mod:`textsql_clarify.rewards.drift_ex`; TIDE §2.2: the
+            post-drift answer follows the user's revised request). The post-drift gold never triggers it.
 
     Returns:
         A :class:`SQLTurnScore`. Never raises for bad SQL.
@@ -113,7 +125,7 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
     if not detailed:  # the EX-only path reads the prediction's SQL once (its projection): nothing to share
         return _score_sql_turn(pred_sql, gold_sql, sandbox, gold_key=gold_key, detailed=detailed,
                                offered_tables=offered_tables, ex_options=ex_options, gold_withheld=gold_withheld,
-                               other_readings=other_readings)
+                               other_readings=other_readings, retracted_gold=retracted_gold)
     try:
         key = (pred_sql, sandbox.db_path, sandbox.schema)
     except Exception:  # noqa: BLE001 - no key, no cross-step cache; the scorers meet (and report) it as before
@@ -121,12 +133,13 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
     with shared_analysis(*key):
         return _score_sql_turn(pred_sql, gold_sql, sandbox, gold_key=gold_key, detailed=detailed,
                                offered_tables=offered_tables, ex_options=ex_options, gold_withheld=gold_withheld,
-                               other_readings=other_readings)
+                               other_readings=other_readings, retracted_gold=retracted_gold)
 
 
 def _score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, *, gold_key: str, detailed: bool,
                     offered_tables: Iterable[str] | None, ex_options: EXOptions | None, gold_withheld: bool,
-                    other_readings: Sequence[tuple[str, str]]) -> SQLTurnScore:
+                    other_readings: Sequence[tuple[str, str]],
+                    retracted_gold: tuple[str, str] | None) -> SQLTurnScore:
     """:func:`score_sql_turn` inside its analysis scope."""
     pred = sandbox.execute(pred_sql)
     comps: dict[str, Any] = {"ex": None, "ex_strict": None}
@@ -151,6 +164,11 @@ def _score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox,
                                                    ex_options, verdict.column_mapping)
         if flags["hedged"]:
             comps["ex"] = 0.0
+    if retracted_gold is not None:
+        flags["retraction_kept"] = bool(verdict.score == 1.0 and pred.ok and _keeps_retraction(
+            pred, pred_sql, gold, gold_sql, retracted_gold, sandbox, ex_options, verdict.column_mapping))
+        if flags["retraction_kept"]:
+            comps["ex"] = comps["ex_strict"] = 0.0
     # the verdict knows every reason a gold cannot be scored (fails, empty, truncated, no columns, clock)
     gold_status = {"gold_error": "error", "gold_empty": "empty",
                    "gold_nondeterministic": "nondeterministic"}.get(verdict.status, "ok")
@@ -191,9 +209,57 @@ def _score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox,
             offered = offered_tables if offered_tables is not None else schema.keys()
             rs = score_retrieval(required, offered)
             comps.update(table_recall=rs.recall, table_precision=rs.precision, spurious_tables=rs.spurious)
-    if flags["hedged"] and comps.get("sql_partial") is not None:
+    if (flags["hedged"] or flags.get("retraction_kept")) and comps.get("sql_partial") is not None:
         comps["sql_partial"] = 0.0
-    return SQLTurnScore(comps, _exec_info(pred), gold_status, flags, "hedged" if flags["hedged"] else verdict.status)
+    status = "hedged" if flags["hedged"] else "retraction_kept" if flags.get("retraction_kept") else verdict.status
+    return SQLTurnScore(comps, _exec_info(pred), gold_status, flags, status)
+
+
+#: per sandbox: (pre-drift gold SQL, post-drift gold SQL) -> what the drift retracted (:func:`_retraction`), the
+#: gold-side part of :func:`_keeps_retraction`, worked out once per drift sample
+_RETRACTED: "weakref.WeakKeyDictionary[SQLiteSandbox, dict[tuple, tuple]]" = weakref.WeakKeyDictionary()
+
+
+def _retraction(pre: ExecutionResult | None, pre_sql: str, post: ExecutionResult, post_sql: str,
+                sandbox: SQLiteSandbox) -> tuple[tuple[int, ...], frozenset]:
+    """What the drift retracted: the pre-drift gold's result columns that no post-drift gold column has by values
+    (:func:`~textsql_clarify.rewards.drift_ex.retracted_columns`; none when ``pre`` is ``None``: it could not be
+    used) and its WHERE units the post-drift gold does not hold
+    (:func:`~textsql_clarify.rewards.drift_ex.retracted_filters`; none when either gold cannot be analysed);
+    cached per sandbox, gold pair and whether ``pre`` was usable."""
+    memo = _RETRACTED.setdefault(sandbox, {})
+    key = (pre_sql, post_sql, pre is not None)
+    if key not in memo:
+        if len(memo) > 4096:
+            memo.clear()
+        schema = sandbox.schema
+        s_pre, s_post = query_commitments(pre_sql, schema), query_commitments(post_sql, schema)
+        filters = retracted_filters(s_pre, s_post) if s_pre is not None and s_post is not None else frozenset()
+        memo[key] = (retracted_columns(pre, post) if pre is not None else (), filters)
+    return memo[key]
+
+
+def _keeps_retraction(pred: ExecutionResult, pred_sql: str, post: ExecutionResult, post_sql: str,
+                      retracted_gold: tuple[str, str], sandbox: SQLiteSandbox, ex_options: EXOptions | None,
+                      mapping: Sequence[int] | None) -> bool:
+    """Whether ``pred``, a relaxed-EX match of the post-drift gold (gold column ``i`` -> ``pred`` column
+    ``mapping[i]``), still carries what the drift retracted (:func:`score_sql_turn`, ``retracted_gold``): an
+    extra column holding a retracted pre-drift column's values, a retracted WHERE unit, or the pre-drift answer
+    itself (relaxed EX matches the pre-drift gold too, or the extra columns hold its rows, where the post-drift
+    gold does not match it: :func:`_matches_another_reading`). A pre-drift gold that fails, comes back truncated
+    or returns nothing leaves only the WHERE-unit test."""
+    pre_key, pre_sql = retracted_gold
+    pre = sandbox.execute_gold(pre_key, pre_sql)
+    usable = pre.ok and not pre.truncated and bool(pre.rows)
+    columns, filters = _retraction(pre if usable else None, pre_sql, post, post_sql, sandbox)
+    if columns and carried_columns(pred, mapping, pre, columns):
+        return True
+    if filters:
+        held = query_commitments(pred_sql, sandbox.schema)
+        if held and kept_filters(held, filters):
+            return True
+    return usable and _matches_another_reading(pred, pred_sql, post, post_sql, ((pre_key, pre_sql),), sandbox,
+                                               ex_options, mapping)
 
 
 def _matches_another_reading(pred: ExecutionResult, pred_sql: str, gold: ExecutionResult, gold_sql: str,

@@ -11,6 +11,10 @@ executes        it executes in the read-only sandbox, untruncated               
 non_empty       it returns rows that are not all NULL                           empty_result
 distinct_result its result differs from the anchor's (the env's strict EX,      identical_result
                 as :mod:`textsql_clarify.datasets.drift_check` compares)
+pre_gold_fails  the anchor's gold, answered after the drift, scores ``ex`` 0     (ours)
+                and ``ex_strict`` 0 under the env's own post-drift scorer
+                (:func:`pre_gold_problem`: relaxed EX, then the rule that an
+                answer carrying what the drift retracted is not the answer)
 non_monotone    S_pre is not a subset of S_post (TIDE §2.2,                     no_change; monotonic
                 :func:`~textsql_clarify.rewards.commitments.is_drift`)
 subtype_scope   TIDE Algorithm 1 gives the assigned subtype                     subtype_mismatch
@@ -37,12 +41,12 @@ from ..sql.sandbox import ExecutionResult, SQLiteSandbox
 
 __all__ = [
     "STAGES", "CheckResult", "parse_problem", "execution_problem", "empty_problem", "distinct_problem",
-    "monotone_problem", "scope_problem", "utterance_problem", "check_drift_candidate",
+    "pre_gold_problem", "monotone_problem", "scope_problem", "utterance_problem", "check_drift_candidate",
 ]
 
 #: the checks, in the order they run (TIDE Table 7 steps 2-7, then ours)
-STAGES: tuple[str, ...] = ("parses", "executes", "non_empty", "distinct_result", "non_monotone",
-                           "subtype_scope", "utterance")
+STAGES: tuple[str, ...] = ("parses", "executes", "non_empty", "distinct_result", "pre_gold_fails",
+                           "non_monotone", "subtype_scope", "utterance")
 
 
 def parse_problem(sql: str, schema) -> tuple[str | None, frozenset]:
@@ -101,6 +105,39 @@ def distinct_problem(post: ExecutionResult, pre: ExecutionResult, post_sql: str,
     verdict = score_execution(post, pre, post_sql, pre_sql, sandbox)[1]
     if verdict.status == "match":
         return "returns the same result as the anchor's gold SQL"
+    return None
+
+
+def pre_gold_problem(pre_sql: str, post_sql: str, sandbox: SQLiteSandbox) -> str | None:
+    """Stage ``pre_gold_fails``: the anchor's gold SQL, submitted as the answer after the drift, is not the
+    post-drift answer under the env's own scorer: ``ex`` and ``ex_strict`` are both 0, so no preset pays it
+    (:func:`~textsql_clarify.envs.scoring.score_sql_turn` with ``retracted_gold``, the env's default EX options:
+    relaxed EX, then the post-drift rule of :mod:`textsql_clarify.rewards.drift_ex`). A pair the env cannot tell
+    apart this way would pay an agent that ignores the drift.
+
+    On the current scorer this is implied by ``distinct_result`` together with the post-drift rule (a pre-drift
+    gold that relaxed EX matches with itself is the pre-drift answer, refused wherever the post-drift gold does not
+    match it); the stage keeps the guarantee stated and checked whichever of the two changes. The load-time check
+    (:func:`~textsql_clarify.datasets.drift_check.drift_problems`) calls this same function.
+
+    Args:
+        pre_sql: the anchor's (pre-drift) gold SQL; its result is read from the sandbox's gold cache
+            (key ``drift-pre:<sql>``, as :func:`check_drift_candidate` reads it).
+        post_sql: the post-drift gold SQL (cached under ``drift-post:<sql>``).
+        sandbox: the database.
+    Returns:
+        ``None`` when the pre-drift gold scores 0 (or the post-drift gold cannot be scored: an earlier stage
+        says why), else the reason.
+    """
+    # imported on use: the env's package imports the datasets layer, whose load-time check calls this function
+    from ..envs.scoring import score_sql_turn
+
+    res = score_sql_turn(pre_sql, post_sql, sandbox, gold_key=f"drift-post:{post_sql}", detailed=False,
+                         retracted_gold=(f"drift-pre:{pre_sql}", pre_sql))
+    paid = [k for k in ("ex", "ex_strict") if res.components.get(k) == 1.0]
+    if paid:
+        return (f"the anchor's gold SQL, answered after the drift, scores {' and '.join(paid)} 1 against the "
+                f"post-drift gold ({res.ex_status}): the env cannot tell the drift was ignored")
     return None
 
 
@@ -227,7 +264,7 @@ def check_drift_candidate(pre_sql: str, post_sql: str, subtype: str, utterance: 
         if problem:
             return fail("parses", problem)
         out.verdicts["parses"] = "pass"
-    needs_rows = {"executes", "non_empty", "distinct_result"} & set(run)
+    needs_rows = {"executes", "non_empty", "distinct_result", "pre_gold_fails"} & set(run)
     if needs_rows:
         post = sandbox.execute(post_sql)
         out.post_result = post
@@ -250,6 +287,11 @@ def check_drift_candidate(pre_sql: str, post_sql: str, subtype: str, utterance: 
                 if problem:
                     return fail("distinct_result", problem)
             out.verdicts["distinct_result"] = "pass"
+        if "pre_gold_fails" in run:
+            problem = pre_gold_problem(pre_sql, post_sql, sandbox)
+            if problem:
+                return fail("pre_gold_fails", problem)
+            out.verdicts["pre_gold_fails"] = "pass"
     if {"non_monotone", "subtype_scope"} & set(run):
         s_pre = pre_set if pre_set is not None else commitment_set(pre_sql, schema)
         if not s_post:

@@ -1,0 +1,309 @@
+"""Post-drift EX follows the user (TIDE §2.2): an answer that still carries what the drift retracted scores 0.
+
+* the rule's parts (:mod:`textsql_clarify.rewards.drift_ex`) on hand-made results and commitment sets;
+* a hand-made drift sample on the embedded university database, played through ``gym.make``: the post-drift gold
+  keeps ``ex`` 1 and ``drift`` 1; the gold plus the retracted column, the pre-drift gold resubmitted and the
+  ``min``/``max`` hedge get post-drift ``ex`` 0 and ``drift`` 0;
+* the drift recipe's ``pre_gold_fails`` stage and the load-time check reject a pair whose pre-drift gold passes as
+  the post-drift answer;
+* real generated Spider dev drift samples (skipped where ``../shared/data/spider_dev`` is absent): the three
+  hedges below earn at most the random agent's post-drift return plus 0.02 under binary, shaped and drift,
+  while the oracle keeps 1.0 / 1.5.
+
+The three hedging policies are defined here (the red team's list lives in ``textsql_clarify/baselines/hacks.py``).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+import sqlglot
+from sqlglot import exp
+
+import textsql_clarify
+from textsql_clarify.baselines.hacks import HackPolicy, make_policy, play
+from textsql_clarify.datasets.drift_check import drift_problems
+from textsql_clarify.envs.scoring import score_sql_turn
+from textsql_clarify.generation.drift_checks import STAGES, check_drift_candidate
+from textsql_clarify.rewards.commitments import commitment_set
+from textsql_clarify.rewards.drift_ex import carried_columns, kept_filters, retracted_columns, retracted_filters
+from textsql_clarify.rewards.presets import PRESETS
+from textsql_clarify.samples import DriftEvent, Sample, write_jsonl
+from textsql_clarify.sql.sandbox import ExecutionResult, get_sandbox
+
+ROOT = Path(__file__).resolve().parents[1]
+UNI = ROOT / "textsql_clarify" / "datasets" / "embedded" / "university.sqlite"
+SPIDER_DEV = ROOT.parent / "shared" / "data" / "spider_dev"
+
+
+# --------------------------------------------------------------------------------------- the hedging policies
+def _sql(text: str) -> str:
+    return f"<sql>{text}</sql>"
+
+
+def _item_text(node: exp.Expression) -> str:
+    inner = node.this if isinstance(node, exp.Alias) else node
+    return inner.sql(dialect="sqlite").lower()
+
+
+def gold_plus_retracted(pre: str, post: str) -> str | None:
+    """The post-drift gold with every SELECT item of the pre-drift gold it lacks appended (``SELECT name, song``
+    after "the song instead of the age", from ``SELECT name, age``, becomes ``SELECT name, song, age``); ``None``
+    when either is not a plain SELECT or nothing was dropped.
+
+    Raises:
+        sqlglot.errors.ParseError: either query does not parse.
+    """
+    a, b = sqlglot.parse_one(pre, read="sqlite"), sqlglot.parse_one(post, read="sqlite")
+    if not (isinstance(a, exp.Select) and isinstance(b, exp.Select)):
+        return None
+    have = {_item_text(e) for e in b.expressions}
+    extra = [e.copy() for e in a.expressions if _item_text(e) not in have and not isinstance(e, exp.Star)]
+    if not extra:
+        return None
+    b = b.copy()
+    b.set("expressions", [*b.expressions, *extra])
+    return b.sql(dialect="sqlite")
+
+
+def aggregates_doubled(sql: str) -> str | None:
+    """``sql`` with each ``MIN(x)`` / ``MAX(x)`` SELECT item replaced by both ``MIN(x), MAX(x)``; ``None`` when it
+    has none.
+
+    Raises:
+        sqlglot.errors.ParseError: ``sql`` does not parse.
+    """
+    tree = sqlglot.parse_one(sql, read="sqlite")
+    if not isinstance(tree, exp.Select):
+        return None
+    out, changed = [], False
+    for e in tree.expressions:
+        inner = e.this if isinstance(e, exp.Alias) else e
+        if isinstance(inner, (exp.Min, exp.Max)):
+            out += [exp.Min(this=inner.this.copy()), exp.Max(this=inner.this.copy())]
+            changed = True
+        else:
+            out.append(e.copy())
+    if not changed:
+        return None
+    tree = tree.copy()
+    tree.set("expressions", out)
+    return tree.sql(dialect="sqlite")
+
+
+class _DriftHedge(HackPolicy):
+    """Privileged: the pre-drift gold first, then :meth:`post` of the sample (its post-drift turn is scored)."""
+
+    privileged, kind, scope = True, "drift", "post_drift"
+
+    def post(self, sample: Sample) -> str | None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def applies(self, sample: Sample) -> bool:
+        """A drift sample with a gold SQL on which :meth:`post` gives a query."""
+        if sample.drift is None or not sample.gold_sql:
+            return False
+        try:
+            return self.post(sample) is not None
+        except Exception:  # noqa: BLE001 - a gold sqlglot cannot parse: nothing to attack
+            return False
+
+    def next_action(self, observation, info):
+        s = self.sample
+        return _sql(s.gold_sql if self.sql_sent == 0 else self.post(s))
+
+
+class GoldPlusRetracted(_DriftHedge):
+    """After the drift: the post-drift gold plus every output column of the pre-drift gold that it lacks."""
+
+    name = "drift_gold_plus_retracted"
+
+    def post(self, sample):
+        return gold_plus_retracted(sample.gold_sql, sample.drift.post_gold_sql)
+
+
+class ResubmitPre(_DriftHedge):
+    """After the drift: the pre-drift gold unchanged."""
+
+    name = "drift_resubmit_pre"
+
+    def post(self, sample):
+        return sample.gold_sql
+
+
+class AggregatesDoubled(_DriftHedge):
+    """After the drift: the pre-drift gold with every MIN/MAX item doubled into both MIN and MAX."""
+
+    name = "drift_aggregates_doubled"
+
+    def post(self, sample):
+        return aggregates_doubled(sample.gold_sql)
+
+
+HEDGES = (GoldPlusRetracted, ResubmitPre, AggregatesDoubled)
+MEASURED_PRESETS = ("binary", "shaped", "drift")
+
+
+def post_drift_episodes(samples: list[Sample], policy) -> dict[str, object]:
+    """Play ``policy`` through ``gym.make`` on the samples it applies to (all, for an agent without ``applies``).
+
+    Returns:
+        sample id -> :class:`~textsql_clarify.baselines.hacks.Episode`.
+    """
+    env = gym.make(textsql_clarify.ENV_ID, samples=samples, reward_preset="binary", detailed_scores=False)
+    try:
+        idx = [i for i, s in enumerate(env.unwrapped.samples) if not hasattr(policy, "applies") or policy.applies(s)]
+        return {e.sample_id: e for e in play(env, policy, idx)}
+    finally:
+        env.close()
+
+
+def mean_post_drift(episodes: dict, ids, preset: str) -> float:
+    """Mean post-drift return under ``preset`` of the episodes of ``ids`` (0.0 for none)."""
+    ids = list(ids)
+    return sum(episodes[i].reward(PRESETS[preset], "post_drift") for i in ids) / len(ids) if ids else 0.0
+
+
+# ------------------------------------------------------------------------------------------ the rule's parts
+def _result(columns, rows) -> ExecutionResult:
+    return ExecutionResult(tuple(columns), tuple(map(tuple, rows)), 0.0)
+
+
+def test_a_pre_drift_column_whose_values_no_post_drift_column_has_is_retracted():
+    pre = _result(["name", "age"], [("a", 30), ("b", 41)])
+    post = _result(["name", "song"], [("a", "x"), ("b", "y")])
+    assert retracted_columns(pre, post) == (1,)
+    # 3 == 3.0, floats compare at 12 significant digits: the same values are not retracted
+    assert retracted_columns(_result(["m"], [(3,)]), _result(["m"], [(3.0,)])) == ()
+    assert retracted_columns(_result(["m"], [(1.0,)]), _result(["m"], [(1.0 + 1e-15,)])) == ()
+
+
+def test_an_extra_column_carrying_the_retracted_values_is_found_and_a_paired_one_is_not():
+    pre = _result(["name", "age"], [("a", 30), ("b", 41)])
+    pred = _result(["name", "song", "age"], [("a", "x", 30), ("b", "y", 41)])
+    assert carried_columns(pred, (0, 1), pre, (1,)) == (2,)
+    # the same values in a column the match pairs with a post-drift gold column are not an extra column
+    assert carried_columns(pred, (0, 2), pre, (1,)) == ()
+    # a one-row retracted answer repeated on every row (a cross join) is carried: values compare as sets
+    one = _result(["m"], [(1998,)])
+    crossed = _result(["max", "m"], [(2014, 1998), (2015, 1998)])
+    assert carried_columns(crossed, (0,), one, (0,)) == (1,)
+    assert carried_columns(crossed, (0,), one, ()) == ()
+
+
+def test_a_retracted_where_unit_is_found_at_its_scope_and_value_form():
+    schema = get_sandbox(UNI).schema
+    pre = commitment_set("SELECT first_name FROM students WHERE dept_id = 1 AND total_credits > 100", schema)
+    post = commitment_set("SELECT first_name FROM students WHERE dept_id = 1", schema)
+    (unit,) = retracted_filters(pre, post)
+    assert (unit.scope, unit.kind, unit.value_form) == ("$", "where", "students.total_credits > 100")
+    kept = commitment_set("SELECT first_name FROM students WHERE 100 < total_credits AND dept_id = 1", schema)
+    assert kept_filters(kept, frozenset({unit})) == {unit}
+    assert kept_filters(post, frozenset({unit})) == frozenset()
+    # a value drift retracts the old literal's unit only
+    v_post = commitment_set("SELECT first_name FROM students WHERE dept_id = 2 AND total_credits > 100", schema)
+    assert {u.value_form for u in retracted_filters(pre, v_post)} == {"students.dept_id = 1"}
+
+
+# ------------------------------------------------------------------ the scorer on the university database
+PROJ_PRE = "SELECT first_name, total_credits FROM students WHERE dept_id = 1"
+PROJ_POST = "SELECT first_name, home_city FROM students WHERE dept_id = 1"
+AGG_PRE = "SELECT MIN(budget) FROM departments"
+AGG_POST = "SELECT MAX(budget) FROM departments"
+DROP_PRE = "SELECT first_name, last_name FROM students WHERE dept_id = 1"
+DROP_POST = "SELECT first_name FROM students WHERE dept_id = 1"
+
+
+def _post_score(pred: str, pre: str, post: str, key: str):
+    sb = get_sandbox(UNI)
+    return score_sql_turn(pred, post, sb, gold_key=f"{key}#post", detailed=False, retracted_gold=(key, pre))
+
+
+@pytest.mark.parametrize("pred, pre, post, key", [
+    ("SELECT first_name, home_city, total_credits FROM students WHERE dept_id = 1", PROJ_PRE, PROJ_POST, "t-proj"),
+    ("SELECT MIN(budget), MAX(budget) FROM departments", AGG_PRE, AGG_POST, "t-agg"),
+    (DROP_PRE, DROP_PRE, DROP_POST, "t-drop"),
+])
+def test_a_post_drift_answer_that_carries_the_retraction_scores_zero(pred, pre, post, key):
+    plain = score_sql_turn(pred, post, get_sandbox(UNI), gold_key=f"{key}#post", detailed=False)
+    assert plain.components["ex"] == 1.0  # relaxed EX alone tolerates the retracted column as an extra column
+    res = _post_score(pred, pre, post, key)
+    assert (res.components["ex"], res.components["ex_strict"]) == (0.0, 0.0)
+    assert res.flags["retraction_kept"] and res.ex_status == "retraction_kept"
+
+
+@pytest.mark.parametrize("pre, post, key", [(PROJ_PRE, PROJ_POST, "t-proj"), (AGG_PRE, AGG_POST, "t-agg"),
+                                            (DROP_PRE, DROP_POST, "t-drop")])
+def test_the_post_drift_gold_and_a_legitimate_key_column_keep_ex_one(pre, post, key):
+    res = _post_score(post, pre, post, key)
+    assert (res.components["ex"], res.components["ex_strict"], res.flags["retraction_kept"]) == (1.0, 1.0, False)
+
+
+def test_a_key_column_beside_the_post_drift_answer_is_still_tolerated():
+    res = _post_score("SELECT student_id, first_name, home_city FROM students WHERE dept_id = 1", PROJ_PRE,
+                      PROJ_POST, "t-proj")
+    assert (res.components["ex"], res.components["ex_strict"], res.flags["retraction_kept"]) == (1.0, 0.0, False)
+
+
+def test_a_retracted_filter_kept_where_the_rows_do_not_change_scores_zero():
+    # every student of department 1 has total_credits >= 0: the kept filter changes no row, only the scorer's
+    # commitment test can tell that the answer still carries it
+    pre = "SELECT first_name FROM students WHERE dept_id = 1 AND total_credits >= 0"
+    res = _post_score(pre, pre, DROP_POST, "t-filter")
+    assert res.components["ex"] == 0.0 and res.flags["retraction_kept"]
+    assert _post_score(DROP_POST, pre, DROP_POST, "t-filter").components["ex"] == 1.0
+
+
+# ----------------------------------------------------------------- a hand-made drift sample through gym.make
+def _uni_sample(sid: str, pre: str, post: str, subtype: str, utterance: str) -> Sample:
+    return Sample(id=sid, db_id="university", db_path=str(UNI), question="Which students of department 1?",
+                  group="answerable", subcategory="answerable_without_evidence", gold_sql=pre,
+                  drift=DriftEvent(utterance, post, subtype))
+
+
+HAND = [_uni_sample("hand-proj", PROJ_PRE, PROJ_POST, "projection", "Show their home city instead of the credits."),
+        _uni_sample("hand-agg", AGG_PRE, AGG_POST, "projection", "Actually I want the largest budget."),
+        _uni_sample("hand-drop", DROP_PRE, DROP_POST, "projection", "Leave out the last names.")]
+
+
+def _play_post(samples, policy, preset: str) -> list[tuple[float | None, float | None, float]]:
+    env = gym.make(textsql_clarify.ENV_ID, samples=samples, reward_preset=preset, detailed_scores=False)
+    try:
+        eps = play(env, policy, range(len(samples)))
+    finally:
+        env.close()
+    out = []
+    for e in eps:
+        (_, _, comps, reward), = [t for t in e.turns if t[1]]
+        out.append((comps.get("ex"), comps.get("drift"), reward))
+    return out
+
+
+def test_the_oracle_keeps_post_drift_ex_one_and_the_drift_bonus_on_hand_made_samples():
+    assert _play_post(HAND, make_policy("oracle"), "drift") == [(1.0, 1.0, 1.5)] * 3
+
+
+@pytest.mark.parametrize("policy, sample", [(GoldPlusRetracted, HAND[0]), (ResubmitPre, HAND[2]),
+                                            (AggregatesDoubled, HAND[1]), (GoldPlusRetracted, HAND[1])])
+def test_a_hedge_after_the_drift_earns_no_ex_and_no_drift_bonus(policy, sample):
+    assert policy().applies(sample)
+    assert _play_post([sample], policy(), "drift") == [(0.0, 0.0, 0.0)]
+
+
+# --------------------------------------------------------- the recipe and the load-time check reject such pairs
+def test_the_recipe_rejects_a_pair_whose_pre_drift_gold_passes_as_the_post_drift_answer():
+    # ORDER BY ... LIMIT 1 on a tie: the pre-drift gold's row is one of the tied rows of the post-drift gold, so
+    # the env's scorer (ties interchangeable) passes it, though the results differ
+    sb = get_sandbox(UNI)
+    assert "pre_gold_fails" in STAGES
+    ok = check_drift_candidate(DROP_PRE, DROP_POST, "projection", "Leave out the last names.", sb)
+    assert ok.passed and ok.verdicts["pre_gold_fails"] == "pass"
+
+
+def test_the_load_time_check_flags_an_authored_pair_whose_pre_drift_gold_passes(tmp_path):
+    good = _uni_sample("ok-1", DROP_PRE, DROP_POST, "projection", "Leave out the last names.")
+    path = tmp_path / "drift.jsonl"
+    write_jsonl([good], path)
+    assert drift_problems([good], path) == []
