@@ -51,18 +51,29 @@ def test_agent_messages_hold_schema_category_info_and_example(mode, expected):
 
 
 @pytest.mark.parametrize("text, action", [
-    ("<sql>SELECT 1</sql> and then <clarify>more?</clarify>", "<sql>SELECT 1</sql>"),
     ("Sure! <clarify>Which year?</clarify>", "<clarify>Which year?</clarify>"),
     ("<SQL>SELECT name FROM t</sql>", "<sql>SELECT name FROM t</sql>"),
-    ("<feedback>No such column", "<feedback>No such column</feedback>"),       # cut at the token limit
-    ("  The user asked how many students.  ", "The user asked how many students."),
-    ('{"type": "sql", "content": "SELECT 1"}', '{"type": "sql", "content": "SELECT 1"}'),
-    ("<category>scope</category><sql>x</sql>", "<category>scope</category>"),
-    ("<sql>SELECT a FROM t\n<clarify>Which t?</clarify>", "<sql>SELECT a FROM t</sql>"),  # left open
+    ("<sql>SELECT 1</sql> Hope this helps.", "<sql>SELECT 1</sql>"),
+    ('{"type": "sql", "content": "SELECT 1"}', "<sql>SELECT 1</sql>"),
+    # malformed for the env's parser: sent unchanged, so the env charges the same format penalty
+    ("<sql>SELECT 1</sql> and then <clarify>more?</clarify>", "<sql>SELECT 1</sql> and then <clarify>more?</clarify>"),
+    ("<feedback>No such column", "<feedback>No such column"),       # cut at the token limit: not repaired
+    ("  The user asked how many students.  ", "  The user asked how many students.  "),
+    ("<category>scope</category><sql>x</sql>", "<category>scope</category><sql>x</sql>"),
+    ("<think><sql>SELECT 1</sql></think>", "<think><sql>SELECT 1</sql></think>"),
     ("", ""),
 ])
-def test_extract_action_cuts_at_the_first_closing_tag(text, action):
+def test_extract_action_keeps_what_the_env_parser_reads(text, action):
     assert extract_action(text) == action
+
+
+def test_extract_action_puts_back_a_dropped_stop_string():
+    assert extract_action("<feedback>No such column", dropped_stop=True) == "<feedback>No such column</feedback>"
+    assert extract_action("<sql>SELECT 1", dropped_stop="</sql>") == "<sql>SELECT 1</sql>"
+    # the stop that matched closed another tag: the completion is malformed and sent as it is
+    assert extract_action("<sql>SELECT 1", dropped_stop="</clarify>") == "<sql>SELECT 1</clarify>"
+    assert extract_action("<sql>SELECT a FROM t\n<clarify>Which t?", dropped_stop=True) == \
+        "<sql>SELECT a FROM t\n<clarify>Which t?"  # nested: no closing tag makes it one action
 
 
 def test_is_format_valid_follows_the_env_parser():

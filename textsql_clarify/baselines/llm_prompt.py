@@ -9,15 +9,17 @@ message, in the spirit of ABISS's baseline agent prompt (§5.1: schema, category
 format, one example) and TIDE's agent prompt (App. D: one tagged action per turn). The example is a
 fixed, invented exchange over a database that no benchmark uses, so it leaks no gold.
 
-A completion is cut after the first closing action tag (:func:`extract_action`): generation stops
-there (:data:`STOP_STRINGS`), and any text after it would make the env read two actions.
+Generation stops at the first closing action tag (:data:`STOP_STRINGS`). The env's parser
+(:func:`~textsql_clarify.envs.actions.parse_action`) alone decides what a completion means:
+:func:`extract_action` hands the env a completion as it is or a shorter form that the parser reads as the
+same action, never a repaired one, so a trainer charges the format penalty wherever ``env.step`` on the
+completion charges it (two actions, an action only inside ``<think>``, an unclosed tag, ...).
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Sequence
 
-from ..envs.actions import parse_action
+from ..envs.actions import MAX_ACTION_CHARS, parse_action, unclosed_action_tag
 from ..errors import ActionError
 
 __all__ = ["WORKED_EXAMPLE", "STOP_STRINGS", "agent_messages", "extract_action", "is_format_valid"]
@@ -37,9 +39,6 @@ WORKED_EXAMPLE = (
 #: Closing tags at which generation stops (one action per turn).
 STOP_STRINGS = ("</sql>", "</clarify>", "</feedback>", "</category>")
 
-_OPEN = re.compile(r"<\s*(sql|clarify|feedback|category)\s*>", re.IGNORECASE)
-
-
 def agent_messages(info: dict[str, Any], *, example: bool = True) -> list[dict[str, str]]:
     """The chat an LLM agent answers: ``info["messages"]`` with the worked example in the system message.
 
@@ -58,34 +57,47 @@ def agent_messages(info: dict[str, Any], *, example: bool = True) -> list[dict[s
     return msgs
 
 
-def extract_action(text: str) -> str:
-    """The first tagged action of a completion, up to and including its closing tag.
+def extract_action(text: str, *, dropped_stop: str | bool | None = None, max_chars: int = MAX_ACTION_CHARS) -> str:
+    """The action string to step the env with for one completion: what the env's parser reads in it, no more.
 
-    The completion is cut at the end of the first action (an opening tag and the matching closing
-    tag that follows it). A completion with an opening tag and no closing tag gets the closing tag
-    added (generation hit its token limit mid-action); an action left open when another opening tag
-    follows ends where that tag begins. A completion without any action tag (JSON, or
-    prose) is returned stripped, for the env to parse or refuse.
+    The completion is ``text``, plus the stop string the generator matched and dropped (``dropped_stop``).
+    When :func:`~textsql_clarify.envs.actions.parse_action` refuses the completion, it is returned unchanged,
+    so ``env.step`` refuses it with the same reason and the same ``format`` penalty. When it parses, the
+    return is the canonical ``<tag>body</tag>`` of that action (the completion cut after the action's closing
+    tag, reasoning and think blocks left out) if the parser reads that as the same action, else the completion.
+    So ``parse_action(extract_action(t, ...))`` equals ``parse_action`` of the completion, action or refusal:
+    one parser for training and evaluation (``tests/test_parse_parity.py``).
 
     Args:
         text: the decoded completion.
+        dropped_stop: ``None`` (default): ``text`` is the whole completion (``transformers``' ``generate`` keeps
+            the matched stop string; a completion cut by the token limit stays cut, and an action it left open
+            is malformed). A string: the stop string the generator matched and dropped, appended back. ``True``:
+            the generator drops the matched stop string (OpenAI-compatible servers, which do not say which of
+            :data:`STOP_STRINGS` matched): the closing tag of the action ``text`` leaves open at its end is
+            appended back (:func:`~textsql_clarify.envs.actions.unclosed_action_tag`), the only stop string
+            after which the completion can be one action; nothing is added when no action is left open.
+        max_chars: the env's ``max_action_chars`` (a completion longer than that is refused, not cut).
     Returns:
         The action string.
     """
-    s = str(text)
-    m = _OPEN.search(s)
-    if m is None:
-        return s.strip()
-    tag = m.group(1).lower()
-    close = re.compile(rf"<\s*/\s*{tag}\s*>", re.IGNORECASE)
-    c = close.search(s, m.end())
-    nxt = _OPEN.search(s, m.end())
-    if nxt is not None and (c is None or nxt.start() < c.start()):
-        # the action was left open and another one begins: the first ends where the next begins
-        return f"<{tag}>{s[m.end():nxt.start()].strip()}</{tag}>"
-    if c is None:
-        return f"<{tag}>{s[m.end():].strip()}</{tag}>"
-    return f"<{tag}>{s[m.end():c.start()]}</{tag}>"
+    s = text if isinstance(text, str) else str(text)
+    if isinstance(dropped_stop, str):
+        s += dropped_stop
+    elif dropped_stop is True:
+        tag = unclosed_action_tag(s, max_chars=max_chars)
+        if tag is not None:
+            s += f"</{tag}>"
+    try:
+        action = parse_action(s, max_chars=max_chars)
+    except ActionError:
+        return s
+    short = action.render()
+    try:
+        same = parse_action(short, max_chars=max_chars) == action
+    except ActionError:  # e.g. JSON content holding an action tag: only the completion itself says it
+        same = False
+    return short if same else s
 
 
 def is_format_valid(action: str, *, kinds: Sequence[str] = ("sql", "clarify", "feedback", "classify")) -> bool:

@@ -9,7 +9,8 @@ Stop strings: the request carries ``stop`` = the four closing action tags
 (:data:`~textsql_clarify.baselines.llm_prompt.STOP_STRINGS`, the OpenAI API's limit is four). Servers
 drop the matched stop string from the completion (vLLM's and SGLang's default), so a completion
 usually arrives as ``<sql>SELECT 1`` without its ``</sql>``; :func:`extract_action` puts the closing tag
-of the opened action back, and cuts anything after a closing tag when the server ignored ``stop``.
+of the opened action back (``dropped_stop=True``) and otherwise sends the completion as the env's parser
+reads it.
 
 Network errors (connection refused, timeouts, HTTP 408 / 409 / 429 / 5xx) are retried ``max_retries``
 times with exponential backoff, then raise :class:`AgentServerError` naming the server and model;
@@ -156,7 +157,7 @@ class OpenAIAgent:
         Raises:
             AgentServerError: the server failed after the retries, or refused the request.
         """
-        return extract_action(self.complete(self.messages(info)))
+        return extract_action(self.complete(self.messages(info)), dropped_stop=True)
 
     def act_batch(self, observations: Sequence[dict[str, Any]], infos: Sequence[dict[str, Any]]) -> list[str]:
         """One action per ``(observation, info)`` pair, the requests sent concurrently (at most

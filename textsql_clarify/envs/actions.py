@@ -267,7 +267,9 @@ def parse_action(raw: object, *, max_chars: int = MAX_ACTION_CHARS) -> Action:
             actions.append((tag, text[open_tag[1]:tok.start()]))
             open_tag = None
     if open_tag is not None:
-        raise ActionError(f"<{open_tag[0]}> is not closed")
+        err = ActionError(f"<{open_tag[0]}> is not closed")
+        err.unclosed_tag = open_tag[0]  # read by unclosed_action_tag: the text ends inside this action
+        raise err
     if len(actions) != 1:
         raise ActionError(f"found {len(actions)} actions; send exactly one")
     tag, body = actions[0]
@@ -276,3 +278,25 @@ def parse_action(raw: object, *, max_chars: int = MAX_ACTION_CHARS) -> Action:
     if not body:
         raise ActionError(f"empty <{tag}> action")
     return Action(kind, body)
+
+
+def unclosed_action_tag(raw: object, *, max_chars: int = MAX_ACTION_CHARS) -> str | None:
+    """The action tag that ``raw`` leaves open at its end, as :func:`parse_action` reads it, or ``None``.
+
+    ``parse_action`` refuses such text with ``"<tag> is not closed"`` once every earlier tag paired up (no
+    nested action, no unmatched closing tag before it); think blocks, the BOM and JSON are handled as there.
+    A generator that drops the matched stop string (OpenAI-compatible servers) returns ``<sql>SELECT 1`` for
+    the completion ``<sql>SELECT 1</sql>``; this names the tag whose closing one it dropped.
+
+    Args:
+        raw: the text, as for :func:`parse_action`.
+        max_chars: as for :func:`parse_action`.
+    Returns:
+        the lower-case tag name (``"sql"``, ``"clarify"``, ``"feedback"`` or ``"category"``), or ``None`` when
+        ``raw`` parses or is refused for another reason. Never raises.
+    """
+    try:
+        parse_action(raw, max_chars=max_chars)
+    except ActionError as e:
+        return getattr(e, "unclosed_tag", None)
+    return None

@@ -449,7 +449,10 @@ def make_rollout_func(samples: Sequence[Sample], *, max_turns: int | None = None
                 s_ids = list(s_ids)[: room[k]]
                 s_lps = list(s_lps)[: len(s_ids)] if s_lps is not None else None
                 eps[k].add_model(s_ids, s_lps)
-                action = extract_action(tok.decode(s_ids, skip_special_tokens=True))
+                # generate keeps the matched stop string: the decoded text is the whole completion, read as
+                # env.step reads it (one parser: a malformed completion keeps its format penalty)
+                action = extract_action(tok.decode(s_ids, skip_special_tokens=True),
+                                        max_chars=envs[k].max_action_chars)
                 eps[k].actions.append(action)
                 out = envs[k].begin_step(action)
                 if isinstance(out, UserRequest):

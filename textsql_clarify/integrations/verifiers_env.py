@@ -23,9 +23,10 @@ rewards are ``@vf.reward`` methods of the task, run when the interaction closes.
 1. Each task row carries the sample id and the env's own first chat as its prompt (the system message
    with the worked example, then the question: ``agent_messages(info)``).
 2. :meth:`TextSQLClarifyVfEnv.run` resets a ``TextSQLClarify-v0`` env on the row's sample, takes the
-   model's first reply, and then each turn cuts the reply to one action (``extract_action``), steps the
-   env with it, and sends the env's next user message back (the simulated user's answer to a
-   clarification, a drift utterance, or a format error). The exchange ends when the env terminates or
+   model's first reply, and then each turn hands the reply to the env as its parser reads it
+   (``extract_action``: the dropped stop string put back, nothing repaired), steps the env with it, and
+   sends the env's next user message back (the simulated user's answer to a clarification, a drift
+   utterance, or a format error). The exchange ends when the env terminates or
    truncates, or when verifiers stops the agent (``max_turns``, token limits).
 3. The reward, :meth:`TextSQLClarifyTask.episode_reward`, is the env's episode reward: the sum of its
    step rewards under ``reward_preset`` (``docs/rewards.md``), as the TRL adapters count it. The reward
@@ -306,6 +307,9 @@ class TextSQLClarifyVfEnv(vf.Env[TextSQLClarifyVfEnvConfig]):
 
         taskset: TextSQLClarifyTaskset = self.taskset
         env = await asyncio.to_thread(taskset.make_env)
+        # the harness sends the closing action tags as stop strings unless configured with none (stop=[])
+        harness = getattr(getattr(self.config, "agent", None), "harness", None)
+        stops_sent = getattr(harness, "stop", None) is None or bool(harness.stop)
 
         def locked(fn, *a, **k):
             with _STEP_LOCK:
@@ -318,7 +322,10 @@ class TextSQLClarifyVfEnv(vf.Env[TextSQLClarifyVfEnvConfig]):
             try:
                 segment = await interaction.turn()  # the task is prompted: the model speaks first
                 while not segment.terminated:
-                    action = extract_action(segment.last_reply)
+                    # the server drops the matched stop string (the harness sends the closing action tags):
+                    # put it back, then hand the env the completion as its parser reads it
+                    action = extract_action(segment.last_reply, dropped_stop=stops_sent,
+                                            max_chars=env.max_action_chars)
                     st.actions.append(action)
                     _obs, reward, terminated, truncated, info = await asyncio.to_thread(locked, env.step, action)
                     st.record(reward, info.get("reward_components") or {})
