@@ -381,24 +381,38 @@ def _type_class(v) -> str:
     return type(v).__name__
 
 
-def extra_columns(gold_cols: Sequence[tuple], pred_cols: Sequence[tuple]) -> int:
-    """How many extra prediction columns could stand for a gold column (the quantity the width bound caps).
+def extra_columns(gold_cols: Sequence[tuple], pred_cols: Sequence[tuple], single_row: bool = False) -> int:
+    """How many extra prediction columns count against the width bound (the quantity the bound caps).
 
     Counted over distinct columns (identical value sequences count once, so repeating a column adds
     nothing), among the prediction columns whose bag of value types (NULL, number, text, blob) equals
     some gold column's: only such a column can ever pair with a gold column (text never equals a number),
-    so only such a column is a guess. The result is the number of those distinct prediction columns
-    minus the number of distinct gold columns; a matching prediction uses exactly that many of them.
+    so only such a column is a guess at this gold. The count is the number of those distinct prediction
+    columns minus the number of distinct gold columns; a matching prediction uses exactly that many of them.
+
+    Against a one-row gold (``single_row``) the columns of the other types add one more when there are any,
+    however many they are: they are a guess that the gold's cell has another type (a policy that does not
+    know the gold's type spreads its guesses over the types), so the one-row allowance holds either one
+    more guess of the gold's type or a block of other-typed columns, never both. "Which student has the
+    highest GPA" answered with key, name and GPA still passes (one block of numbers next to the text
+    answer); ``count(*), count(*) * 0, <a text mode>`` does not.
 
     Args:
         gold_cols, pred_cols: normalised columns (each a tuple of comparison keys, one per row).
+        single_row: the gold has one row (the block of other-typed columns counts as one).
 
     Returns:
         An int (negative when the prediction has fewer such columns than the gold, which then cannot match).
     """
     gtypes = {frozenset(Counter(map(_type_class, col)).items()) for col in gold_cols}
-    guesses = {col for col in pred_cols if frozenset(Counter(map(_type_class, col)).items()) in gtypes}
-    return len(guesses) - len(set(gold_cols))
+    guesses = set()
+    other_types = False
+    for col in pred_cols:
+        if frozenset(Counter(map(_type_class, col)).items()) in gtypes:
+            guesses.add(col)
+        else:
+            other_types = True
+    return len(guesses) - len(set(gold_cols)) + (1 if single_row and other_types else 0)
 
 
 def is_empty_result(result: ExecutionResult) -> bool:
@@ -485,11 +499,14 @@ def _compare(pred: ExecutionResult, gold: ExecutionResult, ordered: bool, search
     if k > m:
         cap = max_extra_single if gold.row_count == 1 else max_extra
         if cap is not None:
-            extra = extra_columns(gcols, pcols)
+            extra = extra_columns(gcols, pcols, gold.row_count == 1)
             if extra > cap:
-                rows = "a one-row gold" if gold.row_count == 1 else "a gold of several rows"
+                if gold.row_count == 1:
+                    return EXVerdict(0.0, "mismatch", f"prediction has {extra} extra column(s) or blocks of another "
+                                                      f"type; at most {cap} allowed against a one-row gold"), False
                 return EXVerdict(0.0, "mismatch", f"prediction has {extra} extra column(s) that could stand for gold "
-                                                  f"columns; at most {cap} allowed against {rows}"), False
+                                                  f"columns; at most {cap} allowed against a gold of several rows"
+                                 ), False
     if k == m and identity_ok and not ordered:  # fast path: the same columns in the same places, rows reordered
         grows = list(zip(*gcols)) if g_changed else gold.rows
         prows = list(zip(*pcols)) if p_changed else pred.rows
