@@ -375,6 +375,46 @@ def test_schema_identifiers_come_from_the_database_when_not_given(spider_root):
     assert r.meta["rejection_reasons"] == ["identifier:song_name"] and r.text == "under thirty"
 
 
+# ----------------------------------------------------------------------------- no side channels
+
+#: off-target clarifications with a content word: the models vote on them (not content-free).
+OFF_TARGET = ("Do you like hockey?", "Is the weather nice today?", "Have you ever been to Paris?")
+
+
+def test_content_free_probes_are_group_blind_on_the_embedded_set_without_any_model_call():
+    from textsql_clarify.datasets import load_embedded
+    from textsql_clarify.simulators.side_channel import measure
+    eager = FakeModel("eager", default=("relevant", "technical", "irrelevant"))   # would answer anything
+    m = measure(load_embedded(), _sim(eager))
+    assert m.n_samples == 48 and m.mi_bits == 0.0 and set(m.distinct_texts.values()) == {1}
+    assert m.accuracy <= m.prior + 0.02, m.summary()
+    assert eager.calls == []                      # refused before any model reads the sample
+
+
+def test_voted_refusals_read_as_the_unanswerable_samples_canned_one():
+    from textsql_clarify.datasets import load_embedded
+    from textsql_clarify.simulators.side_channel import mutual_information, probe_replies
+    shy = FakeModel("shy", reply=lambda fact, clar, k: f"Sorry, no idea about {clar}")   # votes irrelevant
+    replies = probe_replies(load_embedded(), _sim(shy), OFF_TARGET)
+    assert {r.label for r in replies} == {"irrelevant"}
+    assert all(r.text == refusal_text(r.probe) for r in replies)    # never the model's own wording
+    assert mutual_information(replies) == 0.0 and shy.n_calls("generate") == 0
+
+
+def test_smollm2_refusals_are_group_blind_on_the_embedded_set(monkeypatch):
+    _smollm2_or_skip()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from textsql_clarify.datasets import load_embedded
+    from textsql_clarify.simulators.side_channel import CONTENT_FREE_PROBES, measure, probe_replies
+    sim = make_simulator({"kind": "transformers", "device": "cpu", "max_new_tokens": 24})
+    samples = load_embedded()
+    m = measure(samples, sim, CONTENT_FREE_PROBES[:4])
+    assert m.mi_bits == 0.0 and m.accuracy <= m.prior + 0.02, m.summary()
+    # the model votes on off-target clarifications; whatever it votes irrelevant gets the canned refusal
+    voted = [r for r in probe_replies(samples, sim, OFF_TARGET[:1]) if r.label == "irrelevant"]
+    assert voted and all(r.text == refusal_text(r.probe) for r in voted)
+
+
 # ----------------------------------------------------------------------------- the real model
 
 def _smollm2_or_skip():
