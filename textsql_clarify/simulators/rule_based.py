@@ -4,7 +4,10 @@ It follows the two-stage protocol of ABISS §5.2 with rules in place of the mode
 
 1. **Relevancy.** Each clarification gets ``relevant`` | ``technical`` | ``irrelevant`` within the
    group's label limits (:data:`~.base.ALLOWED_LABELS`): an answerable sample never gets ``relevant``;
-   an unanswerable one always gets an ``irrelevant`` refusal, since no clarification makes it solvable.
+   an unanswerable one always gets ``irrelevant``, since no clarification makes it solvable (a
+   result-format question is still answered as an answerable sample without that fragment answers it:
+   "Any order is fine."). A content-free clarification (:func:`is_content_free`: "Can you clarify?") is
+   ``irrelevant`` on every group.
    A request for the SQL itself, the schema or table/column names is ``irrelevant`` (ABISS §5.2
    "attempts to extract the ground truth SQL"; TIDE App. E *Una*: database-internal identifiers).
    So is an identifier probe (more than two schema names the question and the hidden knowledge lack,
@@ -14,8 +17,14 @@ It follows the two-stage protocol of ABISS §5.2 with rules in place of the mode
 2. **Answer.** Relevant answers state the hidden knowledge (or the chosen chain layer's answer);
    technical answers state one atomic gold-SQL fragment in words (TIDE App. E, :mod:`.fragments`; on a
    sample whose gold is withheld, ``Sample.gold_withheld``, there is none, so the user leaves the detail to
-   the agent, and relevancy is judged as for any ambiguous sample); irrelevant answers are refusals. Every reply passes the leakage guard (:mod:`.leakage`); a reply that
-   would leak is replaced by a vaguer one and counted in ``leak_rejections``.
+   the agent, and relevancy is judged as for any ambiguous sample); irrelevant answers are refusals. Every reply
+   passes the leakage guard (:mod:`.leakage`); a reply that would leak is replaced by a vaguer one and counted in
+   ``leak_rejections``.
+
+**No side channels.** A refusal is :func:`~.base.refusal_text` of the clarification: the same words whatever
+the sample's group, style, hidden knowledge, drift or database (a constant sentence needs no leakage guard).
+What the group can change is the label, which the agent never sees, and, through a question that asks about
+something, the content of a relevant or technical answer (:mod:`.side_channel` measures it; docs/simulator.md).
 
 How an ambiguous sample's clarification is labelled (ABISS §5.2 "directly targets the core ambiguity
 or knowledge gap" versus "a valid but secondary database concern"):
@@ -61,7 +70,8 @@ L1 is unresolved (``request.l1_resolved`` False) is routed ``loc`` (label ``tech
 and answered with a deferral, not the L2 answer; metrics count L2 identification on ``amb`` routes only.
 A chain clarification that is relevant by a cue but names neither layer resolves the next open layer.
 
-Replies adopt the sample's ``style`` a little and deterministically: ``terse``/``concise``/``brief``
+Relevant and technical replies adopt the sample's ``style`` a little and deterministically (refusals do not):
+``terse``/``concise``/``brief``
 -> one bare sentence; ``casual``/``colloquial``/``informal`` -> an informal opener; ``formal``/``polite``
 -> a courteous opener; anything else (ABISS's ``interrogative`` included) -> plain.
 """
