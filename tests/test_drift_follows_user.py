@@ -26,7 +26,7 @@ import textsql_clarify
 from textsql_clarify.baselines.hacks import HackPolicy, make_policy, play
 from textsql_clarify.datasets.drift_check import drift_problems
 from textsql_clarify.envs.scoring import score_sql_turn
-from textsql_clarify.generation.drift_checks import STAGES, check_drift_candidate
+from textsql_clarify.generation.drift_checks import STAGES, check_drift_candidate, pre_gold_problem
 from textsql_clarify.rewards.commitments import commitment_set
 from textsql_clarify.rewards.drift_ex import carried_columns, kept_filters, retracted_columns, retracted_filters
 from textsql_clarify.rewards.presets import PRESETS
@@ -293,17 +293,103 @@ def test_a_hedge_after_the_drift_earns_no_ex_and_no_drift_bonus(policy, sample):
 
 
 # --------------------------------------------------------- the recipe and the load-time check reject such pairs
-def test_the_recipe_rejects_a_pair_whose_pre_drift_gold_passes_as_the_post_drift_answer():
-    # ORDER BY ... LIMIT 1 on a tie: the pre-drift gold's row is one of the tied rows of the post-drift gold, so
-    # the env's scorer (ties interchangeable) passes it, though the results differ
+#: a projection drift that retracts only the ORDER BY, on a table whose rows come in that order anyway: the
+#: pre-drift gold is the post-drift answer (the env cannot see that the drift was ignored)
+ORDER_PRE = "SELECT first_name FROM students WHERE dept_id = 1 ORDER BY student_id"
+ORDER_POST = "SELECT first_name FROM students WHERE dept_id = 1"
+
+
+def test_the_pre_gold_stage_refuses_a_pair_whose_pre_drift_gold_passes_as_the_post_drift_answer():
     sb = get_sandbox(UNI)
-    assert "pre_gold_fails" in STAGES
-    ok = check_drift_candidate(DROP_PRE, DROP_POST, "projection", "Leave out the last names.", sb)
-    assert ok.passed and ok.verdicts["pre_gold_fails"] == "pass"
+    assert STAGES.index("distinct_result") < STAGES.index("pre_gold_fails") < STAGES.index("non_monotone")
+    assert pre_gold_problem(ORDER_PRE, ORDER_POST, sb) == (
+        "the anchor's gold SQL, answered after the drift, scores ex and ex_strict 1 against the post-drift gold "
+        "(match): the env cannot tell the drift was ignored")
+    without_distinct = [st for st in STAGES if st != "distinct_result"]
+    res = check_drift_candidate(ORDER_PRE, ORDER_POST, "projection", "Any order will do.", sb,
+                                stages=without_distinct)
+    assert (res.stage, list(res.verdicts)) == ("pre_gold_fails", ["parses", "executes", "non_empty"])
+    # with every stage, the identical result is refused first, by distinct_result
+    assert check_drift_candidate(ORDER_PRE, ORDER_POST, "projection", "Any order will do.", sb).stage == \
+        "distinct_result"
 
 
-def test_the_load_time_check_flags_an_authored_pair_whose_pre_drift_gold_passes(tmp_path):
+@pytest.mark.parametrize("pre, post", [(PROJ_PRE, PROJ_POST), (AGG_PRE, AGG_POST), (DROP_PRE, DROP_POST)])
+def test_the_pre_gold_stage_passes_pairs_the_post_drift_rule_tells_apart(pre, post):
+    # relaxed EX alone passes the pre-drift gold of DROP (a superset of the post-drift gold's columns)
+    assert pre_gold_problem(pre, post, get_sandbox(UNI)) is None
+    res = check_drift_candidate(pre, post, "projection", "Show something else instead.", get_sandbox(UNI))
+    assert res.passed and res.verdicts["pre_gold_fails"] == "pass"
+
+
+def test_the_load_time_check_flags_an_authored_pair_whose_pre_drift_gold_passes(tmp_path, monkeypatch):
+    import textsql_clarify.datasets.drift_check as dc
+
+    bad = _uni_sample("bad-1", ORDER_PRE, ORDER_POST, "projection", "Any order will do.")
     good = _uni_sample("ok-1", DROP_PRE, DROP_POST, "projection", "Leave out the last names.")
     path = tmp_path / "drift.jsonl"
-    write_jsonl([good], path)
-    assert drift_problems([good], path) == []
+    write_jsonl([good, bad], path)
+    (p,) = drift_problems([good, bad], path)
+    assert (p.line, p.field, p.message) == (2, "drift.post_gold_sql", "returns the same result as gold_sql: the "
+                                                                       "drift changes nothing")
+    # the identical-result check passed by (as for a pair whose results differ only where the scorer looks
+    # past them): the pre-drift gold check flags it, naming file, line and field
+    monkeypatch.setattr(dc, "score_execution", lambda *a, **k: (None, type("V", (), {"status": "mismatch"})()))
+    (p,) = drift_problems([good, bad], path)
+    assert (p.file, p.line, p.field) == (str(path), 2, "drift.post_gold_sql")
+    assert p.message.startswith("gold_sql, answered after the drift, scores ex and ex_strict 1")
+
+
+# --------------------------------------------------------------- real generated samples (Spider dev anchors)
+#: the Spider dev anchors the recipe runs on here: the first 60 records (concert_singer, pets_1, part of car_1)
+N_ANCHORS = 60
+#: accepted drift samples of those anchors (seed 0), and how many each hedge applies to (measured)
+N_GENERATED = 110
+#: its post-drift binary return under relaxed EX alone (measured)
+PLAIN_GOLD_PLUS_RETRACTED = 1.0
+HEDGE_COUNTS = {"drift_gold_plus_retracted": 56, "drift_resubmit_pre": 110, "drift_aggregates_doubled": 14}
+
+
+@pytest.fixture(scope="module")
+def spider_drift(tmp_path_factory):
+    import random
+
+    from textsql_clarify.datasets.spider import load_spider
+    from textsql_clarify.generation.base import Accepted, Anchor, GenContext
+    from textsql_clarify.generation.drift import DriftRecipe
+
+    if not (SPIDER_DEV / "dev.json").is_file():
+        pytest.skip("real data absent: ../shared/data/spider_dev/dev.json not found")
+    ctx = GenContext(work_dir=tmp_path_factory.mktemp("drift") / "databases", options={})
+    out = []
+    for s in load_spider(SPIDER_DEV)[:N_ANCHORS]:
+        a = Anchor(s.id, s.db_id, s.db_path, s.question, s.gold_sql, s.difficulty, source="spider")
+        out += [o.sample for o in DriftRecipe().run(a, random.Random(0), ctx) if isinstance(o, Accepted)]
+    return out
+
+
+def test_generated_drift_samples_oracle_keeps_one_and_the_hedges_stay_under_random(spider_drift):
+    by = {s.drift.subtype for s in spider_drift}
+    assert len(spider_drift) == N_GENERATED and by == {"value", "constraint", "projection"}
+    oracle = post_drift_episodes(spider_drift, make_policy("oracle"))
+    assert [mean_post_drift(oracle, oracle, p) for p in MEASURED_PRESETS] == [1.0, 1.0, 1.5]
+    rnd = post_drift_episodes(spider_drift, make_policy("random"))
+    seen = {}
+    for hedge in HEDGES:
+        eps = post_drift_episodes(spider_drift, hedge())
+        seen[hedge.name] = len(eps)
+        for p in MEASURED_PRESETS:
+            bound = max(mean_post_drift(rnd, eps, p), 0.0) + 0.02
+            assert mean_post_drift(eps, eps, p) <= bound, (hedge.name, p, len(eps))
+    assert seen == HEDGE_COUNTS
+
+
+def test_without_the_post_drift_rule_the_retracted_column_hedge_is_paid(spider_drift, monkeypatch):
+    # the same hedge scored by relaxed EX alone (the env no longer handing the pre-drift gold to the scorer): paid
+    # on every one of them, which is what the rule takes away
+    import textsql_clarify.envs.env as envmod
+
+    plain = envmod.score_sql_turn
+    monkeypatch.setattr(envmod, "score_sql_turn", lambda *a, **k: plain(*a, **{**k, "retracted_gold": None}))
+    eps = post_drift_episodes(spider_drift, GoldPlusRetracted())
+    assert len(eps) == 56 and mean_post_drift(eps, eps, "binary") == pytest.approx(PLAIN_GOLD_PLUS_RETRACTED)
