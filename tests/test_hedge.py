@@ -95,3 +95,96 @@ def test_gold_against_each_reading_is_compared_once_per_sample(monkeypatch):
         assert _play([s], _hedge)[s.id] == (0.0, 0.0)
     gold_vs_reading = [c for c in calls if c[0] == s.gold_sql and c[1] in readings]
     assert len(gold_vs_reading) == len(readings) >= 1
+
+
+# -- typed hedges against a one-row gold (relaxed EX's column-superset bound, docs/metrics.md) ------------
+UNI_DB = Path(textsql_clarify.__file__).parent / "datasets" / "embedded" / "university.sqlite"
+COUNT_GOLD = "SELECT count(*) FROM students"  # one row: (48,)
+
+
+@pytest.fixture
+def uni():
+    from textsql_clarify.sql.sandbox import SQLiteSandbox
+    with SQLiteSandbox(UNI_DB) as sb:
+        yield sb
+
+
+@pytest.mark.parametrize("pred, score", [
+    ("SELECT count(*) FROM students", 1.0),
+    # a data-reading constant next to the answer: allowed as one extra, but it stands for no gold column
+    ("SELECT count(*), count(*) * 0 FROM students", 1.0),
+    # a label next to the count: one extra column of another type, within the one-row allowance
+    ("SELECT count(*), 'total' FROM students", 1.0),
+    # one guess of each type: the same shape as name and GPA for 'who has the highest GPA'
+    ("SELECT count(*), (SELECT max(first_name) FROM students) FROM students", 1.0),
+    # a second number and a text guess: two units of the allowance (one more number, one block of text)
+    ("SELECT count(*), count(*) * 0, (SELECT max(first_name) FROM students) FROM students", 0.0),
+    ("SELECT count(*), (SELECT count(*) FROM departments), (SELECT max(first_name) FROM students) FROM students",
+     0.0),
+    # the issue's typed hedge: count, count * 0 and the commonest value of two text columns
+    ("SELECT count(*), count(*) * 0, (SELECT home_city FROM students GROUP BY 1 ORDER BY count(*) DESC LIMIT 1), "
+     "(SELECT residence_city FROM students GROUP BY 1 ORDER BY count(*) DESC LIMIT 1) FROM students", 0.0),
+])
+def test_one_row_count_gold_against_hedges(uni, pred, score):
+    from textsql_clarify.rewards.execution import relaxed_ex
+    v = relaxed_ex(pred, COUNT_GOLD, uni)
+    assert v.score == score, (pred, v)
+    if score == 0.0:
+        assert "at most 1 allowed against a one-row gold" in v.reason, v
+
+
+def test_data_reading_constant_is_no_guess_at_a_zero(uni):
+    """``count(*) * 0`` reads a table but its value does not depend on it: it never pairs with a gold zero."""
+    from textsql_clarify.rewards.execution import relaxed_ex
+    zero_gold = "SELECT count(*) FROM students WHERE total_credits > 100000"  # a data zero: (0,)
+    assert uni.execute(zero_gold).rows == ((0,),)
+    for pred in ("SELECT count(*) * 0 FROM sqlite_master", "SELECT count(*), count(*) * 0 FROM students",
+                 "SELECT max(student_id) - max(student_id) FROM students",
+                 "SELECT (SELECT count(*) FROM students WHERE 0)"):
+        v = relaxed_ex(pred, zero_gold, uni)
+        assert v.score == 0.0 and "constant" in v.reason, (pred, v)
+    # a count that is zero because of the data is an answer
+    assert relaxed_ex("SELECT count(*) FROM students WHERE total_credits > 5000", zero_gold, uni).score == 1.0
+    # the name-and-value answer to a one-row text gold keeps passing, with a key too
+    name_gold = "SELECT first_name FROM students ORDER BY total_credits DESC, student_id LIMIT 1"
+    assert relaxed_ex("SELECT student_id, first_name, total_credits FROM students "
+                      "ORDER BY total_credits DESC, student_id LIMIT 1", name_gold, uni).score == 1.0
+
+
+def _hedge_sql(kind: str, observation: dict) -> str:
+    """The issue's three hedges, from the observation alone (question and schema text)."""
+    from textsql_clarify.baselines.hacks import _ident_words, _mentioned_table, _q, _words, schema_columns
+    schema = schema_columns(observation.get("schema", ""))
+    question = observation.get("question", "")
+    t = _mentioned_table(schema, question) or next(iter(schema))
+    if kind == "count_plus_zero":
+        return f"SELECT count(*), count(*) * 0 FROM {_q(t)}"
+    if kind == "typed":
+        cols = [c for c in schema[t] if "id" not in c.lower()][:2] or schema[t][:2]
+        modes = [f"(SELECT {_q(c)} FROM {_q(t)} GROUP BY {_q(c)} ORDER BY count(*) DESC LIMIT 1)" for c in cols]
+        return f"SELECT count(*), count(*) * 0, {', '.join(modes)} FROM {_q(t)}"
+    words = _words(question) | {w[:-1] for w in _words(question) if w.endswith("s")}
+    ranked = sorted(schema, key=lambda name: -len(_ident_words(name) & words))[:2]  # stable: schema order
+    return "SELECT " + ", ".join(f"(SELECT count(*) FROM {_q(name)})" for name in ranked)
+
+
+@pytest.mark.realdata
+def test_spider_dev_hedges_earn_no_second_guess(spider_root):
+    """On the first 300 Spider dev samples, through gym.make: ``count(*)`` plus ``count(*) * 0`` earns what
+    ``count(*)`` alone earns (the constant stands for no gold zero), the typed hedge earns only its single
+    guesses of one type each, and two tables' counts keep the one-row allowance's second guess (the residual
+    docs/metrics.md argues)."""
+    env = gym.make("TextSQLClarify-v0", dataset=f"spider:{spider_root}", limit=300, detailed_scores=False)
+    hits = {}
+    for kind in ("count_alone", "count_plus_zero", "typed", "two_tables"):
+        n = 0
+        for i in range(len(env.unwrapped.samples)):
+            obs, _ = env.reset(options={"index": i})
+            obs, _, _, _, _ = env.step("<category>answerable_without_evidence</category>")
+            sql = (_hedge_sql("count_plus_zero", obs).replace(", count(*) * 0", "") if kind == "count_alone"
+                   else _hedge_sql(kind, obs))
+            _, _, _, _, info = env.step(f"<sql>{sql}</sql>")
+            n += info["reward_components"]["ex"] == 1.0
+        hits[kind] = n
+    env.close()
+    assert hits == {"count_alone": 20, "count_plus_zero": 20, "typed": 0, "two_tables": 24}, hits
