@@ -14,7 +14,8 @@ columns, gives the gold's rows (ABISS App. A, tolerances 1 to 4):
   App. A), not for guessing: at most :data:`MAX_EXTRA_COLUMNS` extra columns, and
   :data:`MAX_EXTRA_COLUMNS_SINGLE_ROW` when the gold has one row, count, where an extra column counts
   only when it could stand for a gold column (its values have the same types as some gold column's;
-  identical columns count once). A prediction column whose SQL expression is a constant
+  identical columns count once), and against a one-row gold the columns of other types count once more,
+  as one block (a typed hedge gets one allowance, not one per type). A prediction column whose SQL expression is a constant
   (:func:`~textsql_clarify.rewards.ex_sql.projection_info`) never pairs with a gold column read from
   data. ``ex_strict`` (:func:`score_execution`) allows no extra column at all;
 * numbers compare by value (``3 == 3.0``); floats are rounded to :data:`FLOAT_SIGNIFICANT_DIGITS`
