@@ -130,3 +130,15 @@ def test_plain_sql_fast_path_on_spider_like_sql():
     assert got == Action("sql", "SELECT count(*) FROM singer WHERE age  >  20")
     with pytest.raises(ActionError, match="empty <sql> action"):
         parse_action("<sql> </sql>")
+
+
+def test_unclosed_action_tag_names_the_action_left_open_at_the_end():
+    from textsql_clarify.envs.actions import unclosed_action_tag
+
+    assert unclosed_action_tag("Sure: <SQL>SELECT 1") == "sql"
+    assert unclosed_action_tag("<think><clarify>x</clarify></think><feedback>No owner") == "feedback"
+    assert unclosed_action_tag("<sql>SELECT 1</sql>") is None           # parses
+    assert unclosed_action_tag("<sql>a<clarify>b") is None              # nested: refused before the end
+    assert unclosed_action_tag("</sql><sql>a") is None                  # unmatched closing tag first
+    assert unclosed_action_tag('{"type": "sql"') is None                # JSON has no tags
+    assert unclosed_action_tag("<think><sql>a") == "sql"                # an unclosed think block is kept

@@ -245,7 +245,8 @@ def test_gold_reading_is_drawn_so_a_schema_only_chooser_is_at_chance(shared_data
 
 def test_gold_hidden_knowledge_and_interpretation_agree_with_the_draw(shared_data, loaded):
     samples, _report, _cache, _ = loaded
-    records = {k: json.loads((AMBIQT / k).read_text()) for k in ("tbl-agg/validation.json", "tbl-split/validation.json")}
+    records = {k: json.loads((AMBIQT / k).read_text())
+               for k in ("tbl-agg/validation.json", "tbl-split/validation.json")}
     for s in samples:
         rec = records[s.provenance["file"]][s.provenance["index"]]
         st1, st2, d1, d2 = hidden_knowledge(rec)

@@ -27,7 +27,8 @@ TAGS = ("sql", "clarify", "feedback", "category")
 BODIES = ("SELECT count(*) FROM student", "Which year do you mean?", "The table of owners is not kept.",
           "scope", "", "   ", "café ☕ 数据", "SELECT '<x>' FROM t", "```sql\nSELECT 1\n```", "SELECT 1 -- </b>",
           "a\nb\tc", "{\"type\": \"sql\"}")
-PROSE = ("Let me think.", "Sure!", "\n", "  ", "\ufeff", "Hope this helps.", "I'll answer: ", "ü ß ✓", "<b>bold</b>")
+PROSE = ("Let me think.", "Sure!", "\n", "  ", "\ufeff", "Hope this helps.", "I'll answer: ", "ü ß ✓",
+         "<b>bold</b>")
 
 
 def _tag(rng: random.Random, name: str, closing: bool) -> str:

@@ -613,3 +613,26 @@ def test_grpo_rollout_func_trains_two_steps(smollm2, samples, tmp_path):
             assert all(lp == 0.0 for lp, mm in zip(out["logprobs"][r], m) if mm == 0)
             assert all(lp <= 0.0 for lp in out["logprobs"][r])
         assert all(torch.isfinite(torch.tensor(out["episode_reward"])))
+
+
+def test_rollout_charges_the_format_penalty_env_step_charges(samples):
+    """Training parses as evaluation does: a completion the env's parser refuses (two actions, an action only
+    inside a think block, an action cut at the token limit) costs the rollout the same format penalty as
+    ``env.step`` of that completion; a completion it reads as one action is that action on both paths."""
+    tok = CharTokenizer()
+    gold = _by_id(samples, "uni-ans-001").gold_sql
+    completions = {"uni-ans-001": f"<sql>{gold}</sql><sql>SELECT 1</sql>",
+                   "uni-ans-002": f"<think><sql>{_by_id(samples, 'uni-ans-002').gold_sql}</sql></think>",
+                   "uni-ans-003": f"<sql>{_by_id(samples, 'uni-ans-003').gold_sql}",
+                   "uni-evd-001": f"Sure. <think>x</think><sql>{_by_id(samples, 'uni-evd-001').gold_sql}</sql> Done."}
+    policy = Scripted(tok, samples, {sid: [c] for sid, c in completions.items()})
+    out = make_rollout_func(samples, tokenizer=tok, generate_fn=policy, max_completion_length=4000, max_turns=1,
+                            max_new_tokens=1000)([_prompt(sid) for sid in completions], None)
+    plain = TextSQLClarifyEnv(samples=samples, simulator="rule")
+    want = []
+    for sid, c in completions.items():
+        plain.reset(options={"sample_id": sid})
+        want.append(plain.step(c)[4]["reward_components"]["format"])
+    assert want == [-1.0, -1.0, -1.0, 0.0]
+    assert [comps["format"] for comps in out["reward_components"]] == want
+    assert out["episode_scores"][3]["ex"] == 1.0 and out["finished"] == [False, False, False, True]
