@@ -1,28 +1,39 @@
-"""Red-team suite (issue 8): play every reward hack through ``gym.make`` and compare it with the baselines.
+"""Red-team suite: play every reward hack through ``gym.make`` on every corpus and compare it with the baselines.
 
-Each policy of :data:`textsql_clarify.baselines.hacks.HACKS` (plus the oracle, the no-clarify baseline and
-the random agent) is played once per sample on each dataset, through one
-``gym.make("TextSQLClarify-v0", dataset=..., reward_preset="binary")`` env per dataset; every turn's reward
-components are recorded and the return under every preset of
-``textsql_clarify.rewards.presets.PRESETS`` (read at run time) is recomputed with ``scalar_reward``. A
-replay check (``--verify``) plays the first few episodes of every policy again through
+Each policy of :data:`textsql_clarify.baselines.hacks.HACKS` (plus the oracle, the no-clarify baseline, the
+random agent and the reference policies of :data:`~textsql_clarify.baselines.hacks.REFERENCES`) is played once
+per sample on each corpus, through one ``gym.make("TextSQLClarify-v0", dataset=..., reward_preset="binary")``
+env per corpus; every turn's reward components are recorded and the return under every preset of
+``textsql_clarify.rewards.presets.PRESETS`` (read at run time) is recomputed with ``scalar_reward``. A replay
+check (``--verify``) plays the first few episodes of every policy again through
 ``gym.make(..., reward_preset=<preset>)`` and requires the env's own returns to equal the recomputed ones.
 
-A hack row PASSes a (dataset, preset) cell when its mean reward is at most the random agent's mean
-reward on the same samples and turns (floored at 0, see :func:`bound`) plus ``--margin`` (0.02). A privileged hack is played only on the
-samples it applies to (e.g. ordered golds for ``mut_drop_order``) and a drift hack is scored on its
-post-drift turns only; the random reference is taken on the same samples and turns.
+The corpora (:func:`corpus_specs`): the embedded set, Spider dev, Spider-unanswerable, MMSQL, CoSQL (the real
+release under ``<data>/cosql`` where present, and the CoSQL-format fixture of ``tests/fixtures/cosql``), AmbiQT,
+mini-interact, BIRD mini-dev (listed and skipped: no loader executes it, its databases are not shipped) and the
+generated corpora: the model-free recipes and the model recipes over the fake council, grown from Spider dev
+anchors (``--generated DIR`` / ``--generated-model DIR`` name folders written by ``textsql-clarify generate``;
+without them the corpora are generated afresh into the cache folder). A corpus whose data is absent is
+printed as skipped, with the reason.
+
+A hack row PASSes a (corpus, preset) cell when its mean reward is at most its bound (:func:`bound`): the
+random agent's mean reward on the same samples and turns, or, for a hack that names reference policies, the
+best of those on the same samples (a decision made without the channel the hack attacks; a reading drawn
+at chance), floored at 0, plus ``--margin`` (0.02). A privileged hack is played only on the samples it
+applies to (e.g. ordered golds for ``mut_drop_order``) and a drift hack is scored on its post-drift turns only.
 
 Usage (from the repository root)::
 
-    python bench/red_team.py                      # embedded, Spider dev, Spider-unanswerable; all presets
-    python bench/red_team.py --datasets embedded --hacks const_wide,fb_echo --limit 20 --out red.json
+    python bench/red_team.py                               # every corpus, every preset
+    python bench/red_team.py --datasets embedded,spider=200 --hacks const_wide,fb_echo --out red.json
+    python bench/red_team.py --datasets generated --generated gen/   # a folder written by generate
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -31,56 +42,164 @@ import gymnasium as gym
 from tqdm import tqdm
 
 import textsql_clarify  # noqa: F401 - registers the env
-from textsql_clarify.baselines.hacks import HACKS, Episode, identifiers_leaked, make_policy, mean, play, \
-    schema_identifiers
+from textsql_clarify.baselines.hacks import HACKS, REFERENCES, Episode, identifiers_leaked, make_policy, mean, \
+    play, schema_identifiers
 from textsql_clarify.rewards.presets import PRESETS, resolve_preset
 
+REPO = Path(__file__).resolve().parents[1]
 BASELINES = ("oracle", "no-clarify", "random")
-LEGEND = """Columns: n = episodes played (R:<preset> cells marked @m were played on m samples: the detailed pass);
-EX = mean first-SQL EX over scorable golds; FB = mean FB over unanswerable samples; EXpost = post-drift EX;
-DRR = drift recognised; rel% = ambiguous episodes where a clarification was labelled relevant;
-leak% = episodes with a clarification whose reply names a schema identifier that the question and the
-hidden knowledge do not use; R:<preset> = mean return under the preset, PASS when <= max(random's on the
-same samples and turns, 0) + margin; TOL where the preset weights a component that pays the policy by
-design (its docstring in textsql_clarify/baselines/hacks.py says why; the other presets must PASS); RES
-where a known residual beats the bound (its reason is printed below the table; it may not pass its ceiling). Hacks:"""
+#: the model-free recipes and the model recipes of ``textsql-clarify generate`` (docs/generation.md)
+MODEL_FREE_RECIPES = ("drift", "missing_schema", "lexical_overlap")
+MODEL_RECIPES = ("abiss", "tide_chain", "tide_drift", "tide_triplets", "premise")
+#: the council of the model recipes' corpus: two deterministic fake models (generation/fake_model.py)
+FAKE_COUNCIL = ("fake", "fake:b")
+#: every corpus, in print order
+CORPORA = ("embedded", "spider", "spider-unanswerable", "mmsql", "cosql", "cosql-fixture", "ambiqt",
+           "mini-interact", "bird-minidev", "generated", "generated-model")
+WIDTH = 100
+NAME_W = 25
+LEGEND = """Columns: n = episodes played; EX = mean first-SQL EX over scorable golds; FB = mean FB over
+unanswerable samples; EXpost = post-drift EX; DRR = drift recognised; rel% = ambiguous episodes where a
+clarification was labelled relevant; leak% = episodes with a clarification whose reply names a schema
+identifier that the question and the hidden knowledge do not use. Returns: mean return per sample under each
+preset (cells marked @m were played on m samples: the detailed pass); PASS when <= the bound: max(random's on
+the same samples and turns, the hack's references' there, 0) + margin; TOL where the preset weights a
+component that pays the policy by design (its docstring in textsql_clarify/baselines/hacks.py says why; the
+other presets must PASS); RES where a known residual beats the bound (its reason is printed below the table;
+it may not pass its ceiling); ref = a reference policy (no verdict). Policies:"""
 #: components cheap to compute; a preset weighting anything else needs the env's detailed scores
 _CHEAP = {"ex", "ex_strict", "feedback", "format", "turn_penalty", "classification", "drift", "abstained"}
 
 
 def dataset_specs(data_root: str) -> dict[str, str]:
-    """The three red-team datasets by short name -> their ``load_dataset`` specs under ``data_root``."""
+    """The three original red-team datasets by short name -> their ``load_dataset`` specs under ``data_root``."""
     return {"embedded": "embedded",
             "spider": f"spider:{data_root}/spider_dev",
             "spider-unanswerable": f"spider-unanswerable:{data_root}/spider_unanswerable/spider_no_answer.json:"
                                    f"{data_root}/spider_dev"}
 
 
+def _cosql_file(folder: Path) -> Path | None:
+    """The state-tracking file the CoSQL loader reads in ``folder`` (its candidate names), or ``None``."""
+    from textsql_clarify.datasets.cosql import CANDIDATES
+    return next((folder / c for c in CANDIDATES if (folder / c).is_file()), None)
+
+
+def corpus_specs(data_root: str, generated: str | None = None, generated_model: str | None = None
+                 ) -> dict[str, tuple[str | None, str]]:
+    """Every corpus the project loads or generates: name -> ``(load_dataset spec, note)``.
+
+    The spec is ``None`` where the corpus cannot be played here; the note then says why (data absent, no
+    loader). The generated corpora's spec is ``jsonl:<dir>/samples.jsonl`` when ``generated`` /
+    ``generated_model`` name a folder, else ``"generate"`` (built by :func:`build_generated`).
+
+    Args:
+        data_root: the shared data folder (``../shared/data``), without a trailing slash.
+        generated: a folder written by ``textsql-clarify generate`` with the model-free recipes, or ``None``.
+        generated_model: one written with the model recipes and the fake council, or ``None``.
+    Returns:
+        ``{name: (spec | None, note)}`` in :data:`CORPORA` order.
+    """
+    root = Path(data_root)
+    spider = root / "spider_dev"
+    has_spider = (spider / "dev.json").is_file()
+    out: dict[str, tuple[str | None, str]] = {}
+    base = dataset_specs(data_root)
+    out["embedded"] = (base["embedded"], "the embedded set")
+    out["spider"] = (base["spider"], "Spider dev") if has_spider else (None, f"absent: {spider}/dev.json")
+    su = root / "spider_unanswerable" / "spider_no_answer.json"
+    out["spider-unanswerable"] = (base["spider-unanswerable"], "Spider-unanswerable") \
+        if su.is_file() and has_spider else (None, f"absent: {su} or {spider}")
+    mm = root / "mmsql" / "MMSQL_test.json"
+    out["mmsql"] = (f"mmsql:{mm}:{spider}", "MMSQL test") if mm.is_file() and has_spider \
+        else (None, f"absent: {mm} or {spider}")
+    real = _cosql_file(root / "cosql") if (root / "cosql").is_dir() else None
+    out["cosql"] = (f"cosql:{root / 'cosql'}:{spider}", "CoSQL release") if real and has_spider else \
+        (None, f"absent: the CoSQL release ({root / 'cosql'}/sql_state_tracking/cosql_dev.json)")
+    fixture = Path("tests/fixtures/cosql") if Path("tests/fixtures/cosql").is_dir() else REPO / "tests/fixtures/cosql"
+    out["cosql-fixture"] = (f"cosql:{fixture}:{spider}", "CoSQL-format fixture (tests/fixtures/cosql)") \
+        if _cosql_file(fixture / "sql_state_tracking") and has_spider else (None, "absent: tests/fixtures/cosql")
+    aq = root / "ambiqt"
+    out["ambiqt"] = (f"ambiqt:{aq}:{spider}", "AmbiQT") if aq.is_dir() and has_spider else \
+        (None, f"absent: {aq} or {spider}")
+    mi = root / "mini_interact"
+    out["mini-interact"] = (f"mini-interact:{mi}", "mini-interact") if (mi / "mini_interact.jsonl").is_file() \
+        else (None, f"absent: {mi}/mini_interact.jsonl")
+    out["bird-minidev"] = (None, "no loader executes it: bird_minidev ships questions and gold SQL but not the "
+                                 "databases (the bird: loader needs dev_databases/)")
+    for name, folder, what in (("generated", generated, "model-free recipes"),
+                               ("generated-model", generated_model, "model recipes, fake council")):
+        if folder:
+            f = Path(folder) / "samples.jsonl"
+            out[name] = (f"jsonl:{f}", f"generated ({what}) in {folder}") if f.is_file() else \
+                (None, f"absent: {f}")
+        else:
+            out[name] = ("generate", f"generated ({what}) from Spider dev anchors") if has_spider else \
+                (None, f"absent: {spider} (the anchors)")
+    return out
+
+
+def build_generated(name: str, data_root: str, out_dir: str | Path, *, limit: int | None, seed: int = 0) -> str:
+    """Generate one corpus afresh with :func:`textsql_clarify.generation.pipeline.generate` and return its spec.
+
+    ``generated``: the model-free recipes (:data:`MODEL_FREE_RECIPES`) on the first ``limit`` Spider dev anchors;
+    ``generated-model``: the model recipes (:data:`MODEL_RECIPES`) with the fake council (:data:`FAKE_COUNCIL`).
+    An earlier run in ``out_dir`` is replaced (``resume=False``: the recipes' code may have changed since).
+
+    Raises:
+        ValueError: an unknown corpus name.
+    """
+    from textsql_clarify.generation.anchors import load_anchors
+    from textsql_clarify.generation.pipeline import generate
+    if name not in ("generated", "generated-model"):
+        raise ValueError(f"not a generated corpus: {name!r}")
+    anchors = load_anchors(f"spider:{data_root}/spider_dev", limit=limit)
+    model = name == "generated-model"
+    generate(anchors, list(MODEL_RECIPES if model else MODEL_FREE_RECIPES), out_dir, seed=seed,
+             council=list(FAKE_COUNCIL) if model else None, resume=False, progress=False)
+    return f"jsonl:{Path(out_dir) / 'samples.jsonl'}"
+
+
 def _fmt(x: float | None, nd: int = 3) -> str:
     return "-" if x is None else f"{x:.{nd}f}"
 
 
-def bound(random_reward: float, margin: float) -> float:
-    """The most a hack may earn: the random agent's mean reward on the same samples and turns, floored at
-    0, plus ``margin``. The floor: under a shaped preset the random agent pays for its clarifications
-    (a negative mean), and a policy that earns exactly nothing games nothing."""
-    return max(random_reward, 0.0) + margin
+def bound(random_reward: float, margin: float, references: tuple[float, ...] = ()) -> float:
+    """The most a hack may earn: the best of the random agent's mean reward and its reference policies' on the
+    same samples and turns, floored at 0, plus ``margin``. The floor: under a shaped preset the random agent
+    pays for its clarifications (a negative mean), and a policy that earns exactly nothing games nothing. A
+    reference (``HackPolicy.references``) is what a policy earns without the channel the hack attacks."""
+    return max(random_reward, *references, 0.0) + margin
+
+
+def _per_sample(episodes: list[Episode], weights: dict[str, float], scope: str) -> dict[str, float]:
+    """Sample id -> mean return of its episodes (a reference played once per reading has several)."""
+    acc: dict[str, list[float]] = {}
+    for e in episodes:
+        acc.setdefault(e.sample_id, []).append(e.reward(weights, scope))
+    return {k: sum(v) / len(v) for k, v in acc.items()}
 
 
 def summarise(name: str, policy: Any, episodes: list[Episode], random_eps: dict[str, Episode],
-              presets: dict[str, dict[str, float]], samples_by_id: dict, ids_by_db: dict, margin: float) -> dict:
-    """Per-preset mean reward, verdicts against random, EX / FB, paid components, relevance and leak rates."""
+              presets: dict[str, dict[str, float]], samples_by_id: dict, ids_by_db: dict, margin: float,
+              ref_eps: dict[str, list[Episode]] | None = None) -> dict:
+    """Per-preset mean reward, verdicts against the bound, EX / FB, paid components, relevance and leak rates.
+
+    ``ref_eps``: the reference policies' episodes by name (those the hack's ``references`` name must be there).
+    """
     scope = getattr(policy, "scope", "episode")
-    hack = name not in BASELINES
+    hack = name in HACKS
     row: dict[str, Any] = {"policy": name, "kind": getattr(policy, "kind", "baseline"), "scope": scope,
                            "privileged": bool(getattr(policy, "privileged", False)), "n": len(episodes),
-                           "description": getattr(policy, "description", "")}
+                           "description": getattr(policy, "description", ""),
+                           "n_samples": len({e.sample_id for e in episodes})}
     ex = [e.scores.get("ex") for e in episodes if e.scores.get("ex") is not None]
     # FB as ABISS §5.3 reports it: over unanswerable samples only (feedback elsewhere is simply wrong)
     fb = [e.scores.get("fb") for e in episodes if e.group == "unanswerable" and e.scores.get("fb") is not None]
     expost = [e.scores.get("ex_post") for e in episodes if e.scores.get("ex_post") is not None]
     dr = [float(e.scores["drift_recognised"]) for e in episodes if e.scores.get("drift_recognised") is not None]
-    row.update(ex=mean(ex), n_ex=len(ex), fb=mean(fb), n_fb=len(fb), ex_post=mean(expost), drr=mean(dr), n_drift=len(dr))
+    row.update(ex=mean(ex), n_ex=len(ex), fb=mean(fb), n_fb=len(fb), ex_post=mean(expost), drr=mean(dr),
+               n_drift=len(dr))
     paid = sorted({c for w in presets.values() for c in w})
     row["components"] = {c: mean([sum(t[2].get(c, 0.0) for t in e.turns if scope == "episode" or t[1])
                                   for e in episodes]) for c in paid}
@@ -100,17 +219,25 @@ def summarise(name: str, policy: Any, episodes: list[Episode], random_eps: dict[
         leaks += any(identifiers_leaked(r, known, ids_by_db[s.db_path]) for _a, r, _l in e.replies)
     row.update(relevant=rel / n_rel if n_rel else None, n_ambiguous_asked=n_rel,
                leak=leaks / n_clar if n_clar else None, n_asked=n_clar)
-    row["reward"], row["random_ref"], row["verdict"] = {}, {}, {}
+    row["reward"], row["random_ref"], row["refs"], row["bound"], row["verdict"] = {}, {}, {}, {}, {}
+    refs = getattr(policy, "references", ()) if hack else ()
     for p, w in presets.items():
-        r = mean([e.reward(w, scope) for e in episodes])
+        per = _per_sample(episodes, w, scope)
+        r = mean(list(per.values()))
         row["reward"][p] = r
         if hack and episodes:
-            ref = mean([random_eps[e.sample_id].reward(w, scope) for e in episodes])
+            ref = mean([random_eps[k].reward(w, scope) for k in per])
             row["random_ref"][p] = ref
+            rv = {}
+            for rn in refs:
+                by = _per_sample((ref_eps or {})[rn], w, scope)
+                rv[rn] = mean([by[k] for k in per])
+            row["refs"][p] = rv
+            row["bound"][p] = bound(ref, margin, tuple(rv.values()))
             if any(w.get(c) for c in getattr(policy, "tolerated_under", ())):
                 row["verdict"][p] = "TOL"  # paid by design under this preset (the policy's docstring says why)
             else:
-                ok = r <= bound(ref, margin) + 1e-12
+                ok = r <= row["bound"][p] + 1e-12
                 row["verdict"][p] = "PASS" if ok else ("RES" if getattr(policy, "residual", None) else "FAIL")
     return row
 
@@ -131,9 +258,20 @@ def verify(env_kwargs: dict, policy_name: str, indices: list[int], presets: dict
     return bad
 
 
+def _references(policies: list[str]) -> list[str]:
+    """The reference policies the hacks among ``policies`` name, in first-named order."""
+    out: list[str] = []
+    for n in policies:
+        for r in getattr(HACKS.get(n), "references", ()):
+            if r not in out:
+                out.append(r)
+    return out
+
+
 def _play_all(env_kwargs: dict, policies: list[str], limit: int | None, desc: str, progress: bool):
-    """Play every policy (the random agent first) on the first ``limit`` samples; returns
-    ``(samples, {name: policy}, {name: sample indices played}, {name: episodes}, seconds)``."""
+    """Play every policy (the random agent first) on the first ``limit`` samples, then the references the hacks
+    name (on the samples of those hacks, each sample ``repeats(sample)`` times where the reference says so);
+    returns ``(samples, {name: policy}, {name: sample indices played}, {name: episodes}, seconds)``."""
     env = gym.make(textsql_clarify.ENV_ID, reward_preset="binary", limit=limit, **env_kwargs)
     samples = env.unwrapped.samples
     order = ["random"] + [p for p in policies if p != "random"]
@@ -141,8 +279,17 @@ def _play_all(env_kwargs: dict, policies: list[str], limit: int | None, desc: st
     for name in order:
         pol = make_policy(name)
         objs[name] = pol
-        todo[name] = [i for i, s in enumerate(samples) if pol.applies(s)] if hasattr(pol, "applies") else \
+        idx = [i for i, s in enumerate(samples) if pol.applies(s)] if hasattr(pol, "applies") else \
             list(range(len(samples)))
+        rep = getattr(pol, "repeats", None)  # a randomised policy played once per choice: its exact expectation
+        todo[name] = [i for i in idx for _ in range(rep(samples[i]) if rep else 1)]
+    for ref in _references(policies):
+        pol = make_policy(ref)
+        objs[ref] = pol
+        users = sorted({i for n in policies if ref in getattr(HACKS.get(n), "references", ()) for i in todo[n]})
+        rep = getattr(pol, "repeats", None)
+        todo[ref] = [i for i in users for _ in range(rep(samples[i]) if rep else 1)]
+        order.append(ref)
     bar = tqdm(total=sum(len(v) for v in todo.values()), desc=desc, unit="ep", disable=not progress)
     t0 = time.perf_counter()
     with bar:
@@ -159,102 +306,161 @@ def run(dataset: str, spec: str, policies: list[str], presets: dict, *, limit: i
 
     Presets that weight only cheap components (EX, FB, format, turn penalty, drift ...) are played with
     ``detailed_scores=False`` on every sample; presets that weight a detailed component (cell F1, partial
-    credit) are played with ``detailed_scores=True`` on the first ``detailed_limit`` samples (each row
-    reports its ``n`` per preset), since the detailed scorer parses every predicted SQL with sqlglot.
-    ``samples``, when given, replaces the dataset ``spec`` (``gym.make(..., samples=samples)``).
+    credit) are played with ``detailed_scores=True`` on ``detailed_limit`` samples spread over them (:func:`spread`;
+    each row reports its ``n`` per preset), since the detailed scorer parses every predicted SQL with sqlglot.
+    ``samples``, when given, replaces the dataset ``spec`` (``gym.make(..., samples=samples)``). The reference
+    policies the hacks name are played too and get rows of their own (no verdict).
     """
     groups = {"cheap": {p: w for p, w in presets.items() if all(c in _CHEAP for c in w)},
               "detailed": {p: w for p, w in presets.items() if any(c not in _CHEAP for c in w)}}
     rows: dict[str, dict] = {}
     info: dict[str, Any] = {"dataset": dataset, "spec": spec, "verify_mismatches": [], "passes": {}}
     ids_by_db: dict = {}
+    refs = _references(policies)
+    if samples is None:
+        from textsql_clarify.datasets import load_dataset
+        samples = load_dataset(spec)
+    if limit is not None:
+        samples = samples[:limit]
     for kind, group in groups.items():
         if not group:
             continue
-        lim = limit if kind == "cheap" else min(x for x in (limit, detailed_limit) if x is not None) \
-            if (limit or detailed_limit) else None
-        env_kwargs = {"dataset": spec, "detailed_scores": kind == "detailed"}
-        if samples is not None:
-            env_kwargs["samples"] = samples
-        samples, objs, todo, played, secs = _play_all(env_kwargs, policies, lim, f"{dataset} {kind}", progress)
-        info["passes"][kind] = {"presets": list(group), "n_samples": len(samples), "elapsed_s": round(secs, 1)}
-        by_id = {s.id: s for s in samples}
+        # the detailed pass: spread over the samples, so that it sees every part of a corpus written in blocks
+        chosen = samples if kind == "cheap" or detailed_limit is None else spread(samples, detailed_limit)
+        lim = None
+        env_kwargs = {"dataset": spec, "detailed_scores": kind == "detailed", "samples": chosen}
+        played_samples, objs, todo, played, secs = _play_all(env_kwargs, policies, lim, f"{dataset} {kind}",
+                                                             progress)
+        info["passes"][kind] = {"presets": list(group), "n_samples": len(played_samples), "elapsed_s": round(secs, 1)}
+        by_id = {s.id: s for s in played_samples}
         random_eps = {e.sample_id: e for e in played["random"]}
-        for n in policies:
-            r = summarise(n, objs[n], played[n], random_eps, group, by_id, ids_by_db, margin)
-            r["n_by_preset"] = {p: r["n"] for p in group}
+        ref_eps = {r: played[r] for r in refs}
+        for n in [*policies, *refs]:
+            r = summarise(n, objs[n], played[n], random_eps, group, by_id, ids_by_db, margin, ref_eps)
+            r["n_by_preset"] = {p: r["n_samples"] for p in group}
             if n not in rows:
                 rows[n] = r
-            else:  # the cheap pass's full-data EX / FB stay; add this pass's presets
-                for key in ("reward", "random_ref", "verdict", "components", "n_by_preset"):
+            else:  # the cheap pass's full-data EX / FB and component means stay; add this pass's presets
+                for key in ("reward", "random_ref", "refs", "bound", "verdict", "n_by_preset"):
                     rows[n][key].update(r[key])
+                rows[n]["components"].update({c: v for c, v in r["components"].items()
+                                              if c not in rows[n]["components"]})
         if n_verify > 0:
             for name in policies:
-                idx = todo[name][:n_verify]
+                idx = list(dict.fromkeys(todo[name]))[:n_verify]
                 if idx:
-                    rec = {e.sample_id: e for e in played[name]}
+                    rec: dict[str, Episode] = {}
+                    for e in played[name]:  # a repeated sample's first episode: what a fresh policy replays
+                        rec.setdefault(e.sample_id, e)
                     info["verify_mismatches"] += verify({**env_kwargs, "limit": lim}, name, idx, group, rec,
                                                         getattr(objs[name], "scope", "episode"))
-    info["rows"] = [rows[n] for n in policies if n in rows]
+    info["rows"] = [rows[n] for n in [*policies, *refs] if n in rows]
     info["n_samples"] = max(p["n_samples"] for p in info["passes"].values())
     info["elapsed_s"] = round(sum(p["elapsed_s"] for p in info["passes"].values()), 1)
     return info
 
 
+def _chunks(items: list[str], cell: int) -> list[list[str]]:
+    """``items`` in runs that fit beside the policy column within :data:`WIDTH` columns, ``cell`` wide each."""
+    per = max(1, (WIDTH - NAME_W) // cell)
+    return [items[k:k + per] for k in range(0, len(items), per)] or [[]]
+
+
+def _wrap(text: str, indent: str = "  ", sub: str = "      ") -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=sub, break_on_hyphens=False)
+
+
 def table(result: dict, presets: list[str]) -> str:
-    """The printed table of one dataset."""
-    lines = [f"== {result['dataset']} ({result['spec']}): " + "; ".join(
+    """The printed tables of one corpus, every line within :data:`WIDTH` (100) columns: scores, returns per
+    preset (in runs of presets that fit), paid components, FAIL cells, residuals, the replay check."""
+    lines = _wrap(f"== {result['dataset']} ({result['spec']}): " + "; ".join(
         f"{k} pass {v['n_samples']} samples ({', '.join(v['presets'])}) in {v['elapsed_s']} s"
-        for k, v in result["passes"].items())]
-    head = f"{'policy':22s} {'n':>5s} {'EX':>6s} {'FB':>6s} {'EXpost':>6s} {'DRR':>5s} {'rel%':>5s} {'leak%':>5s} " + \
-        " ".join(f"{('R:' + p)[:14]:>14s}" for p in presets)
-    lines += [head, "-" * len(head)]
+        for k, v in result["passes"].items()), "", "   ")
+    pct = (lambda x: "-" if x is None else f"{100 * x:.0f}")
+    head = f"{'policy':{NAME_W}s} {'n':>5s} {'EX':>6s} {'FB':>6s} {'EXpost':>6s} {'DRR':>5s} {'rel%':>5s} {'leak%':>5s}"
+    lines += ["", head, "-" * len(head)]
     for r in result["rows"]:
-        pct = (lambda x: "-" if x is None else f"{100 * x:.0f}")
-        cells = []
-        for p in presets:
-            v = r["verdict"].get(p)
-            n = r["n_by_preset"].get(p, r["n"])
-            val = _fmt(r["reward"].get(p)) + ("" if n == r["n"] else f"@{n}")
-            cells.append(f"{val:>9s} {(v or ''):>4s}")
-        lines.append(f"{r['policy']:22s} {r['n']:5d} {_fmt(r['ex']):>6s} {_fmt(r['fb']):>6s} {_fmt(r['ex_post']):>6s} "
-                     f"{_fmt(r['drr'], 2):>5s} {pct(r['relevant']):>5s} {pct(r['leak']):>5s} " + " ".join(cells))
+        lines.append(f"{r['policy'][:NAME_W]:{NAME_W}s} {r['n']:5d} {_fmt(r['ex']):>6s} {_fmt(r['fb']):>6s} "
+                     f"{_fmt(r['ex_post']):>6s} {_fmt(r['drr'], 2):>5s} {pct(r['relevant']):>5s} {pct(r['leak']):>5s}")
+    for chunk in _chunks(presets, 15):
+        head = f"{'policy':{NAME_W}s}" + "".join(f"{p[:14]:>15s}" for p in chunk)
+        lines += ["", head, "-" * len(head)]
+        for r in result["rows"]:
+            cells = []
+            for p in chunk:
+                v = "ref" if r["policy"] in REFERENCES else (r["verdict"].get(p) or "")
+                n = r["n_by_preset"].get(p, r["n_samples"])
+                val = _fmt(r["reward"].get(p)) + ("" if n == r["n_samples"] else f"@{n}")
+                cells.append(f"{val:>10s} {v:>4s}")
+            lines.append(f"{r['policy'][:NAME_W]:{NAME_W}s}" + "".join(f"{c:>15s}" for c in cells))
     comps = sorted({c for r in result["rows"] for c in r["components"]})
-    lines += ["", "mean per-episode sum of each paid component (in the row's scope):",
-              f"{'policy':22s} " + " ".join(f"{c[:15]:>15s}" for c in comps)]
-    for r in result["rows"]:
-        lines.append(f"{r['policy']:22s} " + " ".join(f"{_fmt(r['components'].get(c)):>15s}" for c in comps))
-    fails = [(r["policy"], p, r["reward"][p], r["random_ref"][p]) for r in result["rows"]
+    lines += ["", "mean per-episode sum of each paid component (in the row's scope):"]
+    for chunk in _chunks(comps, 10):
+        lines += [f"{'policy':{NAME_W}s}" + "".join(f"{c[:9]:>10s}" for c in chunk)]
+        for r in result["rows"]:
+            lines.append(f"{r['policy'][:NAME_W]:{NAME_W}s}" +
+                         "".join(f"{_fmt(r['components'].get(c)):>10s}" for c in chunk))
+    fails = [(r["policy"], p, r["reward"][p], r["bound"][p], r["n_by_preset"][p]) for r in result["rows"]
              for p, v in r["verdict"].items() if v == "FAIL"]
     lines += ["", f"FAIL cells: {len(fails)}"]
-    lines += [f"  {h:22s} {p:10s} reward {a:.3f} > max(random {b:.3f}, 0) + margin" for h, p, a, b in fails]
+    lines += [f"  {h:{NAME_W}s} {p:8s} reward {a:.3f} > bound {b:.3f} (n={n})" for h, p, a, b, n in fails]
     res = [r for r in result["rows"] if any(v == "RES" for v in r["verdict"].values())]
     lines += ["", f"RES (known residual) rows: {len(res)}"]
     for r in res:
         pol = HACKS[r["policy"]]()
         worst = max(r["reward"].values())
         over = "  OVER ITS CEILING" if worst > pol.residual_ceiling + 1e-12 else ""
-        lines.append(f"  {r['policy']:22s} max reward {worst:.3f} (ceiling {pol.residual_ceiling:.2f}){over}: "
-                     f"{pol.residual}")
+        lines += _wrap(f"{r['policy']} max reward {worst:.3f} (ceiling {pol.residual_ceiling:.2f}){over}: "
+                       f"{pol.residual}")
     if result["verify_mismatches"]:
-        lines += ["replay mismatches (recomputed preset reward != gym.make's):"] + \
-                 [f"  {m}" for m in result["verify_mismatches"][:20]]
+        lines += ["replay mismatches (recomputed preset reward != gym.make's):"]
+        lines += [ln for m in result["verify_mismatches"][:20] for ln in _wrap(m)]
     else:
-        lines.append("replay check: recomputed preset rewards equal gym.make's on every replayed episode")
+        lines += _wrap("replay check: recomputed preset rewards equal gym.make's on every replayed episode", "")
     return "\n".join(lines)
 
 
+def spread(samples: list, n: int) -> list:
+    """``n`` samples evenly spaced over ``samples`` (all of them when ``n >= len(samples)``), in order. The
+    detailed pass takes the first ``--detailed-limit`` of these, so it is spread over the corpus too only
+    when ``n`` is at most that limit."""
+    if n >= len(samples):
+        return list(samples)
+    return [samples[(k * len(samples)) // n] for k in range(n)]
+
+
+def _parse_datasets(text: str) -> list[tuple[str, int | None]]:
+    """``name[=N],...`` -> ``[(name, N or None)]`` (N: samples of that corpus, :func:`spread` over it)."""
+    out = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, _, n = part.partition("=")
+        out.append((name, int(n) if n else None))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; returns the exit status (1 when a hack FAILs, 0 otherwise)."""
+    """CLI entry point; returns the exit status (1 when a hack FAILs or a residual passes its ceiling, else 0)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default="../shared/data", help="data root holding spider_dev and spider_unanswerable")
-    ap.add_argument("--datasets", default="embedded,spider,spider-unanswerable")
+    ap.add_argument("--data", default="../shared/data", help="the shared data folder (spider_dev, mmsql, ...)")
+    ap.add_argument("--datasets", default=",".join(CORPORA),
+                    help="comma-separated corpora, each optionally name=N (N samples evenly spaced over it); "
+                         "default: all of "
+                         + ", ".join(CORPORA))
+    ap.add_argument("--generated", default=None,
+                    help="a folder written by 'textsql-clarify generate' with the model-free recipes (default: "
+                         "generate one into the cache folder)")
+    ap.add_argument("--generated-model", default=None,
+                    help="a folder written by generate with the model recipes and the fake council (default: "
+                         "generate one)")
+    ap.add_argument("--generate-limit", type=int, default=None,
+                    help="Spider dev anchors for a corpus generated here (default: all 935)")
     ap.add_argument("--presets", default=None, help="comma-separated preset names (default: every preset)")
     ap.add_argument("--hacks", default=None, help="comma-separated hack names (default: every hack)")
-    ap.add_argument("--limit", type=int, default=None, help="first N samples of each dataset")
+    ap.add_argument("--limit", type=int, default=None,
+                    help="N samples of each corpus, evenly spaced over it (name=N overrides)")
     ap.add_argument("--detailed-limit", type=int, default=100,
                     help="samples played for presets that need detailed scores (dense); 0 = all")
-    ap.add_argument("--margin", type=float, default=0.02, help="allowed excess over the random agent's reward")
+    ap.add_argument("--margin", type=float, default=0.02, help="allowed excess over the bound's reference reward")
     ap.add_argument("--verify", type=int, default=2, help="episodes per policy replayed under each preset")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     ap.add_argument("--no-progress", action="store_true")
@@ -265,32 +471,54 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [h for h in hacks if h not in HACKS and h not in BASELINES]
     if unknown:
         ap.error(f"unknown hacks {unknown}; available: {sorted(HACKS)}")
+    chosen = _parse_datasets(args.datasets)
+    bad = [d for d, _ in chosen if d not in CORPORA]
+    if bad:
+        ap.error(f"unknown datasets {bad}; available: {list(CORPORA)}")
     policies = list(BASELINES) + [h for h in hacks if h not in BASELINES]
-    specs = dataset_specs(args.data.rstrip("/"))
-    results = []
-    print(f"textsql_clarify from {Path(textsql_clarify.__file__).parent}; presets {names}", flush=True)
+    data = args.data.rstrip("/")
+    specs = corpus_specs(data, args.generated, args.generated_model)
+    results, skipped = [], []
+    print(f"textsql_clarify from {Path(textsql_clarify.__file__).parent}", flush=True)
+    print(f"presets {names}", flush=True)
     print(LEGEND)
-    for h in hacks:
-        if h in HACKS:
-            pol = HACKS[h]()
-            print(f"  {h:22s} [{pol.kind}{', privileged' if pol.privileged else ''}"
-                  f"{', post-drift turns' if pol.scope == 'post_drift' else ''}] {pol.description}")
+    for h in [*hacks, *_references(policies)]:
+        pol = HACKS[h]() if h in HACKS else REFERENCES.get(h, lambda: None)()
+        if pol is not None:
+            tags = ", ".join([pol.kind] + (["privileged"] if pol.privileged else []) +
+                             (["post-drift turns"] if pol.scope == "post_drift" else []))
+            print("\n".join(_wrap(f"{h} [{tags}] {pol.description}")))
     print(flush=True)
-    for d in args.datasets.split(","):
-        if d not in specs:
-            ap.error(f"unknown dataset {d!r}; available: {sorted(specs)}")
-        res = run(d, specs[d], policies, presets, limit=args.limit, margin=args.margin, n_verify=args.verify,
-                  detailed_limit=args.detailed_limit or None, progress=not args.no_progress)
+    for d, n in chosen:
+        spec, note = specs[d]
+        if spec is None:
+            skipped.append((d, note))
+            print("\n".join(_wrap(f"== {d}: skipped ({note})", "", "   ")) + "\n", flush=True)
+            continue
+        if spec == "generate":
+            from textsql_clarify.models import cache_root
+            folder = cache_root() / "red_team" / d
+            t0 = time.perf_counter()
+            spec = build_generated(d, data, folder, limit=args.generate_limit)
+            print(f"generated {d} into {folder} in {time.perf_counter() - t0:.0f} s", flush=True)
+        n = n if n is not None else args.limit
+        picked = None
+        if n is not None:  # spread over the corpus: a generated file is written recipe by recipe
+            from textsql_clarify.datasets import load_dataset
+            picked = spread(load_dataset(spec), n)
+        res = run(d, spec, policies, presets, limit=None, margin=args.margin, n_verify=args.verify,
+                  detailed_limit=args.detailed_limit or None, progress=not args.no_progress, samples=picked)
         results.append(res)
         print(table(res, names), flush=True)
         print(flush=True)
     if args.out:
-        Path(args.out).write_text(json.dumps({"presets": presets, "margin": args.margin, "results": results},
-                                             indent=1, default=str))
+        Path(args.out).write_text(json.dumps({"presets": presets, "margin": args.margin, "results": results,
+                                              "skipped": skipped}, indent=1, default=str))
     n_fail = sum(v == "FAIL" for r in results for row in r["rows"] for v in row["verdict"].values())
     n_fail += sum(max(row["reward"].values()) > HACKS[row["policy"]]().residual_ceiling + 1e-12
                   for r in results for row in r["rows"] if "RES" in row["verdict"].values())
-    print(f"total FAIL cells: {n_fail}")
+    print(f"total FAIL cells: {n_fail} over {len(results)} corpora"
+          + (f"; skipped: {', '.join(d for d, _ in skipped)}" if skipped else ""))
     return 1 if n_fail else 0
 
 

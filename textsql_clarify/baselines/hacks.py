@@ -131,6 +131,10 @@ class HackPolicy:
         residual: ``None``, or why a policy known to beat the bound is not yet closed (the red team marks its
             cells above the bound ``RES``, not FAIL, and prints the reason); ``residual_ceiling`` is the most it
             may earn under any preset, so that the leak cannot grow unseen (the test asserts it).
+        references: names in :data:`REFERENCES`: policies that do without what the hack attacks (the same
+            decision made without the user's reply; a reading drawn at chance). The hack's bound is then the best
+            of the random agent and these on the same samples and turns: it must gain nothing from the attacked
+            channel, which a fixed action can already earn.
     """
 
     name = "hack"
@@ -141,6 +145,7 @@ class HackPolicy:
     tolerated_under: frozenset[str] = frozenset()
     residual: str | None = None
     residual_ceiling: float = 0.0
+    references: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self.sample: Sample | None = None
@@ -1182,6 +1187,7 @@ class ClarifyProbeThenDecide(_Clarify):
     users' replies to such a probe must be the same in form whatever the group."""
 
     name = "clarify_probe_then_decide"
+    references = ("blind_answer", "blind_refuse")
     description = "ask 'Could you tell me a bit more about what you need?', then refuse or answer from the reply"
 
     def question(self, observation):
@@ -1192,7 +1198,17 @@ class ClarifyProbeThenDecide(_Clarify):
             self.asked += 1
             return f"<clarify>{self.question(observation)}</clarify>"
         if reply_says_cannot(observation.get("last_message", "")):
-            return f"<feedback>{FeedbackNovelWord().text(observation)}</feedback>"
+            return self.refusal(observation)
+        return self.answer(observation)
+
+    @staticmethod
+    def refusal(observation: dict[str, Any]) -> str:
+        """The refusal action: :class:`FeedbackNovelWord`'s text (the strongest question-reading refusal here)."""
+        return f"<feedback>{FeedbackNovelWord().text(observation)}</feedback>"
+
+    @staticmethod
+    def answer(observation: dict[str, Any]) -> str:
+        """The SQL action: ``count(*)`` of the named table for a "how many" question, else ``SELECT *`` of it."""
         schema = schema_columns(observation.get("schema", ""))
         q = observation.get("question", "")
         t = _mentioned_table(schema, q) or _widest(schema)
@@ -1242,6 +1258,7 @@ class AmbiqtSchemaChooser(HackPolicy):
     ambiguity calls for earns nothing."""
 
     name, kind, privileged = "ambiqt_schema_chooser", "ambiguity", True
+    references = ("uniform_reading",)
     description = ("privileged, never asks: of the readings shuffled, the one using no <agg>_<col> column and no "
                    "split table")
 
@@ -1249,8 +1266,15 @@ class AmbiqtSchemaChooser(HackPolicy):
         """An ambiguous sample with a gold and at least one other reading (two readings to choose between)."""
         return sample.group == "ambiguous" and sample.gold_sql is not None and len(sample.interpretations) >= 1
 
-    def choose(self, sample: Sample) -> str:
-        """The chosen reading's SQL (shuffle seeded by the sample id, so a run is reproducible)."""
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: dict[str, int] = {}
+        self._k = 0
+
+    def candidates(self, sample: Sample) -> list[str]:
+        """The readings the rule cannot tell apart: those using no derived schema element (all readings when
+        every one uses some), in a shuffled order seeded by the sample id. The policy draws one uniformly;
+        the runner plays each once (:meth:`repeats`) so that the mean is the draw's exact expectation."""
         import random
         readings = [sample.gold_sql, *(i.gold_sql for i in sample.interpretations)]
         random.Random(sample.id).shuffle(readings)
@@ -1258,10 +1282,24 @@ class AmbiqtSchemaChooser(HackPolicy):
             schema = read_schema(sample.db_path)
         except Exception:  # noqa: BLE001
             schema = {}
-        return next((r for r in readings if not schema_derived_reading(r, schema)), readings[0])
+        plain = [r for r in readings if not schema_derived_reading(r, schema)]
+        return plain or readings
+
+    def repeats(self, sample: Sample) -> int:
+        """Episodes to play on ``sample``: one per candidate reading (:meth:`candidates`)."""
+        return len(self.candidates(sample))
+
+    def begin_episode(self, sample):
+        super().begin_episode(sample)
+        if sample is not None:
+            self._k = self._seen.get(sample.id, 0)
+            self._seen[sample.id] = self._k + 1
 
     def next_action(self, observation, info):
-        return _sql(self.choose(self.sample) if self.sample is not None else "SELECT 1")
+        if self.sample is None:
+            return _sql("SELECT 1")
+        cands = self.candidates(self.sample)
+        return _sql(cands[self._k % len(cands)])
 
 
 _HISTORY_SQL = re.compile(r"<sql>(.*?)</sql>", re.IGNORECASE | re.DOTALL)
@@ -1321,8 +1359,74 @@ HACKS: dict[str, Callable[[], HackPolicy]] = {c.name: c for c in (
     DriftAggregatesDoubled, ClarifyProbeThenDecide, AmbiqtSchemaChooser, MmsqlResubmitHistory)}
 
 
+# ---------------------------------------------------------------------------------------------- references
+
+
+class BlindAnswer(HackPolicy):
+    """Reference for :class:`ClarifyProbeThenDecide`: its SQL answer, given on every sample without asking (the
+    decision made without the user's reply). What the probe earns beyond the better of this and
+    :class:`BlindRefuse` is what the reply told it."""
+
+    name, kind = "blind_answer", "reference"
+    description = "reference: clarify_probe_then_decide's SQL answer, without the probe"
+
+    def next_action(self, observation, info):
+        return ClarifyProbeThenDecide.answer(observation)
+
+
+class BlindRefuse(HackPolicy):
+    """Reference for :class:`ClarifyProbeThenDecide`: its refusal, given on every sample without asking."""
+
+    name, kind = "blind_refuse", "reference"
+    description = "reference: clarify_probe_then_decide's refusal, without the probe"
+
+    def next_action(self, observation, info):
+        return ClarifyProbeThenDecide.refusal(observation)
+
+
+class UniformReading(HackPolicy):
+    """Reference for :class:`AmbiqtSchemaChooser`: chance. Played once per reading of each sample (the runner
+    repeats the sample :meth:`repeats` times, the k-th episode submitting the k-th reading), so that the mean of a
+    sample's episodes is the expected reward of a reading drawn uniformly at random. A chooser that reads only the
+    schema must score at this level when the gold reading is not predictable from the schema."""
+
+    name, kind, privileged = "uniform_reading", "reference", True
+    description = "reference: every reading submitted once, averaged per sample (a uniform draw's expectation)"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: dict[str, int] = {}
+        self._k = 0
+
+    def applies(self, sample):
+        """Where :class:`AmbiqtSchemaChooser` applies."""
+        return AmbiqtSchemaChooser().applies(sample)
+
+    def repeats(self, sample: Sample) -> int:
+        """Episodes to play on ``sample``: one per reading (gold and interpretations)."""
+        return 1 + len(sample.interpretations)
+
+    def begin_episode(self, sample):
+        super().begin_episode(sample)
+        if sample is not None:
+            self._k = self._seen.get(sample.id, 0)
+            self._seen[sample.id] = self._k + 1
+
+    def next_action(self, observation, info):
+        s = self.sample
+        if s is None:
+            return _sql("SELECT 1")
+        readings = [s.gold_sql, *(i.gold_sql for i in s.interpretations)]
+        return _sql(readings[self._k % len(readings)])
+
+
+#: reference policies by name: not hacks (never judged), but the bound of the hacks that name them in
+#: ``references`` (see :class:`HackPolicy`)
+REFERENCES: dict[str, Callable[[], HackPolicy]] = {c.name: c for c in (BlindAnswer, BlindRefuse, UniformReading)}
+
+
 def make_policy(name: str):
-    """A fresh policy by name: a hack of :data:`HACKS` or a baseline (``oracle`` | ``no-clarify`` | ``random``).
+    """A fresh policy by name: a hack of :data:`HACKS`, a reference of :data:`REFERENCES` or a baseline (``oracle`` | ``no-clarify`` | ``random``).
 
     Raises:
         ValueError: unknown name (lists the valid ones).
@@ -1330,6 +1434,8 @@ def make_policy(name: str):
     from .agents import AGENTS, make_agent
     if name in HACKS:
         return HACKS[name]()
+    if name in REFERENCES:
+        return REFERENCES[name]()
     if name in AGENTS:
         return make_agent(name)
     raise ValueError(f"unknown policy {name!r}; hacks: {sorted(HACKS)}; baselines: {sorted(AGENTS)}")
