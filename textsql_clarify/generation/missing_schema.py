@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import random
 from dataclasses import dataclass
 from typing import Sequence
@@ -47,7 +48,8 @@ from .gold_refs import GoldRefs, SourceSchema, gold_refs, source_schema, words
 from .utterances import attribute_words
 
 __all__ = ["MissingSchemaRecipe", "Element", "eligible_elements", "substitute", "hidden_knowledge",
-           "hidden_knowledge_options", "judged_hidden_knowledge", "norm_name", "plural", "TEMPLATES"]
+           "hidden_knowledge_options", "judged_hidden_knowledge", "norm_name", "plural", "TEMPLATES", "gold_uses",
+           "element_facts"]
 
 PREMISE_FLAW = "missing_schema_premise"  # taxonomy.PREMISE_FLAWS, E3.2
 #: a remaining name this similar (difflib ratio of the normalised forms) to the removed one can stand in.
@@ -204,38 +206,195 @@ def plural(phrase: str) -> str:
     return f"{head} {out}" if head else out
 
 
-#: the hidden-knowledge templates per role, tried in order (:func:`hidden_knowledge_options`); fields: ``table``,
+#: the hidden-knowledge templates per role, tried in order (:func:`hidden_knowledge_options`). Each names the
+#: missing element, then says what the question needed it for and what of the sample's data went with it, so
+#: that no sentence is shared by rationales of different elements (``docs/generation.md``). Fields: ``table``,
 #: ``many`` (its plural), ``col`` (the column as a noun: ``number killed``, ``year founded``,
-#: :func:`~textsql_clarify.generation.utterances.attribute_words`), ``of`` (``for`` after such a noun: "the
-#: number killed for deaths"), ``name`` (the column's words), ``other`` (the partner table's plural, join keys
-#: only), ``linked`` (the tables a bridge table joins, in the plural, bridge tables only).
+#: :func:`~textsql_clarify.generation.utterances.attribute_words`), ``name`` (the column's words), ``other`` (the
+#: partner table's plural, join keys only), ``linked`` (the tables a bridge table joins, in the plural, bridge
+#: tables only), ``uses`` (what the gold does with the element, :func:`gold_uses`), ``facts`` (a sentence of the
+#: source data that went with it, :func:`element_facts`; may be empty).
 TEMPLATES: dict[str, tuple[str, ...]] = {
     "attribute": (
-        "This database does not cover the {col} {of} {many}: the {table} table has no {name} column.",
-        "The {table} table has no {name} column, so that detail is unavailable.",
+        "The {table} table has no {name} column. The question needs the {name} column to {uses}.{facts}",
+        "There is no {name} column in the {table} table, yet the question needs it to {uses}.{facts}",
     ),
     "join_key": (
-        "There is no link between {many} and {other}: nothing records which of them go together.",
-        "There is no link between {many} and {other} in the database.",
+        "There is no link between {many} and {other}: the {table} table has no {name} column. The question "
+        "needs the {name} column to {uses}.{facts}",
+        "Nothing links {many} to {other} since the {table} table lost its {name} column, which the question "
+        "needs to {uses}.{facts}",
     ),
     "bridge_table": (
-        "There is no link between {linked}: the database has no {table} table.",
-        "There is no link between {linked} in the database.",
+        "There is no link between {linked}: the database has no {table} table. The question needs the {table} "
+        "table to {uses}.{facts}",
+        "Nothing links {linked} without the {table} table, which the question needs to {uses}.{facts}",
     ),
     "table": (
-        "The database has no {table} table: that part of the data is not kept at all.",
-        "There is no {table} table in the database; that information is unavailable.",
+        "The database has no {table} table. The question needs the {table} table to {uses}.{facts}",
+        "There is no {table} table in the database, yet the question needs it to {uses}.{facts}",
     ),
 }
 
+#: what a gold does with a column, by the SQL construct around it (sqlglot node class name) -> verb phrase;
+#: ``{col}`` and ``{many}`` as in :data:`TEMPLATES`.
+_USE_PHRASES = {
+    "Where": "filter {many} by {col}", "Having": "filter groups by {col}", "Group": "group {many} by {col}",
+    "Order": "sort {many} by {col}", "Count": "count the {col} values of {many}",
+    "Avg": "average the {col} of {many}", "Sum": "add up the {col} of {many}",
+    "Max": "find the highest {col} of {many}", "Min": "find the lowest {col} of {many}",
+    "Select": "show the {col} of {many}", "Join": "join {many} to {other}",
+}
 
-def hidden_knowledge_options(element: Element, schema: SourceSchema) -> list[str]:
+
+def _use_of(node) -> str:
+    """The construct a column node of the gold sits in (a key of :data:`_USE_PHRASES`)."""
+    from sqlglot import exp
+
+    n = node
+    while n.parent is not None:
+        p = n.parent
+        for cls in (exp.Count, exp.Avg, exp.Sum, exp.Max, exp.Min):
+            if isinstance(p, cls):
+                return cls.__name__
+        if isinstance(p, (exp.Where, exp.Having, exp.Group, exp.Order, exp.Join)):
+            return type(p).__name__
+        if isinstance(p, exp.Select):
+            return "Select"
+        n = p
+    return "Select"
+
+
+def _and(items: Sequence[str]) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def gold_uses(element: Element, refs: GoldRefs | None, schema: SourceSchema) -> str:
+    """What the gold needs the removed element for, as verb phrases ("group people by nationality and sort
+    people by nationality"): for a column, the constructs it sits in (:data:`_USE_PHRASES`, at most two); for a
+    table, those of the columns the gold reads there (non-key first), else "count" it; for a join key or a
+    bridge table, the join. Source: issue 11 (a rationale says what the question needed the element for).
+    """
+    r = element.removal
+    table = words(r.table)
+    many = plural(table)
+    other = plural(words(schema.tables[element.partner[0]].name)) if element.partner else "the other tables"
+    if element.role in ("join_key", "bridge_table"):
+        if element.role == "bridge_table":
+            return f"join {_and([plural(words(schema.tables[t].name)) for t in element.links])}"
+        return f"join {many} to {other}"
+    t_low = r.table.lower()
+    info = schema.tables.get(t_low)
+    cols = [r.column.lower()] if r.column else sorted(
+        (c for (t, c) in (refs.columns if refs else ()) if t == t_low),
+        key=lambda c: (info is not None and (c in info.pk or c in info.fk_columns), c))
+    out: list[str] = []
+    for c in cols:
+        nodes = refs.column_nodes.get((t_low, c), []) if refs else []
+        name = words(info.columns.get(c, c)) if info else words(c)
+        col = attribute_words(name, info.types.get(c, "") if info else "")
+        for key in dict.fromkeys(_use_of(n) for n in nodes):
+            phrase = _USE_PHRASES["Join" if key == "Join" else key].format(col=col, many=many, other=other)
+            if phrase not in out:
+                out.append(phrase)
+    if not out:
+        out = [f"count {many}" if r.column is None else f"read the {words(r.column)} of {many}"]
+    return _and(out[:2])
+
+
+def _values(db_path: str, table: str, column: str, sql_type: str) -> str:
+    """A few of a column's values in the source database: ``"such as Russia and Bulgaria"`` (the two most
+    frequent texts, ties by value) or ``"from 18 to 52"`` (a number's range); ``""`` when none fits."""
+    import sqlite3
+
+    from ..sql.uri import ro_uri
+
+    qt, qc = table.replace('"', '""'), column.replace('"', '""')
+    con = sqlite3.connect(ro_uri(db_path), uri=True)
+    try:
+        numeric = any(k in sql_type.upper() for k in ("INT", "REAL", "NUM", "FLOA", "DOUB", "DEC"))
+        if numeric:
+            lo, hi = con.execute(f'SELECT min("{qc}"), max("{qc}") FROM "{qt}" WHERE typeof("{qc}") IN '
+                                 f"('integer', 'real')").fetchone()
+            if lo is None or lo == hi:
+                return ""
+            fmt = (lambda v: str(int(v)) if float(v).is_integer() else f"{v:g}")
+            return f"from {fmt(lo)} to {fmt(hi)}"
+        rows = con.execute(f'SELECT "{qc}", count(*) AS n FROM "{qt}" WHERE "{qc}" IS NOT NULL AND '
+                           f"typeof(\"{qc}\") = 'text' AND trim(\"{qc}\") <> '' GROUP BY 1 "
+                           "ORDER BY n DESC, 1 LIMIT 2").fetchall()
+    except sqlite3.DatabaseError:
+        return ""
+    finally:
+        con.close()
+    vals = [" ".join(str(v).split()) for v, _n in rows if len(str(v)) <= 40]
+    return f"such as {_and(vals)}" if vals else ""
+
+
+#: the literal text of the facts sentences of :func:`element_facts` (for :func:`template_stock`).
+_FACT_TEXTS = (" It held values such as {v}.", " It held values from {v} to {v}.", " It held the {v} of {v}.",
+               " Nothing says which of the {v} each of the {v} goes with.", " Its {v} rows paired them.")
+
+
+def element_facts(element: Element, schema: SourceSchema, db_path: str | None) -> str:
+    """One sentence of what went with the removed element in the source database (with a leading space), or
+    ``""``: a column's values (:func:`_values`), a table's other columns ("It held the name, country and age
+    of singers."), or for a join key or bridge table the row counts it linked. This is what makes one sample's
+    rationale its own: the template's words recur across the dataset, the data does not.
+
+    Args:
+        element: the removed element. schema: the source schema. db_path: the source database (``None``: ``""``).
+    """
+    if not db_path:
+        return ""
+    r = element.removal
+    info = schema.tables.get(r.table.lower())
+    if info is None:
+        return ""
+    many = plural(words(r.table))
+    if element.role == "attribute":
+        vals = _values(db_path, info.name, r.column, info.types.get(r.column.lower(), ""))
+        return f" It held values {vals}." if vals else ""
+    if element.role == "table":
+        cols = [attribute_words(words(n), info.types.get(c, "")) for c, n in info.columns.items()
+                if c not in info.pk and c not in info.fk_columns and not norm_name(n).endswith("id")]
+        return f" It held the {_and(cols[:5])} of {many}." if cols else ""
+    import sqlite3
+
+    from ..sql.uri import ro_uri
+
+    def count(t: str) -> int | None:
+        con = sqlite3.connect(ro_uri(db_path), uri=True)
+        try:
+            return con.execute(f'SELECT count(*) FROM "{t.replace(chr(34), chr(34) * 2)}"').fetchone()[0]
+        except sqlite3.DatabaseError:
+            return None
+        finally:
+            con.close()
+
+    if element.role == "join_key" and element.partner:
+        other = schema.tables[element.partner[0]]
+        n, m = count(info.name), count(other.name)
+        if n is None or m is None:
+            return ""
+        return f" Nothing says which of the {m} {plural(words(other.name))} each of the {n} {many} goes with."
+    n = count(info.name)
+    return f" Its {n} rows paired them." if n else ""
+
+
+def hidden_knowledge_options(element: Element, schema: SourceSchema, refs: GoldRefs | None = None,
+                             db_path: str | None = None) -> list[str]:
     """What is missing, in plain words (the user's reason the question cannot be answered), one text per
     template of the element's role (:data:`TEMPLATES`), in order.
 
     Args:
         element: the removed element.
         schema: the source schema (for the partner table's name).
+        refs: the gold's references (what the question needs the element for, :func:`gold_uses`); ``None``:
+            the element's own name stands in.
+        db_path: the source database (the data that went with the element, :func:`element_facts`); ``None``:
+            no such sentence.
     Source: issue 11 (hidden knowledge names what is missing; ABISS §3.2's examples).
     """
     r = element.removal
@@ -245,15 +404,16 @@ def hidden_knowledge_options(element: Element, schema: SourceSchema) -> list[str
     sql_type = info.types.get(r.column.lower(), "") if info is not None and r.column else ""
     col = attribute_words(name, sql_type) if name else ""
     fields = {"table": table, "many": plural(table), "col": col, "name": name,
-              "of": "for" if col.startswith("number ") and col != name else "of",
               "other": plural(words(schema.tables[element.partner[0]].name)) if element.partner else "",
-              "linked": " and ".join(plural(words(schema.tables[t].name)) for t in element.links) or "the other tables"}
+              "linked": " and ".join(plural(words(schema.tables[t].name)) for t in element.links) or "the other tables",
+              "uses": gold_uses(element, refs, schema), "facts": element_facts(element, schema, db_path)}
     return [t.format(**fields) for t in TEMPLATES[element.role]]
 
 
-def hidden_knowledge(element: Element, schema: SourceSchema) -> str:
+def hidden_knowledge(element: Element, schema: SourceSchema, refs: GoldRefs | None = None,
+                     db_path: str | None = None) -> str:
     """The first of :func:`hidden_knowledge_options`."""
-    return hidden_knowledge_options(element, schema)[0]
+    return hidden_knowledge_options(element, schema, refs, db_path)[0]
 
 
 def judged_hidden_knowledge(sample: Sample, db_path: str, options: Sequence[str]) -> str | None:
@@ -275,9 +435,32 @@ def judged_hidden_knowledge(sample: Sample, db_path: str, options: Sequence[str]
     ids = list(sch) + [c for cols in sch.values() for c in cols]
     judge = LexicalFeedbackJudge()
     for hk in options:
+        judge.stock_by_rationale[hk] = template_stock()
         if judge.judge(dataclasses.replace(sample, db_path=db_path, hidden_knowledge=hk), hk, ids):
             return hk
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def template_stock():
+    """The fixed words of :data:`TEMPLATES` and :data:`_USE_PHRASES` and of the facts sentences as stock
+    phrases (:class:`~textsql_clarify.rewards.feedback.stock.StockPhrases`): every 1- to 5-word run of a
+    template's literal text. :func:`judged_hidden_knowledge` judges with them stripped, so a rationale passes
+    only through what it says of its own sample (the element's name, its data), as the env's judge, which strips
+    the dataset's recurring phrases, will see it."""
+    import re
+
+    from ..rewards.feedback.stock import NGRAM_SIZES, StockPhrases, _clauses
+
+    literal = [*(t for ts in TEMPLATES.values() for t in ts), *_USE_PHRASES.values(), *_FACT_TEXTS]
+    phrases = set()
+    _lo, hi = NGRAM_SIZES
+    for t in literal:
+        for part in re.split(r"\{[a-z]+\}", t):
+            for ws in _clauses(part):
+                for n in range(1, hi + 1):
+                    phrases.update(tuple(ws[i:i + n]) for i in range(len(ws) - n + 1))
+    return StockPhrases(frozenset(phrases), len(literal), 0.0)
 
 
 class MissingSchemaRecipe:
@@ -357,12 +540,13 @@ class MissingSchemaRecipe:
         sample = Sample(
             id=f"{self.name}-{anchor.id}-{el.removal.slug}", db_id=db_id,
             db_path=f"{ctx.work_dir.name}/{path.name}", question=anchor.question, group="unanswerable",
-            subcategory=el.subcategory, gold_sql=None, hidden_knowledge=hidden_knowledge(el, schema),
+            subcategory=el.subcategory, gold_sql=None,
+            hidden_knowledge=hidden_knowledge(el, schema, refs, anchor.db_path),
             evidence=tuple(anchor.evidence), premise_flaw=PREMISE_FLAW, difficulty=anchor.difficulty,
             provenance={"removed": removed, "derived_db": path.name, "source_db_id": anchor.db_id,
                         "original_gold_sql": anchor.gold_sql},
         )
-        hk = judged_hidden_knowledge(sample, str(path), hidden_knowledge_options(el, schema))
+        hk = judged_hidden_knowledge(sample, str(path), hidden_knowledge_options(el, schema, refs, anchor.db_path))
         if hk is None:
             return Rejected("hidden_knowledge_judged", "the FB judge refuses every hidden-knowledge template "
                                                        "as the oracle's feedback"), original

@@ -87,6 +87,7 @@ from .minilm import load_minilm, minilm_available
 from .offline import (LEXICAL_THRESHOLD, MINILM_THRESHOLD, LexicalFeedbackJudge, SemanticFeedbackJudge,
                       clear_feedback_caches, judge_many)
 from .schema import Structure, existing_claimed_missing  # noqa: F401  (Structure: a type alias)
+from .stock import StockPhrases, corpus_stock, stock_phrases
 from .verdict import FeedbackJudge, FeedbackVerdict
 from .words import STOCK_WORDS, added_words, content_words, lexical_recall, novel_recall, residual_text
 
@@ -98,7 +99,7 @@ __all__ = [
     "affirmed_missing", "number_conflicts",
     "content_words", "lexical_recall", "council_verdict", "MINILM_THRESHOLD", "LEXICAL_THRESHOLD",
     "singles_out_missing", "unsupported_claims", "added_words", "novel_recall", "residual_text", "STOCK_WORDS",
-    "has_rationale", "judge_many", "clear_feedback_caches",
+    "has_rationale", "judge_many", "clear_feedback_caches", "StockPhrases", "stock_phrases", "corpus_stock",
 ]
 
 

@@ -285,7 +285,8 @@ def _missing_words(claims: Sequence[MissingClaim], schema_words: set[str]) -> se
 
 
 def names_missing_element(feedback_claims: Sequence[MissingClaim], hk_claims: Sequence[MissingClaim],
-                          identifiers: set[tuple[str, ...]], question: str = "") -> bool:
+                          identifiers: set[tuple[str, ...]], question: str = "",
+                          exclude: frozenset[str] | set[str] = frozenset()) -> bool:
     """Whether a feedback missing-phrase shares a word with the hidden knowledge's missing-phrases that is
     neither generic, nor a schema word, nor a word of the question, nor a stock refusal word.
 
@@ -297,14 +298,17 @@ def names_missing_element(feedback_claims: Sequence[MissingClaim], hk_claims: Se
         feedback_claims, hk_claims: from :func:`missing_claims`.
         identifiers: stems of every table and column name; their single words do not count.
         question: the sample's question (``""``: no word is excluded for it).
+        exclude: further stems that do not count (the judges pass the dataset's stock-covered stems of both
+            texts, :mod:`~textsql_clarify.rewards.feedback.stock`).
     """
     schema_words = {w for ident in identifiers for w in ident}
-    excluded = set(content_words(question)) | _STOCK_STEMS
+    excluded = set(content_words(question)) | _STOCK_STEMS | set(exclude)
     return bool((_missing_words(feedback_claims, schema_words) & _missing_words(hk_claims, schema_words)) - excluded)
 
 
 def singles_out_missing(feedback: str, feedback_claims: Sequence[MissingClaim], hk_claims: Sequence[MissingClaim],
-                        identifiers: set[tuple[str, ...]], question: str) -> bool:
+                        identifiers: set[tuple[str, ...]], question: str,
+                        exclude: frozenset[str] | set[str] = frozenset()) -> bool:
     """Whether the feedback singles out, among the question's words, the element the hidden knowledge says
     is missing: "There is no staff table" for "List the administrative staff of the Engineering department".
 
@@ -323,13 +327,15 @@ def singles_out_missing(feedback: str, feedback_claims: Sequence[MissingClaim], 
     Args:
         feedback: the explanation; feedback_claims / hk_claims: from :func:`missing_claims`;
         identifiers: stems of every table and column name; question: the sample's question.
+        exclude: stems that cannot be blamed (the dataset's stock-covered stems of both texts): a word that the
+            hidden knowledge says is missing only inside a stock phrase is no sign of this sample.
     """
     schema_words = {w for ident in identifiers for w in ident}
     q = set(content_words(question)) - _GENERIC - _STOCK_STEMS - schema_words - _STOP
     if not q:
         return False
     blamed = {w for c in feedback_claims if c.kind not in ("relationship", "clause") for w in c.head} & q
-    if not blamed or not blamed <= _missing_words(hk_claims, schema_words):
+    if not blamed or not blamed <= _missing_words(hk_claims, schema_words) - set(exclude):
         return False
     said_missing: set[str] = set()
     for clause in re.split(r"[.,;:!?]+", feedback):

@@ -32,6 +32,7 @@ from .claims import (MissingClaim, affirmed_missing, missing_claims, names_missi
                      singles_out_missing, unsupported_claims)
 from .minilm import lean_encoder, load_minilm, torch_threads
 from .schema import Structure, _structure, existing_claimed_missing
+from .stock import NO_STOCK, StockPhrases, corpus_stock
 from .verdict import FeedbackVerdict, _check_args, _is_sql
 from .words import added_words, novel_recall, residual_text
 
@@ -90,10 +91,12 @@ class _Struct:
 
 @dataclass(frozen=True)
 class _HKSide:
-    """What the rule needs of a hidden knowledge, given the question and the schema words."""
+    """What the rule needs of a hidden knowledge, given the question, the schema words and the dataset's stock
+    phrases: its claims, its residual text and its stock-covered stems."""
 
     claims: tuple[MissingClaim, ...]
     residual: str
+    stock: frozenset[str] = frozenset()
 
 
 _STRUCTURES = _LRU(CACHE_SIZES["structure"])
@@ -173,12 +176,18 @@ def _structure_of(sample: Sample, schema_identifiers: Iterable[str]) -> _Struct:
     return hit
 
 
-def _hk_side(hk: str, question: str, struct: _Struct) -> _HKSide:
-    """The hidden knowledge's missing-claims and its residual text (cached)."""
-    key = (hk, question, struct.schema_words)
+def _make_hk_side(hk: str, question: str, struct: _Struct, stock: StockPhrases) -> _HKSide:
+    covered = stock.covered(hk)
+    return _HKSide(tuple(missing_claims(hk)), residual_text(hk, question, struct.schema_words | covered), covered)
+
+
+def _hk_side(hk: str, question: str, struct: _Struct, stock: StockPhrases = NO_STOCK) -> _HKSide:
+    """The hidden knowledge's missing-claims, residual text (its stock-covered stems left out) and stock-covered
+    stems (cached per hidden knowledge, question, schema words and stock table)."""
+    key = (hk, question, struct.schema_words, stock.phrases)
     hit = _HK_SIDES.get(key)
     if hit is None:
-        hit = _HKSide(tuple(missing_claims(hk)), residual_text(hk, question, struct.schema_words))
+        hit = _make_hk_side(hk, question, struct, stock)
         _HK_SIDES.put(key, hit)
     return hit
 
@@ -195,12 +204,16 @@ class _Pending:
     question: str
     struct: _Struct
     side: _HKSide
+    hk_exclude: frozenset[str] = frozenset()
+    fb_exclude: frozenset[str] = frozenset()
 
 
 def _partial(sample: Sample, feedback: str, schema_identifiers: Iterable[str], judge: str,
-             cached: bool = True) -> FeedbackVerdict | _Pending:
+             cached: bool = True, stock: StockPhrases = NO_STOCK) -> FeedbackVerdict | _Pending:
     """The rule of the module doc up to the score: a final verdict, or a :class:`_Pending` one. ``cached``:
     take the database's structure and the hidden knowledge's side from the caches (else compute them).
+    ``stock``: the stock phrases of the sample's dataset; the stems they cover in the hidden knowledge or in
+    the feedback count on neither side (:mod:`~textsql_clarify.rewards.feedback.stock`).
 
     Raises:
         TypeError: ``sample`` is not a Sample or ``feedback`` not a string.
@@ -222,16 +235,19 @@ def _partial(sample: Sample, feedback: str, schema_identifiers: Iterable[str], j
     hk = sample.hidden_knowledge.strip()
     if not hk:
         return FeedbackVerdict(not contra, judge, "no_rationale", contradictions=tuple(contra))
-    side = (_hk_side(hk, sample.question, struct) if cached
-            else _HKSide(tuple(missing_claims(hk)), residual_text(hk, sample.question, struct.schema_words)))
+    side = _hk_side(hk, sample.question, struct, stock) if cached else _make_hk_side(hk, sample.question, struct,
+                                                                                      stock)
+    both_stock = side.stock | stock.covered(feedback)
     hk_claims = list(side.claims)
     contra += [f"number:{n}" for n in number_conflicts(feedback, hk, sample.question)]
     contra += [f"affirms:{w}" for w in affirmed_missing(feedback, hk_claims, idents)]
     contra += [f"unsupported:{h}" for h in unsupported_claims(fb_claims, hk, sample.question)]
-    named = (names_missing_element(fb_claims, hk_claims, idents, sample.question)
-             or singles_out_missing(feedback, fb_claims, hk_claims, idents, sample.question))
-    added = added_words(feedback, sample.question, struct.schema_words)
-    return _Pending(named, tuple(contra), tuple(sorted(added)), feedback, hk, sample.question, struct, side)
+    named = (names_missing_element(fb_claims, hk_claims, idents, sample.question, both_stock)
+             or singles_out_missing(feedback, fb_claims, hk_claims, idents, sample.question, both_stock))
+    fb_exclude = struct.schema_words | both_stock
+    added = added_words(feedback, sample.question, fb_exclude)
+    return _Pending(named, tuple(contra), tuple(sorted(added)), feedback, hk, sample.question, struct, side,
+                    struct.schema_words | side.stock, fb_exclude)
 
 
 def _finish(p: _Pending, judge: str, score: float, threshold: float) -> FeedbackVerdict:
@@ -240,15 +256,16 @@ def _finish(p: _Pending, judge: str, score: float, threshold: float) -> Feedback
 
 
 def _assess(sample: Sample, feedback: str, schema_identifiers: Iterable[str], judge: str,
-            score_fn: Callable[[str, str, str, frozenset[str]], float], threshold: float,
-            cached: bool = True) -> FeedbackVerdict:
-    """The shared rule of the offline judges (module doc); ``score_fn(feedback, hk, question, schema_words)`` is the
-    similarity of what the feedback adds beyond the question and the schema's names to what the hidden knowledge
-    adds (0 when the feedback adds nothing). ``cached``: as for :func:`_partial`."""
-    p = _partial(sample, feedback, schema_identifiers, judge, cached)
+            score_fn: Callable[[str, str, str, frozenset[str], frozenset[str]], float], threshold: float,
+            cached: bool = True, stock: StockPhrases = NO_STOCK) -> FeedbackVerdict:
+    """The shared rule of the offline judges (module doc); ``score_fn(feedback, hk, question, hk_exclude,
+    feedback_exclude)`` is the similarity of what the feedback adds beyond the question, the schema's names and
+    the stock phrases to what the hidden knowledge adds (0 when the feedback adds nothing). ``cached``,
+    ``stock``: as for :func:`_partial`."""
+    p = _partial(sample, feedback, schema_identifiers, judge, cached, stock)
     if isinstance(p, FeedbackVerdict):
         return p
-    score = float(score_fn(p.feedback, p.hk, p.question, p.struct.schema_words)) if p.added else 0.0
+    score = float(score_fn(p.feedback, p.hk, p.question, p.hk_exclude, p.fb_exclude)) if p.added else 0.0
     return _finish(p, judge, score, threshold)
 
 
@@ -290,6 +307,36 @@ def judge_many(judge: Any, samples: Sequence[Sample], feedbacks: Sequence[str],
     return [bool(judge.judge(s, f, i)) for s, f, i in zip(samples, feedbacks, ids)]
 
 
+def _use_corpus(registry: dict[str, StockPhrases], samples: Iterable[Sample]) -> StockPhrases:
+    """Record the stock phrases of ``samples`` (:func:`~.stock.corpus_stock`) for each of their rationales in
+    ``registry`` (a rationale already there from another dataset gets the union of both tables)."""
+    samples = list(samples)
+    table = corpus_stock(samples)
+    merged: dict[int, StockPhrases] = {}
+    for s in samples:
+        hk = s.hidden_knowledge.strip() if s.group == "unanswerable" else ""
+        if not hk:
+            continue
+        old = registry.get(hk)
+        if old is None or old is table:
+            registry[hk] = table
+        else:
+            registry[hk] = merged.setdefault(id(old), old.merged(table))
+    return table
+
+
+_CORPUS_DOC = """Learn the stock phrases of a dataset (:mod:`~textsql_clarify.rewards.feedback.stock`): from
+        now on a feedback on one of its unanswerable samples is judged without the phrases that recur across
+        many of its rationales (the env calls this with its samples when it is built, so every judgement of
+        the env, its vector env and the integrations that build envs strips them).
+
+        Args:
+            samples: the dataset's samples (every group; only unanswerable ones with a rationale count).
+        Returns:
+            The dataset's :class:`~textsql_clarify.rewards.feedback.stock.StockPhrases`.
+        """
+
+
 _MANY_DOC = """{what} for many judgements at once (issue 12: the vector env's step judges the feedback of all its
         sub-envs in one call).
 
@@ -324,6 +371,19 @@ class LexicalFeedbackJudge:
 
     min_recall: float = LEXICAL_THRESHOLD
     name: str = "lexical"
+    #: rationale text -> the stock phrases of its dataset (:meth:`use_corpus`); a rationale of no dataset the
+    #: judge was given is judged without stock phrases.
+    stock_by_rationale: dict = field(default_factory=dict, init=False, compare=False, repr=False)
+
+    def use_corpus(self, samples: Iterable[Sample]) -> StockPhrases:
+        return _use_corpus(self.stock_by_rationale, samples)
+
+    use_corpus.__doc__ = _CORPUS_DOC
+
+    def stock_for(self, sample: Sample) -> StockPhrases:
+        """The stock phrases the judge strips on ``sample`` (the empty table when its dataset was not given)."""
+        hk = getattr(sample, "hidden_knowledge", None)  # not a Sample: the rule's own check raises TypeError
+        return self.stock_by_rationale.get(hk.strip(), NO_STOCK) if isinstance(hk, str) else NO_STOCK
 
     def assess(self, sample: Sample, feedback: str, schema_identifiers: Iterable[str] = ()) -> FeedbackVerdict:
         """The full verdict (see :class:`FeedbackVerdict`).
@@ -332,7 +392,8 @@ class LexicalFeedbackJudge:
             TypeError: ``sample`` is not a Sample or ``feedback`` not a string.
         """
         return _assess(sample, feedback, schema_identifiers, "lexical",
-                       lambda f, h, q, x: novel_recall(f, h, q, x) or 0.0, self.min_recall)
+                       lambda f, h, q, x, fx: novel_recall(f, h, q, x, fx) or 0.0, self.min_recall,
+                       stock=self.stock_for(sample))
 
     def judge(self, sample: Sample, feedback: str, schema_identifiers: Iterable[str] = ()) -> bool:
         """True when ``feedback`` explains the sample's unanswerability (module doc rule).
@@ -367,14 +428,15 @@ class LexicalFeedbackJudge:
         Raises:
             TypeError: ``sample`` is not a Sample.
         """
-        _prepare(sample, schema_identifiers)
+        _prepare(sample, schema_identifiers, self.stock_for(sample))
 
 
-def _prepare(sample: Sample, schema_identifiers: Iterable[str]) -> tuple[_Struct, _HKSide] | None:
+def _prepare(sample: Sample, schema_identifiers: Iterable[str],
+             stock: StockPhrases = NO_STOCK) -> tuple[_Struct, _HKSide] | None:
     _check_args(sample, "")
     struct = _structure_of(sample, schema_identifiers)
     hk = sample.hidden_knowledge.strip()
-    return (struct, _hk_side(hk, sample.question, struct)) if hk else None
+    return (struct, _hk_side(hk, sample.question, struct, stock)) if hk else None
 
 
 def _embedding_caches(model: Any) -> dict[str, _LRU] | None:
@@ -431,6 +493,21 @@ class SemanticFeedbackJudge:
     lean: bool = True
     used: str = field(default="minilm", init=False)
     name: str = field(default="minilm", init=False)
+    #: as :attr:`LexicalFeedbackJudge.stock_by_rationale` (shared with the fallback by :meth:`use_corpus`).
+    stock_by_rationale: dict = field(default_factory=dict, init=False, compare=False, repr=False)
+
+    def use_corpus(self, samples: Iterable[Sample]) -> StockPhrases:
+        samples = list(samples)
+        if hasattr(self.fallback, "use_corpus"):
+            self.fallback.use_corpus(samples)
+        return _use_corpus(self.stock_by_rationale, samples)
+
+    use_corpus.__doc__ = _CORPUS_DOC
+
+    def stock_for(self, sample: Sample) -> StockPhrases:
+        """The stock phrases the judge strips on ``sample`` (the empty table when its dataset was not given)."""
+        hk = getattr(sample, "hidden_knowledge", None)  # not a Sample: the rule's own check raises TypeError
+        return self.stock_by_rationale.get(hk.strip(), NO_STOCK) if isinstance(hk, str) else NO_STOCK
 
     def _model(self):
         if self.model is None and self.used == "minilm":
@@ -471,7 +548,7 @@ class SemanticFeedbackJudge:
             return self.fallback.assess(sample, feedback, schema_identifiers)
         if not self.cache:
             return _assess(sample, feedback, schema_identifiers, "minilm", self.residual_similarity, self.threshold,
-                           cached=False)
+                           cached=False, stock=self.stock_for(sample))
         return self.assess_many([sample], [feedback], [schema_identifiers])[0]
 
     def assess_many(self, samples: Sequence[Sample], feedbacks: Sequence[str],
@@ -491,12 +568,12 @@ class SemanticFeedbackJudge:
             vs = (self.fallback.assess_many(samples, feedbacks, ids) if self._model() is None
                   else [self.assess(s, f, i) for s, f, i in zip(samples, feedbacks, ids)])
             return vs if full else [v.correct for v in vs]
-        parts = [_partial(s, f, i, "minilm") for s, f, i in zip(samples, feedbacks, ids)]
+        parts = [_partial(s, f, i, "minilm", stock=self.stock_for(s)) for s, f, i in zip(samples, feedbacks, ids)]
         pairs: list[tuple[str, str] | None] = []  # (feedback residual, hidden-knowledge residual) per pending item
         for p in parts:
             pair = None
             if isinstance(p, _Pending) and p.added and (full or not (p.contra or p.named)):
-                a = residual_text(p.feedback, p.question, p.struct.schema_words)
+                a = residual_text(p.feedback, p.question, p.fb_exclude)
                 if a and p.side.residual:
                     pair = (a, p.side.residual)
             pairs.append(pair)
@@ -561,21 +638,24 @@ class SemanticFeedbackJudge:
         Raises:
             TypeError: ``sample`` is not a Sample.
         """
-        prep = _prepare(sample, schema_identifiers)
+        prep = _prepare(sample, schema_identifiers, self.stock_for(sample))
         if prep is None or not self.cache or self.model is None or self.used != "minilm" or not prep[1].residual:
             return
         self._embed({"hk": {prep[1].residual}})
 
     def residual_similarity(self, feedback: str, hidden_knowledge: str, question: str,
-                            exclude: frozenset[str] = frozenset()) -> float:
+                            exclude: frozenset[str] = frozenset(),
+                            feedback_exclude: frozenset[str] | None = None) -> float:
         """Cosine similarity of what the feedback and the hidden knowledge each say beyond the question
         and the ``exclude`` stems (:func:`~textsql_clarify.rewards.feedback.words.residual_text`); 0.0 when
-        either says nothing more. Both texts are embedded together; nothing is cached.
+        either says nothing more. ``feedback_exclude``: the stems left out of the feedback instead (``None``:
+        ``exclude``). Both texts are embedded together; nothing is cached.
 
         Raises:
             RuntimeError: MiniLM is unavailable.
         """
-        a, b = residual_text(feedback, question, exclude), residual_text(hidden_knowledge, question, exclude)
+        fx = exclude if feedback_exclude is None else feedback_exclude
+        a, b = residual_text(feedback, question, fx), residual_text(hidden_knowledge, question, exclude)
         if not a or not b:
             return 0.0
         return self.similarity(a, b)

@@ -137,13 +137,16 @@ def added_words(feedback: str, question: str, exclude: frozenset[str] | set[str]
 
 
 def novel_recall(feedback: str, hidden_knowledge: str, question: str,
-                 exclude: frozenset[str] | set[str] = frozenset()) -> float | None:
+                 exclude: frozenset[str] | set[str] = frozenset(),
+                 feedback_exclude: frozenset[str] | set[str] | None = None) -> float | None:
     """Share (0..1) of the hidden knowledge's own content stems that the feedback adds beyond the question.
 
     The hidden knowledge's own stems are its content stems less the question's, generic and stock words
     (for "Tuition fees are not recorded anywhere: there is no fee or payment table or column" against
     "Tuition fees paid by each Economics student": ``{"payment"}``). The feedback counts through
-    :func:`added_words` only, so restating the question scores 0. ``exclude``: as for :func:`added_words`.
+    :func:`added_words` only, so restating the question scores 0. ``exclude``: as for :func:`added_words`;
+    ``feedback_exclude``: the stems left out of the feedback's side instead (``None``: ``exclude``; the judges
+    add the feedback's own stock-covered stems there, :mod:`~textsql_clarify.rewards.feedback.stock`).
 
     Returns:
         The recall, or ``None`` when the hidden knowledge has no stem of its own (it only restates the
@@ -152,7 +155,8 @@ def novel_recall(feedback: str, hidden_knowledge: str, question: str,
     need = _stems_and_numbers(hidden_knowledge) - _question_stems(question) - _GENERIC - _STOCK_STEMS - frozenset(exclude)
     if not need:
         return None
-    return len(need & added_words(feedback, question, exclude)) / len(need)
+    fb_ex = exclude if feedback_exclude is None else feedback_exclude
+    return len(need & added_words(feedback, question, fb_ex)) / len(need)
 
 
 def residual_text(text: str, question: str, exclude: frozenset[str] | set[str] = frozenset()) -> str:
