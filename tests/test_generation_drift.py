@@ -25,7 +25,7 @@ from textsql_clarify.generation.utterances import (STYLES, TEMPLATES, attribute_
                                                    condition_words, entity_words, flag_column_words,
                                                    flag_value_words, relation_words, render_utterance,
                                                    table_words, value_words)
-from textsql_clarify.samples import write_jsonl
+from textsql_clarify.samples import DriftEvent, Sample, write_jsonl
 from textsql_clarify.sql.sandbox import get_sandbox
 
 UNI = Path(__file__).resolve().parents[1] / "textsql_clarify" / "datasets" / "embedded" / "university.sqlite"
@@ -215,13 +215,33 @@ def test_spider_french_singers_value_drift(spider_root, spider_by_id, tmp_path):
 def test_spider_text_year_compared_as_a_number_and_a_projection(spider_root, spider_by_id, tmp_path):
     s = spider_by_id["spider-dev-24"]  # concert.Year is stored as text; the gold compares it with 2014
     outs = _run(s, tmp_path)
-    assert _accepted(outs)[0][2] == "value: concert.year 2014 -> 2015"
-    assert outs[0].sample.drift.utterance == "Oops, make that at least 2015, not at least 2014."
     rejected = [o for o in outs if isinstance(o, Rejected)]
+    # the value edit 2014 -> 2015 is read as a number; the stadium with most concerts since 2014 is one of those
+    # tied for most since 2015, so the pre-drift answer is a post-drift answer (ORDER BY ... LIMIT 1 ties)
     assert [(o.stage, o.reason) for o in rejected] == [
+        ("pre_gold_fails", "value: concert.year 2014 -> 2015: the anchor's gold SQL returns a post-drift answer "
+                           "without any extra column (ex_strict 1 under EX alone: match): an answer that follows "
+                           "the drift may return the pre-drift result"),
         ("distinct_result", "constraint: removed concert.year filter T1.year >= 2014: returns the same result as "
                             "the anchor's gold SQL")]
-    assert _accepted(outs)[-1][1:3] == ("projection", "projection: removed output T2.name")
+    assert [a[1:3] for a in _accepted(outs)] == [("projection", "projection: removed output T2.name"),
+                                                 ("projection", "projection: removed output T2.capacity")]
+    assert outs[2].sample.drift.utterance == "Skip the name, the rest is fine."
+
+
+def test_the_load_time_check_flags_an_authored_drift_whose_pre_drift_answer_is_a_post_drift_answer(
+        spider_root, spider_by_id, tmp_path):
+    # the pair the recipe refuses above, written by hand: flagged at load time, with file, line and field
+    s = spider_by_id["spider-dev-24"]
+    post = s.gold_sql.replace(">=  2014", ">=  2015")
+    authored = Sample(id="authored-24", db_id=s.db_id, db_path=s.db_path, question=s.question, group="answerable",
+                      subcategory="answerable_without_evidence", gold_sql=s.gold_sql,
+                      drift=DriftEvent("Make that at least 2015.", post, "value"))
+    file = tmp_path / "authored.jsonl"
+    write_jsonl([authored], file)
+    (p,) = drift_problems([authored], file)
+    assert (p.file, p.line, p.field) == (str(file), 1, "drift.post_gold_sql")
+    assert p.message.startswith("gold_sql returns a post-drift answer without any extra column")
 
 
 def test_spider_count_only_gives_nothing_and_join_chain_removal(spider_root, spider_by_id, tmp_path):

@@ -110,34 +110,47 @@ def distinct_problem(post: ExecutionResult, pre: ExecutionResult, post_sql: str,
 
 def pre_gold_problem(pre_sql: str, post_sql: str, sandbox: SQLiteSandbox) -> str | None:
     """Stage ``pre_gold_fails``: the anchor's gold SQL, submitted as the answer after the drift, is not the
-    post-drift answer under the env's own scorer: ``ex`` and ``ex_strict`` are both 0, so no preset pays it
-    (:func:`~textsql_clarify.envs.scoring.score_sql_turn` with ``retracted_gold``, the env's default EX options:
-    relaxed EX, then the post-drift rule of :mod:`textsql_clarify.rewards.drift_ex`). A pair the env cannot tell
-    apart this way would pay an agent that ignores the drift.
+    post-drift answer under the env's own scorer, and no answer that follows the drift can return its result.
 
-    On the current scorer this is implied by ``distinct_result`` together with the post-drift rule (a pre-drift
-    gold that relaxed EX matches with itself is the pre-drift answer, refused wherever the post-drift gold does not
-    match it); the stage keeps the guarantee stated and checked whichever of the two changes. The load-time check
-    (:func:`~textsql_clarify.datasets.drift_check.drift_problems`) calls this same function.
+    Two failures, both with the env's default EX options:
+
+    * the pre-drift gold scores ``ex`` 1 or ``ex_strict`` 1 against the post-drift gold under the env's post-drift
+      scorer (:func:`~textsql_clarify.envs.scoring.score_sql_turn` with ``retracted_gold``: relaxed EX, then the
+      rule of :mod:`textsql_clarify.rewards.drift_ex`), so some preset pays an agent that ignores the drift;
+    * its result is a post-drift answer within EX's own tolerances, without any extra column (``ex_strict`` 1 under
+      EX alone: e.g. one of the rows tied under the post-drift gold's ``ORDER BY ... LIMIT``). An answer that
+      follows the drift may then return exactly the pre-drift result, and the post-drift rule, which refuses the
+      pre-drift answer, would refuse that correct answer too.
+
+    On the current scorer the first is implied by ``distinct_result`` together with the post-drift rule (a
+    pre-drift gold is refused as the pre-drift answer wherever the post-drift gold does not match it); it keeps the
+    guarantee checked whichever of the two changes. Where the pre-drift gold passes relaxed EX only through extra
+    columns (a drift that removes an output column), the pair is kept: the post-drift rule tells the answers apart.
+    The load-time check (:func:`~textsql_clarify.datasets.drift_check.drift_problems`) calls this same function.
 
     Args:
-        pre_sql: the anchor's (pre-drift) gold SQL; its result is read from the sandbox's gold cache
-            (key ``drift-pre:<sql>``, as :func:`check_drift_candidate` reads it).
+        pre_sql: the anchor's (pre-drift) gold SQL (cached in the sandbox under ``drift-pre:<sql>``, as
+            :func:`check_drift_candidate` reads it).
         post_sql: the post-drift gold SQL (cached under ``drift-post:<sql>``).
         sandbox: the database.
     Returns:
-        ``None`` when the pre-drift gold scores 0 (or the post-drift gold cannot be scored: an earlier stage
-        says why), else the reason.
+        ``None`` when the pair passes (or the post-drift gold cannot be scored: an earlier stage says why), else
+        the reason.
     """
     # imported on use: the env's package imports the datasets layer, whose load-time check calls this function
     from ..envs.scoring import score_sql_turn
 
-    res = score_sql_turn(pre_sql, post_sql, sandbox, gold_key=f"drift-post:{post_sql}", detailed=False,
-                         retracted_gold=(f"drift-pre:{pre_sql}", pre_sql))
+    post_key, pre_key = f"drift-post:{post_sql}", f"drift-pre:{pre_sql}"
+    res = score_sql_turn(pre_sql, post_sql, sandbox, gold_key=post_key, detailed=False,
+                         retracted_gold=(pre_key, pre_sql))
     paid = [k for k in ("ex", "ex_strict") if res.components.get(k) == 1.0]
     if paid:
         return (f"the anchor's gold SQL, answered after the drift, scores {' and '.join(paid)} 1 against the "
                 f"post-drift gold ({res.ex_status}): the env cannot tell the drift was ignored")
+    plain = score_sql_turn(pre_sql, post_sql, sandbox, gold_key=post_key, detailed=False)
+    if plain.components.get("ex_strict") == 1.0:
+        return (f"the anchor's gold SQL returns a post-drift answer without any extra column (ex_strict 1 under EX "
+                f"alone: {plain.ex_status}): an answer that follows the drift may return the pre-drift result")
     return None
 
 
