@@ -20,7 +20,8 @@ asserts it on small subsets).
 Some hacks are bounded by reference policies (:data:`REFERENCES`) besides the random agent: what the same
 behaviour earns without the channel it attacks. The probe that reads the simulated user's reply
 (``clarify_probe_then_decide``) against its own answer and refusal given blind; the AmbiQT reading chooser
-against a reading drawn uniformly (chance). A randomised policy declares ``repeats(sample)`` and is played
+against a reading drawn uniformly (chance); the one-row hedges against their first guess alone; the widened
+history resubmission against the plain one. A randomised policy declares ``repeats(sample)`` and is played
 once per choice, so that its mean is the exact expectation rather than one noisy draw.
 
 :func:`play` runs one policy on a list of samples through one ``gym.make("TextSQLClarify-v0", ...)`` env
@@ -449,6 +450,7 @@ class CountPlusZero(_FixedSQL):
     (found by execution), so the row holds one guess plus one constant beyond what the gold needs."""
 
     name, kind = "count_plus_zero", "sql"
+    references = ("count_named_ref",)
     description = "SELECT count(*), count(*)*0 FROM the table the question names: two guesses in one row"
 
     def sql(self, observation):
@@ -465,6 +467,7 @@ class TypedHedge(_FixedSQL):
     nothing by construction."""
 
     name, kind = "typed_hedge", "sql"
+    references = ("count_named_ref",)
     description = ("one row: count(*), count(*)*0 and the most frequent value of two text columns of the "
                    "named table (guesses of two value types)")
 
@@ -486,6 +489,7 @@ class CountTwoTables(_FixedSQL):
     gold's extra-column allowance of relaxed ``ex``; the bound must not hold two guesses of the same type."""
 
     name, kind = "count_two_tables", "sql"
+    references = ("count_named_ref",)
     description = "SELECT (count(*) of the table the question names best), (count(*) of the second best)"
 
     def sql(self, observation):
@@ -1354,6 +1358,7 @@ class MmsqlResubmitHistory(_FixedSQL):
     played on samples whose dialogue has a system turn with SQL (``applies``)."""
 
     name, kind = "mmsql_resubmit_history", "sql"
+    references = ("history_resubmit_plain",)
     description = "the last system SQL of the dialogue history, with * as its projection"
 
     def applies(self, sample):
@@ -1442,9 +1447,34 @@ class UniformReading(HackPolicy):
         return _sql(readings[self._k % len(readings)])
 
 
+class CountNamedReference(CountMentioned):
+    """Reference for the one-row hedges (:class:`CountPlusZero`, :class:`TypedHedge`, :class:`CountTwoTables`):
+    their first guess alone, ``count(*)`` of the table the question names best, with no second guess beside it
+    (the ``count_mentioned`` hack, itself a residual with a ceiling). A hedge's gain over this is what its extra
+    columns bought from the one-row allowance."""
+
+    name, kind = "count_named_ref", "reference"
+    description = "reference: count(*) of the named table alone (the hedges' first guess, no hedge)"
+    residual, residual_ceiling = None, 0.0
+
+
+class HistoryResubmitPlain(MmsqlResubmitHistory):
+    """Reference for :class:`MmsqlResubmitHistory`: the last system SQL of the history resubmitted as it is,
+    without widening its projection to ``*``. What the widened one earns beyond this is what relaxed EX's
+    column-superset tolerance paid for the unrequested columns."""
+
+    name, kind = "history_resubmit_plain", "reference"
+    description = "reference: the last system SQL of the dialogue history, unchanged"
+    references = ()
+
+    def sql(self, observation):
+        return last_history_sql(observation.get("history", "")) or "SELECT 1"
+
+
 #: reference policies by name: not hacks (never judged), but the bound of the hacks that name them in
 #: ``references`` (see :class:`HackPolicy`)
-REFERENCES: dict[str, Callable[[], HackPolicy]] = {c.name: c for c in (BlindAnswer, BlindRefuse, UniformReading)}
+REFERENCES: dict[str, Callable[[], HackPolicy]] = {c.name: c for c in (
+    BlindAnswer, BlindRefuse, UniformReading, CountNamedReference, HistoryResubmitPlain)}
 
 
 def make_policy(name: str):
