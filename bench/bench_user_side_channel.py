@@ -5,7 +5,8 @@ For each corpus:
 1. the side channel of the rule-based user (:mod:`textsql_clarify.simulators.side_channel`): I(reply; group |
    probe) in bits and the leave-one-out reply-text -> group lookup against the majority-class prior, on the
    content-free probes and (a residual, not held at chance) the result-format probes;
-2. the return of the strongest policy built from the reply alone, through ``gym.make``: ask one content-free
+2. the return of the strongest policy built from the reply alone (and the same with the oracle's feedback or
+   gold SQL as the two continuations: :class:`ProbePrivileged`), through ``gym.make``: ask one content-free
    probe, then either refuse with a constant feedback (the stock tail of the missing-schema rationale) or answer
    ``SELECT *`` of the table the question names best (the red team's ``star_mentioned``). Both continuations
    are played on every sample; the policy picks, per sample, the continuation with the higher leave-one-out
@@ -63,6 +64,27 @@ class ProbeAnswer(_ProbeThen):
         return f"<sql>{SelectStarMentioned().sql(observation)}</sql>"
 
 
+class ProbePrivileged(_ProbeThen):
+    """Ask :data:`PROBE`, then the oracle's action of one kind: ``refuse`` states the sample's hidden knowledge
+    as feedback, ``answer`` submits its gold SQL. Choosing between them from the reply alone prices what the
+    reply says about the group, apart from what any honest answer or rationale is worth."""
+
+    privileged = True
+
+    def __init__(self, then: str):
+        super().__init__()
+        self.then = then
+        self.name = f"probe_oracle_{then}"
+
+    def next_action(self, observation, info):
+        if self.asked < self.asks and observation.get("clarifications_left", 0) > 0:
+            return super().next_action(observation, info)
+        s = self.sample
+        if self.then == "refuse":
+            return f"<feedback>{s.hidden_knowledge or 'The database cannot answer this.'}</feedback>"
+        return f"<sql>{s.gold_sql or 'SELECT 1'}</sql>"
+
+
 def lookup_policy(texts: list[str], returns: dict[str, list[float]]) -> list[str]:
     """Per sample, the continuation with the higher leave-one-out mean return among the other samples with the
     same reply text (the overall leave-one-out means when the text is unique); ties go to ``answer``."""
@@ -102,19 +124,20 @@ def main() -> None:
         for label, probes in probe_sets:
             print(f"[{name}] {label}: {sc.measure(samples, RuleBasedUser(), probes).summary()}", flush=True)
         env = gym.make(textsql_clarify.ENV_ID, samples=samples, reward_preset="binary", simulator="rule")
-        eps = {"refuse": play(env, ProbeRefuse(), range(len(samples))),
-               "answer": play(env, ProbeAnswer(), range(len(samples)))}
-        texts = [e.replies[0][1] if e.replies else "" for e in eps["refuse"]]
-        assert texts == [e.replies[0][1] if e.replies else "" for e in eps["answer"]], "replies differ"
-        for p in args.presets.split(","):
-            w = PRESETS[p]
-            rets = {a: [e.reward(w) for e in es] for a, es in eps.items()}
-            pick = lookup_policy(texts, rets)
-            lookup = sum(rets[a][i] for i, a in enumerate(pick)) / len(samples)
-            const = {a: sum(r) / len(r) for a, r in rets.items()}
-            print(f"[{name}] n={len(samples)} preset={p}: lookup policy {lookup:.3f}; constant refuse "
-                  f"{const['refuse']:.3f}, constant answer {const['answer']:.3f}; "
-                  f"{len(set(texts))} distinct replies ({time.time() - t:.0f}s)", flush=True)
+        idx = range(len(samples))
+        for kind, eps in (("plain", {"refuse": play(env, ProbeRefuse(), idx), "answer": play(env, ProbeAnswer(), idx)}),
+                          ("oracle", {a: play(env, ProbePrivileged(a), idx) for a in ("refuse", "answer")})):
+            texts = [e.replies[0][1] if e.replies else "" for e in eps["refuse"]]
+            assert texts == [e.replies[0][1] if e.replies else "" for e in eps["answer"]], "replies differ"
+            for p in args.presets.split(","):
+                w = PRESETS[p]
+                rets = {a: [e.reward(w) for e in es] for a, es in eps.items()}
+                pick = lookup_policy(texts, rets)
+                lookup = sum(rets[a][i] for i, a in enumerate(pick)) / len(samples)
+                const = {a: sum(r) / len(r) for a, r in rets.items()}
+                print(f"[{name}] {kind} continuations, n={len(samples)} preset={p}: lookup policy {lookup:.3f}; "
+                      f"constant refuse {const['refuse']:.3f}, constant answer {const['answer']:.3f}; "
+                      f"{len(set(texts))} distinct replies ({time.time() - t:.0f}s)", flush=True)
 
 
 if __name__ == "__main__":
