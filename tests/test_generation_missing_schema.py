@@ -6,6 +6,7 @@ hidden knowledge) scores FB 1.0 in the env and the agent's schema no longer show
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 import sqlite3
@@ -112,7 +113,9 @@ def test_table_removal_spider_dev_0(spider, tmp_path):
     assert (smp.group, smp.subcategory, smp.premise_flaw, smp.gold_sql) == \
         ("unanswerable", "missing_entities_or_attributes", "missing_schema_premise", None)
     assert smp.question == s.question
-    assert smp.hidden_knowledge == "The database has no singer table: that part of the data is not kept at all."
+    assert smp.hidden_knowledge == ("The database has no singer table. The question needs the singer table to count "
+                                    "singers. It held the name, country, song name, song release year and age of "
+                                    "singers.")
     assert smp.provenance["removed"] == {"table": "singer", "column": None, "role": "table"}
     assert list(a.verdicts) == list(MissingSchemaRecipe.stages)
     derived = ctx.work_dir / "concert_singer__no_singer.sqlite"
@@ -137,8 +140,9 @@ def test_attribute_removal_spider_dev_676(spider, tmp_path):
     a = out[-1]
     assert isinstance(a, Accepted)
     assert a.sample.id == "missing_schema-spider-dev-676-no_people_Nationality"
-    assert a.sample.hidden_knowledge == ("This database does not cover the nationality of people: the people table "
-                                         "has no nationality column.")
+    assert a.sample.hidden_knowledge == ("The people table has no nationality column. The question needs the "
+                                         "nationality column to show the nationality of people and group people by "
+                                         "nationality. Its nationality values were such as Russia and Bulgaria.")
     derived = ctx.work_dir / "poker_player__no_people_Nationality.sqlite"
     assert _columns(derived, "people") == ["People_ID", "Name", "Birth_Date", "Height"]
     assert _columns(derived, "poker_player") == _columns(s.db_path, "poker_player")
@@ -151,8 +155,10 @@ def test_join_key_removal_spider_dev_308_rebuilds_the_table(spider, tmp_path):
     a = out[-1]
     assert isinstance(a, Accepted)
     assert a.sample.subcategory == "missing_relationship"
-    assert a.sample.hidden_knowledge == ("There is no link between documents and templates: nothing records which "
-                                         "of them go together.")
+    assert a.sample.hidden_knowledge == ("There is no link between documents and templates: the documents table "
+                                         "has no template id column. The question needs the template id column to "
+                                         "join documents to templates. Nothing says which of the 19 templates each "
+                                         "of the 14 documents goes with.")
     derived = ctx.work_dir / "cre_Doc_Template_Mgt__no_Documents_Template_ID.sqlite"
     assert _columns(derived, "Documents") == ["Document_ID", "Document_Name", "Document_Description", "Other_Details"]
     assert "Template_ID" not in _master(derived)["Documents"]  # the foreign key went with the column
@@ -244,8 +250,8 @@ def test_hidden_knowledge_judged_rejects(tmp_path, monkeypatch):
     monkeypatch.undo()
     out, _ = _run(_synthetic(tmp_path, db, "SELECT colour FROM t"), "t.colour", tmp_path)
     assert isinstance(out[-1], Accepted)
-    assert out[-1].sample.hidden_knowledge == ("This database does not cover the colour of ts: the t table has no "
-                                               "colour column.")
+    assert out[-1].sample.hidden_knowledge == ("The t table has no colour column. The question needs the colour column "
+                                               "to show the colour of ts. Its colour values were such as red.")
 
 
 def test_max_tries_option(tmp_path):
@@ -406,10 +412,54 @@ def test_hidden_knowledge_of_a_participle_column(spider):
     schema = source_schema(spider["spider-dev-494"].db_path)
     el = ms.Element(Removal("death", "killed"), "missing_entities_or_attributes", "attribute")
     assert ms.hidden_knowledge_options(el, schema) == [
-        "This database does not cover the number killed for deaths: the death table has no killed column.",
-        "The death table has no killed column, so that detail is unavailable."]
+        "The death table has no killed column. The question needs the killed column to read the number killed of "
+        "deaths.",
+        "There is no killed column in the death table, yet the question needs it to read the number killed of deaths."]
     schema = source_schema(spider["spider-dev-857"].db_path)
     el = ms.Element(Removal("orchestra", "Year_of_Founded"), "missing_entities_or_attributes", "attribute")
     assert ms.hidden_knowledge_options(el, schema)[0] == (
-        "This database does not cover the year founded of orchestras: the orchestra table has no year of founded "
-        "column.")
+        "The orchestra table has no year of founded column. The question needs the year of founded column to read "
+        "the year founded of orchestras.")
+
+
+# ------------------------------------------------- rationales with content (no stock sentence, FB of constants)
+def test_no_sentence_is_shared_by_rationales_of_different_elements(generated):
+    # a sentence may recur only where two questions remove the same element of the same database; the old
+    # templates' tail "that part of the data is not kept at all." was shared by 480 table removals
+    import re
+
+    _out_dir, outcomes, _ = generated
+    owners: dict[str, set] = {}
+    for o in outcomes:
+        if isinstance(o, Accepted):
+            for sent in re.split(r"(?<=[.!?:])\s+", o.sample.hidden_knowledge):
+                rm = o.sample.provenance["removed"]  # one element: its table and column names, any database
+                owners.setdefault(sent.strip(), set()).add((rm["table"].lower(), (rm["column"] or "").lower()))
+    shared = {s: ids for s, ids in owners.items() if len(ids) > 1}
+    assert len(owners) > 900
+    assert shared == {}
+
+
+def test_constant_refusals_earn_no_fb_on_generated_samples(generated):
+    # the stock tail of the old rationales, a column, a link: each said by a policy that reads nothing
+    from textsql_clarify.rewards.feedback import LexicalFeedbackJudge
+    from textsql_clarify.sql.schema import read_schema
+
+    out_dir, outcomes, _ = generated
+    acc = [o for o in outcomes if isinstance(o, Accepted)]
+    samples = [dataclasses.replace(o.sample, db_path=str(out_dir / o.sample.db_path)) for o in acc]
+    judge = LexicalFeedbackJudge()
+    table = judge.use_corpus(samples)
+    assert table.documents == 20 and table.limit == 3.0  # the Spider dev databases the rationales are about
+    consts = ["That part of the data is not kept at all.", "There is no name column.",
+              "There is no link between the tables."]
+    wins = {c: 0 for c in consts}
+    oracle = 0
+    for s in samples:
+        sch = read_schema(s.db_path)
+        ids = list(sch) + [c for cols in sch.values() for c in cols]
+        for c in consts:
+            wins[c] += judge.judge(s, c, ids)
+        oracle += judge.judge(s, s.hidden_knowledge, ids)
+    assert wins == {c: 0 for c in consts}
+    assert oracle / len(samples) > 0.99  # measured 893 of 896 (3 table removals say only question words)

@@ -299,7 +299,9 @@ def gold_uses(element: Element, refs: GoldRefs | None, schema: SourceSchema) -> 
             if phrase not in out:
                 out.append(phrase)
     if not out:
-        out = [f"count {many}" if r.column is None else f"read the {words(r.column)} of {many}"]
+        col = attribute_words(words(r.column), info.types.get(r.column.lower(), "") if info else "") if r.column \
+            else ""
+        out = [f"count {many}" if r.column is None else f"read the {col} of {many}"]
     return _and(out[:2])
 
 
@@ -333,7 +335,7 @@ def _values(db_path: str, table: str, column: str, sql_type: str) -> str:
 
 
 #: the literal text of the facts sentences of :func:`element_facts` (for :func:`template_stock`).
-_FACT_TEXTS = (" It held values such as {v}.", " It held values from {v} to {v}.", " It held the {v} of {v}.",
+_FACT_TEXTS = (" Its {v} values were such as {v}.", " Its {v} values were from {v} to {v}.", " It held the {v} of {v}.",
                " Nothing says which of the {v} each of the {v} goes with.", " Its {v} rows paired them.")
 
 
@@ -355,7 +357,8 @@ def element_facts(element: Element, schema: SourceSchema, db_path: str | None) -
     many = plural(words(r.table))
     if element.role == "attribute":
         vals = _values(db_path, info.name, r.column, info.types.get(r.column.lower(), ""))
-        return f" It held values {vals}." if vals else ""
+        col = attribute_words(words(r.column), info.types.get(r.column.lower(), ""))
+        return f" Its {col} values were {vals}." if vals else ""
     if element.role == "table":
         cols = [attribute_words(words(n), info.types.get(c, "")) for c, n in info.columns.items()
                 if c not in info.pk and c not in info.fk_columns and not norm_name(n).endswith("id")]
