@@ -347,7 +347,7 @@ N_ANCHORS = 60
 N_GENERATED = 110
 #: its post-drift binary return under relaxed EX alone (measured)
 PLAIN_GOLD_PLUS_RETRACTED = 1.0
-HEDGE_COUNTS = {"drift_gold_plus_retracted": 56, "drift_resubmit_pre": 110, "drift_aggregates_doubled": 14}
+HEDGE_COUNTS = {"drift_gold_plus_retracted": 58, "drift_resubmit_pre": 110, "drift_aggregates_doubled": 14}
 
 
 @pytest.fixture(scope="module")
@@ -392,4 +392,4 @@ def test_without_the_post_drift_rule_the_retracted_column_hedge_is_paid(spider_d
     plain = envmod.score_sql_turn
     monkeypatch.setattr(envmod, "score_sql_turn", lambda *a, **k: plain(*a, **{**k, "retracted_gold": None}))
     eps = post_drift_episodes(spider_drift, GoldPlusRetracted())
-    assert len(eps) == 56 and mean_post_drift(eps, eps, "binary") == pytest.approx(PLAIN_GOLD_PLUS_RETRACTED)
+    assert len(eps) == 58 and mean_post_drift(eps, eps, "binary") == pytest.approx(PLAIN_GOLD_PLUS_RETRACTED)
