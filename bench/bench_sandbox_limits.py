@@ -26,7 +26,13 @@ caps, ``DISTINCT`` and window buffers, quadratic ``trim``/``replace``). The test
 (``tests/test_hostile_sql.py``) run the same cases through :func:`run_cases` and assert the bound;
 the numbers live here. Machine load changes them: say whether it was idle.
 
-    python bench/bench_sandbox_limits.py [--reps 3] [--case NAME]
+With ``--neighbours`` each child first opens what a busy process holds (:func:`neighbours_job`): 64
+other sandboxes with warm page caches, a vector env of 16 that has stepped, and a trainer's own
+in-memory SQLite database of :data:`BALLAST_MIB` MiB; every case must still end as it does alone,
+since each statement's heap bound is its own (``docs/platform.md`` "Memory per statement and per
+sandbox"). ``--idle`` measures what 64 idle sandboxes with warm caches hold (``sqlite3_memory_used``).
+
+    python bench/bench_sandbox_limits.py [--reps 3] [--case NAME] [--neighbours] [--idle]
 """
 from __future__ import annotations
 
@@ -173,8 +179,11 @@ CASES: tuple[Case, ...] = (
          "(" + "+".join(f"json_extract({v},'$.k1')" for v in "abcef") + ")", " FROM d"), expect=("timeout", "ok")),
     Case("json_each over 15,000 keys", f"SELECT count(*) FROM json_each({_json_object_sql(15000, 'k')})",
          expect=("forbidden",)),
+    # SQLite 3.40 grows json_group_array's text by doubling and checks the value cap only when it returns it:
+    # the heap cap stops it when the buffer would pass 128 MiB, which a fast core reaches within 0.5 s
+    # (this 2-core machine, loaded: within 1-2 s)
     Case("json_group_array to the value cap", _BIG_ROWS + f"SELECT length(json_group_array('{_PAD}')) FROM r",
-         expect=("timeout", "runtime: value too large")),
+         expect=("timeout", "runtime: value too large", "runtime: out of memory")),
     Case("group_concat to the value cap", _BIG_ROWS + f"SELECT length(group_concat('{_PAD}')) FROM r",
          expect=("timeout", "runtime: value too large")),
     Case("DISTINCT over 5 M rows", _BIG_ROWS + f"SELECT count(*) FROM (SELECT DISTINCT n || '{_PAD}' FROM r)",
@@ -224,6 +233,26 @@ def temp_files():
             n += 1
     return n
 
+from textsql_clarify.sql.sandbox import sqlite_memory_used
+held = []  # neighbours: other sandboxes, a vector env, a trainer's own SQLite, all kept alive to the end
+nb = job.get("neighbours")
+if nb:
+    ballast = __import__("sqlite3").connect(":memory:")  # the trainer's own SQLite, outside every sandbox
+    ballast.execute("CREATE TABLE b AS WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r "
+                    "LIMIT ?) SELECT randomblob(1000) AS v FROM r", (nb["ballast_mib"] * 1024,))
+    held.append(ballast)
+    for path in nb["sandboxes"]:
+        other = SQLiteSandbox(path)
+        for table in other.schema:
+            other.execute('SELECT * FROM "' + table.replace('"', '""') + '"')  # warm its page cache
+        held.append(other)
+    if nb["vector_env"]:
+        import gymnasium as gym
+        import textsql_clarify  # noqa: F401  (registers the env)
+        venv = gym.make_vec("TextSQLClarify-v0", num_envs=nb["vector_env"])
+        venv.reset(seed=0)
+        venv.step(["<sql>SELECT count(*) FROM students</sql>"] * nb["vector_env"])
+        held.append(venv)
 sb = SQLiteSandbox(job["db"], timeout_s=job["timeout_s"])
 sb.execute("SELECT 1")
 out = []
@@ -242,15 +271,23 @@ for sql in job["sqls"]:
     th = threading.Thread(target=sample, daemon=True)
     th.start()
     t0 = time.perf_counter()
+    before = sqlite_memory_used()
     r = sb.execute(sql)
     wall = time.perf_counter() - t0
     done.set()
     th.join()
     out.append(dict(wall=wall, elapsed=r.elapsed_s, kind=r.error_kind or "ok",
                     message=(r.error_message or "")[:160], rss_growth=(status_kb("VmHWM") - base) * 1024,
-                    hwm_reset=reset, temp_files=most[0]))
+                    hwm_reset=reset, temp_files=most[0], held=before))
 print("RESULT " + json.dumps(out))
 """
+
+
+def guards_cache() -> int:
+    """The page cache every sandbox sets, KiB (``textsql_clarify.sql.guards.CACHE_SIZE_KIB``)."""
+    from textsql_clarify.sql import guards
+
+    return guards.CACHE_SIZE_KIB
 
 
 def toy_db(folder: Path) -> Path:
@@ -264,10 +301,31 @@ def toy_db(folder: Path) -> Path:
     return path
 
 
-def _run_child(db: Path, sqls: list[str], timeout_s: float, progress: bool, env: dict) -> list[dict]:
-    job = dict(db=str(db), sqls=sqls, timeout_s=timeout_s, progress=progress)
+#: MiB of the in-memory database a child holds as "the trainer's own SQLite" with ``--neighbours``: with
+#: the 64 sandboxes, more than the 256 MiB cap leaves to a 64 MiB row under one process-wide limit.
+BALLAST_MIB = 192
+
+
+def neighbour_dbs(n: int, fallback: Path) -> list[str]:
+    """``n`` database paths for the neighbour sandboxes: the ``../shared/data`` files over 2 MiB (larger than a
+    sandbox's page cache, so its cache fills), cycled; ``fallback`` ``n`` times when there are none."""
+    shared = REPO.parent / "shared" / "data"
+    big = sorted(str(p) for p in shared.glob("*/**/*.sqlite") if p.stat().st_size > 2 << 20) if shared.is_dir() else []
+    return [big[i % len(big)] for i in range(n)] if big else [str(fallback)] * n
+
+
+def neighbours_job(db: Path, sandboxes: int = 64, vector_env: int = 16, ballast_mib: int = BALLAST_MIB) -> dict:
+    """The ``neighbours`` of :func:`run_cases`: ``sandboxes`` other sandboxes (over :func:`neighbour_dbs`,
+    every table scanned to warm its page cache), a ``TextSQLClarify-v0`` vector env of ``vector_env``
+    sub-envs after a reset and a step, and a :mod:`sqlite3` in-memory database of ``ballast_mib`` MiB."""
+    return dict(sandboxes=neighbour_dbs(sandboxes, db), vector_env=vector_env, ballast_mib=ballast_mib)
+
+
+def _run_child(db: Path, sqls: list[str], timeout_s: float, progress: bool, env: dict,
+               neighbours: dict | None = None) -> list[dict]:
+    job = dict(db=str(db), sqls=sqls, timeout_s=timeout_s, progress=progress, neighbours=neighbours)
     child_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **env}
-    limit = 60 + len(sqls) * (2 * timeout_s + 10)
+    limit = 60 + len(sqls) * (2 * timeout_s + 10) + (120 if neighbours else 0)
     p = subprocess.run([sys.executable, "-c", _CHILD, str(REPO)], input=json.dumps(job), capture_output=True,
                        text=True, env=child_env, timeout=limit)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -276,11 +334,15 @@ def _run_child(db: Path, sqls: list[str], timeout_s: float, progress: bool, env:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def run_cases(cases: list[Case] | tuple[Case, ...], db: Path, reps: int = 1) -> dict[str, list[dict]]:
+def run_cases(cases: list[Case] | tuple[Case, ...], db: Path, reps: int = 1,
+              neighbours: dict | None = None) -> dict[str, list[dict]]:
     """Run each case ``reps`` times in child processes; return ``{case name: [one dict per run]}``.
 
     Cases with the same limit, progress setting and environment share a child when the child can
-    reset its peak-RSS counter; otherwise each run gets its own child.
+    reset its peak-RSS counter; otherwise each run gets its own child. Each run's dict holds
+    ``wall`` (s), ``elapsed`` (s), ``kind``, ``message``, ``rss_growth`` (bytes), ``temp_files`` and
+    ``held`` (bytes the child's SQLite held just before the statement). ``neighbours``
+    (:func:`neighbours_job`): what each child opens and keeps before its first case.
 
     Raises:
         RuntimeError: a child exited without a result (an uncaught exception: its stderr is in the message).
@@ -292,22 +354,63 @@ def run_cases(cases: list[Case] | tuple[Case, ...], db: Path, reps: int = 1) -> 
         groups.setdefault((c.timeout_s, c.progress, tuple(sorted(c.env.items()))), []).append(c)
     for (timeout_s, progress, env), group in groups.items():
         sqls = [c.sql for c in group for _ in range(reps)]
-        results = _run_child(db, sqls, timeout_s, progress, dict(env))
+        results = _run_child(db, sqls, timeout_s, progress, dict(env), neighbours)
         if results and not results[0]["hwm_reset"]:  # no peak reset: one child per statement
-            results = [_run_child(db, [sql], timeout_s, progress, dict(env))[0] for sql in sqls]
+            results = [_run_child(db, [sql], timeout_s, progress, dict(env), neighbours)[0] for sql in sqls]
         for i, c in enumerate(group):
             out[c.name] = results[i * reps:(i + 1) * reps]
     return out
+
+
+def idle_sandbox_memory(paths: list[str], cache_kib: int | None = None) -> dict:
+    """Open one :class:`~textsql_clarify.sql.sandbox.SQLiteSandbox` per path in this process, scan every table
+    of each (a warm page cache), and return what the process's SQLite holds more (``sqlite3_memory_used``),
+    bytes: ``opened`` (after opening), ``warm`` (after the scans), ``per_sandbox`` (``warm / len(paths)``).
+    ``cache_kib``: the page cache to set instead of ``guards.CACHE_SIZE_KIB`` (e.g. 2000, SQLite's default).
+    The sandboxes are closed before it returns."""
+    from textsql_clarify.sql import guards
+    from textsql_clarify.sql.sandbox import SQLiteSandbox, sqlite_memory_used
+
+    keep = guards.CACHE_SIZE_KIB
+    if cache_kib is not None:
+        guards.CACHE_SIZE_KIB = cache_kib
+    base = sqlite_memory_used()
+    try:
+        sbs = [SQLiteSandbox(p) for p in paths]
+    finally:
+        guards.CACHE_SIZE_KIB = keep
+    opened = sqlite_memory_used() - base
+    for sb in sbs:
+        for table in sb.schema:
+            sb.execute('SELECT * FROM "' + table.replace('"', '""') + '"')
+    warm = sqlite_memory_used() - base
+    for sb in sbs:
+        sb.close()
+    return dict(opened=opened, warm=warm, per_sandbox=warm / max(1, len(paths)))
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3, help="runs per case (default 3)")
     ap.add_argument("--case", action="append", help="run only the cases whose name contains this (repeatable)")
+    ap.add_argument("--neighbours", action="store_true",
+                    help="each child first opens 64 warm sandboxes, a vector env of 16 and a trainer's SQLite")
+    ap.add_argument("--idle", action="store_true", help="only measure what 64 idle sandboxes with warm caches hold")
     args = ap.parse_args(argv)
+    if args.idle:
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = neighbour_dbs(64, toy_db(Path(tmp)))
+            print(f"64 sandboxes over {len(set(paths))} databases of ../shared/data over 2 MiB, every table scanned:")
+            for kib in (None, 2000):
+                m = idle_sandbox_memory(paths, kib)
+                label = f"cache_size {kib if kib else guards_cache()} KiB"
+                print(f"  {label:<22} opened {m['opened'] / _MIB:6.1f} MiB, warm {m['warm'] / _MIB:6.1f} MiB, "
+                      f"{m['per_sandbox'] / 1024:6.0f} KiB per sandbox")
+        return
     cases = [c for c in CASES if not args.case or any(s.lower() in c.name.lower() for s in args.case)]
     with tempfile.TemporaryDirectory() as tmp:
-        res = run_cases(cases, toy_db(Path(tmp)), args.reps)
+        db = toy_db(Path(tmp))
+        res = run_cases(cases, db, args.reps, neighbours_job(db) if args.neighbours else None)
     head = (f"{'case':<36} {'limit s':>7} {'wall med':>8} {'wall max':>8} {'bound s':>7} {'ratio max':>9} "
             f"{'rss MiB':>8} {'cap MiB':>7} {'tmp':>3}  ok  stopped by")
     print(f"hostile SQL: wall time and peak-RSS growth per statement, {args.reps} run(s) per case, each case in a "
@@ -328,6 +431,10 @@ def main(argv: list[str] | None = None) -> None:
               f"{max(walls):>8.3f} {bound:>7.2f} {max(walls) / c.timeout_s:>9.2f} {rss:>8.1f} "
               f"{MEMORY_CAP_BYTES / _MIB:>7.0f} {max(r['temp_files'] for r in runs):>3}  {'yes' if ok else 'NO '} "
               f"{last['kind']}: {last['message'][:60]}")
+    if args.neighbours:
+        held = [r["held"] for c in cases for r in res[c.name]]
+        print(f"(each child held {min(held) / _MIB:.0f}-{max(held) / _MIB:.0f} MiB of SQLite memory before each "
+              f"statement: 64 warm sandboxes, a vector env of 16, a {BALLAST_MIB} MiB in-memory database)")
     print(f"(* a case of issue 12's hostile input list; ok: within both bounds, no temporary file, and stopped by "
           f"the expected mechanism; worst wall / bound: {worst:.2f})")
 

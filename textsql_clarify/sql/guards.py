@@ -8,9 +8,11 @@ what one instruction, and one statement, may cost:
 * SQLite limits (:data:`SQLITE_LIMITS`, ``max_value_bytes``, ``max_sql_bytes``, set by
   :func:`_apply_limits`) cap the size of any string or blob, of the SQL text, of expressions,
   compound SELECTs, LIKE patterns and the number of result columns (:data:`MAX_COLUMNS`);
-* a process-wide SQLite heap limit (:data:`HARD_HEAP_LIMIT_BYTES`, :func:`apply_heap_limits`)
-  with temp storage in memory (``PRAGMA temp_store = MEMORY``), so a sort or a wide row fails
-  with "out of memory" at the limit instead of growing RSS or temp files without bound;
+* a SQLite heap limit per statement (:data:`HARD_HEAP_LIMIT_BYTES` beyond what the process's
+  SQLite holds when the statement starts, :class:`StatementHeap`) with temp storage in memory
+  (``PRAGMA temp_store = MEMORY``), so a sort or a wide row fails with "out of memory" at the
+  limit instead of growing RSS or temp files without bound, and idle page caches bounded per
+  connection (:data:`CACHE_SIZE_KIB`);
 * the built-ins whose cost is not linear in their inputs, or that read or build large values
   (:data:`_GUARDS`: ``like``, ``glob``, ``instr``, ``replace``, two-argument ``trim``s,
   ``printf``/``format``, ``json_patch``, ``->>``, ``json_type``, ``json_array_length``,
@@ -36,7 +38,8 @@ On Python < 3.11 ``Connection.setlimit`` does not exist: SQLite's own limits the
 Everything here is re-exported by :mod:`textsql_clarify.sql.sandbox`, the public import path.
 
 Sources: issue 12 ("Bounds that hold whatever the SQL"); SQLite's documentation of
-``sqlite3_limit``, ``sqlite3_hard_heap_limit64``, ``PRAGMA temp_store`` and of the built-ins
+``sqlite3_limit``, ``sqlite3_hard_heap_limit64``, ``sqlite3_memory_used``, ``PRAGMA cache_size``,
+``PRAGMA temp_store`` and of the built-ins
 guarded (costs measured as noted at each constant and cost function).
 """
 from __future__ import annotations
@@ -104,19 +107,23 @@ WORK_UNITS_PER_SECOND = 1_000_000_000
 #: ``../shared/data``).
 MAX_CALL_WORK = 200_000_000
 
-#: SQLite's hard heap limit, bytes (``sqlite3_hard_heap_limit64`` via ``PRAGMA hard_heap_limit``),
-#: set once per process when the first sandbox opens: past it every SQLite allocation fails and
-#: the statement ends with "out of memory". PROCESS-WIDE: it counts every SQLite connection of
-#: the process, the sandbox's and any other. Only lowered, never raised (an existing lower limit
-#: stays). The environment variable ``TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT`` (bytes; 0: set none)
-#: overrides it before the first sandbox opens. With temp storage in memory SQLite sorts in one
-#: list that it sorts in one step no time check can stop: the limit also bounds that step (6 M
-#: small records, about this much, took 1.8 s on the loaded 2-core machine; 3 M, 0.7 s).
+#: The SQLite heap each statement may allocate, bytes: while a sandbox statement runs, SQLite's
+#: hard heap limit (``sqlite3_hard_heap_limit64``) is what the process's SQLite held when it
+#: started (``sqlite3_memory_used``) plus this cap (plus the caps of the other statements running
+#: at that moment, :class:`StatementHeap`); past it every SQLite allocation fails and the statement
+#: ends with "out of memory". Between statements the process's own limit (none, unless other code
+#: set one) is back in force, so other SQLite use of the process is not limited by it. The
+#: environment variable ``TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT`` (bytes; 0: no limit) overrides it
+#: for sandboxes opened after it is set. With temp storage in memory SQLite sorts in one list
+#: that it sorts in one step no time check can stop: the cap also bounds that step (6 M small
+#: records, about this much, took 1.8 s on the loaded 2-core machine; 3 M, 0.7 s).
 HARD_HEAP_LIMIT_BYTES = 256 << 20
 
-#: SQLite's soft heap limit, bytes (``PRAGMA soft_heap_limit``, process-wide too): past it
-#: SQLite reuses page-cache memory instead of growing. Set with the hard limit (at most a quarter of it).
-SOFT_HEAP_LIMIT_BYTES = 64 << 20
+#: ``PRAGMA cache_size`` of every sandbox connection, KiB (SQLite's default is 2,000 KiB): the most
+#: page cache one idle sandbox keeps, so N sandboxes hold a known amount (``docs/platform.md``
+#: "Memory per statement and per sandbox": 64 sandboxes over the Spider dev and mini-interact
+#: databases, every table scanned, held 37.6 MiB of SQLite memory). Read when a sandbox opens.
+CACHE_SIZE_KIB = 1024
 
 #: ``PRAGMA temp_store`` of every sandbox connection: ``"MEMORY"`` keeps sorts, temp indices and
 #: materialised views under the heap limit, with no temporary file (issue 12: sorts spilled up to
@@ -128,8 +135,6 @@ SOFT_HEAP_LIMIT_BYTES = 64 << 20
 TEMP_STORE = "MEMORY"
 
 _HAS_SETLIMIT = hasattr(sqlite3.Connection, "setlimit")  # Python >= 3.11
-_HEAP_LOCK = threading.Lock()
-_heap_limits_applied: list[int] = []  # the hard limit this process set, once
 
 
 def _apply_limits(con: sqlite3.Connection, max_value_bytes: int, max_sql_bytes: int) -> None:
@@ -143,43 +148,221 @@ def _apply_limits(con: sqlite3.Connection, max_value_bytes: int, max_sql_bytes: 
         con.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, max_sql_bytes)
 
 
-def apply_heap_limits(con: sqlite3.Connection) -> int:
-    """Set SQLite's process-wide hard and soft heap limits once per process; return the hard one.
-
-    Reads :data:`HARD_HEAP_LIMIT_BYTES` (or ``TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT``, bytes, 0 for
-    none) and sets ``PRAGMA hard_heap_limit`` and ``PRAGMA soft_heap_limit`` (a quarter of it,
-    at most :data:`SOFT_HEAP_LIMIT_BYTES`) through ``con``, only lowering a limit already set.
-    Both limits are process-wide (SQLite documentation of ``sqlite3_hard_heap_limit64``).
-
-    Args:
-        con: any open SQLite connection of this process.
-
-    Returns:
-        int: the hard heap limit now in force, bytes (0: none).
+# -- SQLite's heap limit, one per statement --------------------------------------------------------
+def heap_cap_from_env() -> int:
+    """The heap cap of a sandbox opened now, bytes (0: none): ``TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT`` when
+    set, else :data:`HARD_HEAP_LIMIT_BYTES`.
 
     Raises:
-        ValueError: ``TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT`` is not a non-negative integer.
+        ValueError: ``TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT`` is not an integer >= 0.
     """
-    with _HEAP_LOCK:
-        if not _heap_limits_applied:
-            raw = os.environ.get("TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT")
-            try:
-                want = HARD_HEAP_LIMIT_BYTES if raw is None else int(raw)
-            except ValueError:
-                want = -1
-            if want < 0:
-                raise ValueError(f"TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT must be a number of bytes >= 0, got {raw!r}")
-            if want > 0:
-                current = con.execute("PRAGMA hard_heap_limit").fetchone()[0]
-                if current == 0 or current > want:
-                    con.execute(f"PRAGMA hard_heap_limit = {int(want)}")
-                soft = min(SOFT_HEAP_LIMIT_BYTES, want // 4)
-                current = con.execute("PRAGMA soft_heap_limit").fetchone()[0]
-                if current == 0 or current > soft:
-                    con.execute(f"PRAGMA soft_heap_limit = {int(soft)}")
-            _heap_limits_applied.append(int(con.execute("PRAGMA hard_heap_limit").fetchone()[0]))
-        return _heap_limits_applied[0]
+    raw = os.environ.get("TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT")
+    if raw is None:
+        return HARD_HEAP_LIMIT_BYTES
+    try:
+        cap = int(raw)
+    except ValueError:
+        cap = -1
+    if cap < 0:
+        raise ValueError(f"TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT must be a number of bytes >= 0, got {raw!r}")
+    return cap
 
+
+def _load_sqlite_api() -> tuple[tuple[Callable[..., int], ...] | None, str]:
+    """``((memory_used, hard_heap_limit64, soft_heap_limit64), "")`` of the SQLite library that this
+    process's ``sqlite3`` module runs on (looked up through ``_sqlite3``'s own handle, so it is the same
+    library, linked statically or not), or ``(None, why not)``.
+
+    SQLite counts memory, and enforces a heap limit, only with memory statistics on (its default,
+    ``SQLITE_DEFAULT_MEMSTATUS=1``): with them off ``sqlite3_memory_used`` stays 0 and no limit applies.
+    """
+    try:
+        import ctypes
+
+        import _sqlite3
+
+        lib = ctypes.CDLL(_sqlite3.__file__)
+        used = lib.sqlite3_memory_used
+        used.restype, used.argtypes = ctypes.c_int64, []
+        fns = [used]
+        for name in ("sqlite3_hard_heap_limit64", "sqlite3_soft_heap_limit64"):
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = ctypes.c_int64, [ctypes.c_int64]
+            fns.append(fn)
+    except (ImportError, OSError, AttributeError) as e:
+        return None, f"SQLite's C functions are not reachable through ctypes ({type(e).__name__}: {e})"
+    probe = sqlite3.connect(":memory:")
+    try:
+        if used() <= 0:
+            return None, "SQLite counts no memory here (memory statistics off): it enforces no heap limit"
+    finally:
+        probe.close()
+    return tuple(fns), ""
+
+
+class StatementHeap:
+    """Process-wide bookkeeping of SQLite's hard heap limit, so that each statement's bound is its own.
+
+    SQLite has one hard heap limit per process (``sqlite3_hard_heap_limit64``), counting every
+    connection's memory: page caches of idle sandboxes, other sub-envs, a trainer's own SQLite. So
+    the limit is set per statement instead. :meth:`enter`, called before a statement is prepared,
+    sets the limit to ``sqlite3_memory_used()`` (what the process's SQLite holds now) plus the sum of
+    the caps of the statements running now, its own included; :meth:`exit` re-measures it for the
+    ones still running, and once none runs puts back the hard and soft limits found before the
+    first one started (the process's own: none unless other code set one). All of it happens under
+    one lock. Consequences (``docs/platform.md`` "Memory per statement and per sandbox"):
+
+    * a statement running alone may allocate its cap beyond what the process's SQLite held when it
+      started, whatever other connections hold;
+    * ``k`` statements running at once (threads) may together allocate the sum of their caps
+      beyond what was held when the last of them started or ended; one of them gets less than its
+      cap only if another takes more than its own. An "out of memory" message says when the
+      limit was shared;
+    * other SQLite use in another thread *during* a statement counts against that headroom, and is
+      limited by it; between statements it is not limited at all;
+    * a lower hard limit that other code set before (``PRAGMA hard_heap_limit``) is kept as a
+      ceiling: the limit is never raised above it;
+    * a cap of 0 (no limit) makes the process's own limit apply while that statement runs.
+
+    Cost: two lock round trips and 3-5 ``ctypes`` calls per statement (~2-3 us).
+
+    Args:
+        api: ``(memory_used, hard_heap_limit64, soft_heap_limit64)``, as :func:`_load_sqlite_api` gives.
+
+    Source: SQLite's documentation of ``sqlite3_hard_heap_limit64``, ``sqlite3_soft_heap_limit64``
+    and ``sqlite3_memory_used``.
+    """
+
+    def __init__(self, api: tuple[Callable[..., int], ...]) -> None:
+        import ctypes
+
+        self._used, self._hard, self._soft = api
+        self._c_int64 = ctypes.c_int64  # an argument built once converts faster than an int (~0.2 us)
+        self._read = ctypes.c_int64(-1)  # -1: read a limit without changing it
+        self._reset()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._after_fork)
+
+    def _reset(self) -> None:
+        self.lock = threading.Lock()
+        #: statements running now with a cap / with none (cap 0)
+        self.running = 0
+        self.unlimited = 0
+        #: sum of the caps of the statements running now, bytes
+        self.reserved = 0
+        #: statements started so far (tells a statement whether another started while it ran)
+        self.starts = 0
+        #: the process's own hard and soft limits, found when the first running statement started
+        self.outer_hard = self.outer_soft = 0
+        #: the hard limit in force now (0: the process's own, no statement running)
+        self.limit = 0
+
+    def _after_fork(self) -> None:
+        # a child forked while a statement ran in another thread inherits its limit: put the outer one back
+        if self.running or self.unlimited:
+            self._restore()
+        self._reset()
+
+    def _restore(self) -> None:
+        self._hard(self._c_int64(self.outer_hard))  # 0 also clears the soft limit (SQLite's malloc.c)
+        if (self.outer_hard or self.outer_soft) and self._soft(self._read) != self.outer_soft:
+            self._soft(self._c_int64(self.outer_soft))
+
+    def _want(self) -> int:
+        """The hard limit for the statements running now (call under :attr:`lock`)."""
+        outer = self.outer_hard
+        if self.unlimited:
+            return outer
+        want = self._used() + self.reserved
+        return outer if 0 < outer < want else want
+
+    def enter(self, cap: int) -> tuple[int, int]:
+        """Start a statement whose cap is ``cap`` bytes (0: none); call :meth:`exit` with the same cap.
+
+        Returns:
+            ``(bytes the process's SQLite held, this statement's start number)``, for :meth:`describe`.
+        """
+        with self.lock:
+            first = not (self.running or self.unlimited)
+            if first:
+                self.outer_soft = self._soft(self._read)
+            if cap > 0:
+                self.running += 1
+                self.reserved += cap
+            else:
+                self.unlimited += 1
+            self.starts += 1
+            used = self._used()
+            if first:
+                want = used + cap if cap > 0 else 0
+                prior = self._hard(self._c_int64(want))  # the process's own limit, returned as it is replaced
+                self.outer_hard = prior
+                if 0 < prior and (want == 0 or prior < want):  # keep a lower limit other code set
+                    want = prior
+                    self._hard(self._c_int64(want))
+            else:
+                want = self._want()
+                self._hard(self._c_int64(want))
+            self.limit = want
+            return used, self.starts
+
+    def exit(self, cap: int) -> None:
+        """End a statement started by :meth:`enter` with ``cap``."""
+        with self.lock:
+            if cap > 0:
+                self.running -= 1
+                self.reserved -= cap
+            else:
+                self.unlimited -= 1
+            if self.running or self.unlimited:
+                self.limit = want = self._want()
+                self._hard(self._c_int64(want))
+            else:
+                self._restore()
+                self.limit = 0
+
+    def describe(self, cap: int, used: int, start: int) -> str:
+        """What bounded a statement that ran out of memory (call before :meth:`exit`): its cap, what the
+        process's SQLite held when it started, and whether other statements or an outer limit shared it."""
+        with self.lock:
+            shared = self.running + self.unlimited > 1 or self.starts != start
+            outer, limit = self.outer_hard, self.limit
+        text = (f"SQLite heap limit {cap:,} bytes for this statement, beyond the {used:,} bytes the process's "
+                f"SQLite held when it started")
+        if shared:
+            text += "; shared with statements running at the same time in other threads"
+        if outer and limit == outer:
+            text += f"; held to the process's own hard heap limit of {outer:,} bytes"
+        return text
+
+
+def _apply_process_wide_limit(con: sqlite3.Connection, cap: int) -> int:
+    """Where :class:`StatementHeap` cannot work (no ``ctypes`` access to SQLite): lower the process-wide
+    hard heap limit to ``cap`` bytes once, through ``con`` (``PRAGMA hard_heap_limit`` only lowers it).
+    Return the limit now in force (0: none)."""
+    if cap > 0:
+        current = con.execute("PRAGMA hard_heap_limit").fetchone()[0]
+        if current == 0 or current > cap:
+            con.execute(f"PRAGMA hard_heap_limit = {int(cap)}")
+    return int(con.execute("PRAGMA hard_heap_limit").fetchone()[0])
+
+
+_API, HEAP_API_MISSING = _load_sqlite_api()
+#: The process's :class:`StatementHeap`, or ``None`` where SQLite's C functions are not reachable
+#: (:data:`HEAP_API_MISSING` says why; sandboxes then lower the process-wide limit once instead).
+STATEMENT_HEAP: StatementHeap | None = StatementHeap(_API) if _API is not None else None
+
+
+def sqlite_memory_used() -> int:
+    """Bytes the process's SQLite holds now (``sqlite3_memory_used``), every connection together;
+    -1 where :data:`STATEMENT_HEAP` is ``None``."""
+    return _API[0]() if _API is not None else -1
+
+
+def sqlite_heap_limits() -> tuple[int, int]:
+    """``(hard, soft)``: SQLite's process-wide heap limits in force now, bytes (0: none); ``(-1, -1)``
+    where :data:`STATEMENT_HEAP` is ``None``."""
+    return (_API[1](-1), _API[2](-1)) if _API is not None else (-1, -1)
 
 # -- guards on built-in functions whose cost is not linear in their inputs ----------------------
 class _GuardRefusal(Exception):

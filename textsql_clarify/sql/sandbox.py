@@ -18,8 +18,9 @@ Every query, the agent's and the gold, goes through :class:`SQLiteSandbox`:
   instruction that runs long, nor see inside one row: SQLite limits (:data:`SQLITE_LIMITS`,
   ``max_value_bytes``, ``max_sql_bytes``, :data:`MAX_COLUMNS`), guards on the costly built-ins
   that charge one budget per statement (``max_statement_work``) and check the deadline, and a
-  process-wide SQLite heap limit with temp storage in memory (:mod:`textsql_clarify.sql.guards`,
-  which also says what is still not bounded exactly);
+  SQLite heap limit per statement with temp storage in memory (:mod:`textsql_clarify.sql.guards`,
+  which also says what is still not bounded exactly); idle page caches are bounded per
+  connection (``PRAGMA cache_size``, :data:`~textsql_clarify.sql.guards.CACHE_SIZE_KIB`);
 * a row cap (at most ``row_cap`` rows) and a byte cap (about ``max_result_bytes`` of values) on
   what is fetched; the result is marked ``truncated`` when more exist. One result row may hold up
   to (result columns x ``max_value_bytes``) bytes, at most :data:`MAX_COLUMNS` x 256 KiB by
@@ -55,6 +56,7 @@ from typing import Any
 
 from ..errors import TextSQLClarifyError
 from .guards import (  # noqa: F401  (the public limits are re-exported for users of the sandbox)
+    CACHE_SIZE_KIB,
     HARD_HEAP_LIMIT_BYTES,
     MAX_CALL_WORK,
     MAX_COLUMNS,
@@ -62,12 +64,14 @@ from .guards import (  # noqa: F401  (the public limits are re-exported for user
     MAX_SQL_BYTES,
     MAX_TRIM_WORK,
     MAX_VALUE_BYTES,
-    SOFT_HEAP_LIMIT_BYTES,
     SQLITE_LIMITS,
     WORK_UNITS_PER_SECOND,
     _apply_limits,
+    _apply_process_wide_limit,
     _install_guards,
-    apply_heap_limits,
+    heap_cap_from_env,
+    sqlite_heap_limits,
+    sqlite_memory_used,
 )
 from . import guards as _guards
 from .cte_bound import MAX_CTE_COPIES, cte_copies
@@ -235,7 +239,7 @@ def _is_transient(r: ExecutionResult) -> bool:
 
 
 def _is_memory(r: ExecutionResult) -> bool:
-    """``True`` when ``r`` failed on SQLite's (process-wide) heap limit."""
+    """``True`` when ``r`` failed on SQLite's heap limit (or a ``MemoryError``)."""
     return r.error_kind == "runtime" and (r.error_message or "").startswith("out of memory")
 
 
@@ -268,10 +272,14 @@ class SQLiteSandbox:
             statement stops with kind ``timeout``. Default ``timeout_s`` x
             :data:`WORK_UNITS_PER_SECOND`.
 
-    Memory: temp storage (sorts, temporary indices, materialised views) is kept in memory under
-    SQLite's process-wide heap limit (:data:`HARD_HEAP_LIMIT_BYTES`, set when the first sandbox
-    opens; "out of memory" past it, kind ``runtime``), and at most :data:`MAX_COLUMNS` result
-    columns are allowed, so one row holds at most ``MAX_COLUMNS x max_value_bytes`` bytes.
+    Memory: each statement may allocate :attr:`heap_limit_bytes` of SQLite heap beyond what the
+    process's SQLite holds when it starts (:data:`HARD_HEAP_LIMIT_BYTES`, or
+    ``TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT`` when the sandbox opens; "out of memory" past it, kind
+    ``runtime``; :class:`~textsql_clarify.sql.guards.StatementHeap` says what concurrent statements
+    share); temp storage (sorts, temporary indices, materialised views) is kept in memory under
+    that limit; between statements SQLite's limit is the process's own again. The page cache is at
+    most :data:`CACHE_SIZE_KIB` KiB. At most :data:`MAX_COLUMNS` result columns are allowed, so
+    one row holds at most ``MAX_COLUMNS x max_value_bytes`` bytes.
 
     Opening: the file is opened read-only (``mode=ro``); a WAL-mode file also ``immutable=1``, so
     no ``-wal``/``-shm`` file is created beside it. Immutable means SQLite takes no lock and does
@@ -326,6 +334,11 @@ class SQLiteSandbox:
         self._cache_key: tuple | None = None  # its key in get_sandbox's cache, if it came from there
         # rows of one column per fetch batch; a batch of n columns holds _batch1 // n rows (>= 1)
         self._batch1 = max(1, min(FETCH_ROWS_MAX, max_result_bytes // (max_value_bytes + 8)))
+        #: SQLite heap one statement may allocate beyond what the process's SQLite holds when it
+        #: starts, bytes (0: no limit of its own); read from the environment when the sandbox opens.
+        self.heap_limit_bytes = heap_cap_from_env()
+        self._heap_start: tuple[int, int] = (0, 0)  # (bytes held, start number) of the running statement
+        self._process_limit = 0  # the process-wide limit, where no per-statement one can be set
         self._con = self._open()
 
     # -- set-up -----------------------------------------------------------------------------
@@ -337,8 +350,13 @@ class SQLiteSandbox:
         except sqlite3.Error as e:
             raise DatabaseOpenError(self.db_path, str(e)) from e
         try:
-            apply_heap_limits(con)
+            if _guards.STATEMENT_HEAP is None:  # no per-statement limit here: one process-wide limit instead
+                self._process_limit = _apply_process_wide_limit(con, self.heap_limit_bytes)
             con.execute("SELECT count(*) FROM sqlite_master").fetchall()
+            cache_kib = int(_guards.CACHE_SIZE_KIB)
+            if cache_kib < 1:
+                raise ValueError(f"guards.CACHE_SIZE_KIB must be an integer >= 1, got {_guards.CACHE_SIZE_KIB!r}")
+            con.execute(f"PRAGMA cache_size = {-cache_kib}")  # negative: KiB, not pages
             con.execute("PRAGMA query_only = ON")
             con.execute("PRAGMA trusted_schema = OFF")
             if _guards.TEMP_STORE not in ("MEMORY", "FILE", "DEFAULT"):
@@ -403,7 +421,7 @@ class SQLiteSandbox:
           an interrupt from :meth:`interrupt`, ...), including the sandbox's size limits:
           "value too large (limit N bytes)", "SQL too long (limit N bytes)", a guarded function
           refused as too expensive, an expression too deep, a LIKE pattern too long, too many
-          columns, "out of memory (resource limit: SQLite heap limit N bytes)", "database is
+          columns, "out of memory (resource limit: SQLite heap limit N bytes for this statement ...)", "database is
           locked" (a writer held a rollback-journal file's lock for the whole time limit).
 
         Args:
@@ -445,6 +463,9 @@ class SQLiteSandbox:
             finally:
                 lock.release()
             cur = None
+            heap, cap = _guards.STATEMENT_HEAP, self.heap_limit_bytes
+            if heap is not None:  # this statement's own heap bound, from what the process holds now
+                self._heap_start = heap.enter(cap)
             try:
                 cur = con.execute(sql)
                 description = cur.description
@@ -462,6 +483,8 @@ class SQLiteSandbox:
             finally:
                 if cur is not None:
                     cur.close()
+                if heap is not None:
+                    heap.exit(cap)
                 lock.acquire()
                 watchdog.running.pop(self._key, None)
                 lock.release()
@@ -522,9 +545,12 @@ class SQLiteSandbox:
         if state[_STOP] is not None:
             return _failure("timeout", f"stopped within the {self.timeout_s:g} s time limit: {state[_STOP]}", elapsed)
         if isinstance(e, MemoryError) or any(m in low for m in _MEMORY_MARKERS):
-            limit = apply_heap_limits(self._con) if self._con is not None else 0
-            return _failure("runtime", f"out of memory (resource limit: SQLite heap limit {limit:,} bytes): "
-                                       f"{message}", elapsed)
+            heap = _guards.STATEMENT_HEAP
+            if heap is not None and self.heap_limit_bytes > 0:
+                what = heap.describe(self.heap_limit_bytes, *self._heap_start)
+            else:
+                what = f"SQLite heap limit {self._process_limit:,} bytes, process-wide"
+            return _failure("runtime", f"out of memory (resource limit: {what}): {message}", elapsed)
         if state[_DENIAL] is not None:
             return _failure("forbidden", f"not allowed in the read-only sandbox: {state[_DENIAL]} ({message})",
                             elapsed)
