@@ -15,6 +15,7 @@ from textsql_clarify.baselines.agents import make_agent
 from textsql_clarify.baselines.rollout import evaluate
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.datasets.bird import load_bird, parse_bird_questions
+from textsql_clarify.datasets.dialogue_common import sql_parses
 from textsql_clarify.errors import DatasetError
 from textsql_clarify.rewards.ex_sql import gold_nondeterminism
 
@@ -64,45 +65,61 @@ def _sha(path: Path) -> str:
 
 
 # -- mini-dev (real file, questions only) ------------------------------------------------------------
-def test_minidev_parses_500_questions_with_evidence(shared_data):
-    natives = parse_bird_questions(shared_data / "bird_minidev_questions" / "dev.json")
-    assert len(natives) == 500
-    assert Counter(n["difficulty"] for n in natives) == {"moderate": 250, "simple": 148, "challenging": 102}
-    assert Counter(n["subcategory"] for n in natives) == {"answerable_with_evidence": 498,
+MINIDEV = "bird_minidev"
+
+
+def _minidev(shared_data) -> Path:
+    """``../shared/data/bird_minidev``, or skip: the real mini-dev SQLite edition is not committed."""
+    root = shared_data / MINIDEV
+    if not (root / "mini_dev_sqlite.json").is_file():
+        pytest.skip(f"real data absent: {MINIDEV}/mini_dev_sqlite.json not found")
+    return root
+
+
+def test_minidev_parses_498_sqlite_questions_with_evidence(shared_data):
+    natives = parse_bird_questions(_minidev(shared_data) / "mini_dev_sqlite.json")
+    assert len(natives) == 498  # upstream's 500 records repeat question_id 137 and 138; the shared file keeps one
+    assert Counter(n["difficulty"] for n in natives) == {"moderate": 248, "simple": 148, "challenging": 102}
+    assert Counter(n["subcategory"] for n in natives) == {"answerable_with_evidence": 496,
                                                           "answerable_without_evidence": 2}
     assert len({n["db_id"] for n in natives}) == 11
-    assert len({n["id"] for n in natives}) == 500
+    assert len({n["id"] for n in natives}) == 498
+    assert sum(n["id"] in ("bird-dev-137", "bird-dev-138") for n in natives) == 2
     first = natives[0]
     assert first["id"] == "bird-dev-1471" and first["db_id"] == "debit_card_specializing"
     assert first["question"] == "What is the ratio of customers who pay in EUR against customers who pay in CZK?"
     assert first["evidence"] == ["ratio of customers who pay in EUR against customers who pay in CZK = "
                                  "count(Currency = 'EUR') / count(Currency = 'CZK')."]
-    assert first["gold_sql"].startswith("SELECT CAST(SUM(CASE WHEN Currency = 'EUR'")
-    assert first["provenance"] == {"source": "bird", "file": "dev.json", "question_id": 1471}
+    # the SQLite edition: IIF, not the PostgreSQL edition's CASE
+    assert first["gold_sql"].startswith("SELECT CAST(SUM(IIF(Currency = 'EUR', 1, 0)) AS FLOAT)")
+    assert first["provenance"] == {"source": "bird", "file": "mini_dev_sqlite.json", "question_id": 1471}
     no_ev = [n for n in natives if not n["evidence"]]
     assert [n["id"] for n in no_ev] == ["bird-dev-1507", "bird-dev-1528"]
     assert all(n["subcategory"] == "answerable_without_evidence" for n in no_ev)
+    # every gold parses as SQLite (the superseded file held 32 PostgreSQL-only golds)
+    assert [n["id"] for n in natives if sql_parses(n["gold_sql"])] == []
     # 10 golds read the clock (CURRENT_TIMESTAMP, ...): they load flagged gold_nondeterministic
     clock = [n["id"] for n in natives if gold_nondeterminism(n["gold_sql"])]
     assert len(clock) == 10 and clock[0] == "bird-dev-1156"
 
 
-def test_minidev_without_databases_names_the_missing_folder(shared_data):
-    root = shared_data / "bird_minidev_questions"
+def test_minidev_folder_spec_finds_the_sqlite_file_and_names_the_missing_databases(shared_data):
+    root = _minidev(shared_data)
     with pytest.raises(DatasetError) as ei:
         load_dataset(f"bird:{root}")
     msg = str(ei.value)
     assert "BIRD database folder not found" in msg and str(root.resolve() / "dev_databases") in msg
-    assert "parse_bird_questions" in msg
+    assert "mini_dev_sqlite.json" in msg and "parse_bird_questions" in msg
 
 
 def test_minidev_with_an_empty_db_root_names_every_record(shared_data, tmp_path):
-    root = shared_data / "bird_minidev_questions"
+    root = _minidev(shared_data)
     with pytest.raises(DatasetError) as ei:
         load_dataset(f"bird:{root}", db_root=tmp_path)
     probs = ei.value.problems
-    assert len(probs) == 500 and {p.field for p in probs} == {"db_id"}
+    assert len(probs) == 498 and {p.field for p in probs} == {"db_id"}
     assert probs[0].line == 1 and "debit_card_specializing.sqlite" in probs[0].message
+    assert {p.file for p in probs} == {str((root / "mini_dev_sqlite.json").resolve())}
 
 
 # -- a BIRD-layout database built here ----------------------------------------------------------------
@@ -202,10 +219,22 @@ def test_every_bad_record_is_reported_with_record_and_field(tmp_path):
 def test_bad_root_and_file(tmp_path):
     with pytest.raises(DatasetError, match="BIRD root not found"):
         load_dataset(f"bird:{tmp_path / 'missing'}")
-    with pytest.raises(DatasetError, match="neither dev.json nor train.json"):
+    with pytest.raises(DatasetError, match="holds none of dev.json, mini_dev_sqlite.json, train.json"):
         load_dataset(f"bird:{tmp_path}")
     (tmp_path / "dev.json").write_text('{"not": "a list"}', encoding="utf-8")
     with pytest.raises(DatasetError, match="must hold a JSON list"):
         parse_bird_questions(tmp_path / "dev.json")
     with pytest.raises(DatasetError, match="expected 'bird:<root>'"):
         load_dataset("bird: ")
+
+
+def test_minidev_layout_loads_from_its_folder_with_capitalised_difficulty(tmp_path):
+    # mini-dev ships mini_dev_sqlite.json beside dev_databases/; some re-releases capitalise the labels
+    recs = [{**r, "difficulty": r["difficulty"].capitalize()} for r in DEV_RECORDS]
+    root = tmp_path / "minidev"
+    _make_db(root / "dev_databases" / "shop" / "shop.sqlite")
+    (root / "mini_dev_sqlite.json").write_text(json.dumps(recs), encoding="utf-8")
+    samples = load_dataset(f"bird:{root}")
+    assert [s.id for s in samples] == ["bird-dev-7", "bird-dev-8", "bird-dev-9"]
+    assert [s.difficulty for s in samples] == ["simple", "moderate", "challenging"]
+    assert samples[0].provenance["file"] == "mini_dev_sqlite.json"

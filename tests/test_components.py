@@ -267,10 +267,10 @@ def test_all_spider_dev_gold_queries_with_database_schema(spider_root):
 
 @pytest.mark.realdata
 def test_all_bird_minidev_gold_queries(shared_data):
-    path = shared_data / "bird_minidev_questions" / "dev.json"
+    path = shared_data / "bird_minidev" / "mini_dev_sqlite.json"
     if not path.is_file():
         pytest.skip(f"real data absent: {path.name} not found")
     items = json.loads(path.read_text())
-    assert len(items) == 500
+    assert len(items) == 498
     failures, _, fallbacks = _count_failures((it["SQL"], None) for it in items)
     assert failures == [] and fallbacks == 0

@@ -170,7 +170,7 @@ def test_node_and_depth_caps_refuse_before_qualify(monkeypatch):
 
 def _gold_sqls(shared_data):
     out = {"spider_dev": [it["query"] for it in json.loads((shared_data / "spider_dev" / "dev.json").read_text())]}
-    bird = shared_data / "bird_minidev_questions" / "dev.json"
+    bird = shared_data / "bird_minidev" / "mini_dev_sqlite.json"
     if bird.is_file():
         out["bird_minidev"] = [it["SQL"] for it in json.loads(bird.read_text())]
     return out
@@ -187,7 +187,7 @@ def test_caps_are_far_above_every_real_gold(shared_data):
     # (golds, longest text in characters, most AST nodes, deepest AST)
     assert measured["spider_dev"] == (1034, 422, 88, 12)
     if "bird_minidev" in measured:
-        assert measured["bird_minidev"] == (500, 1006, 205, 19)
+        assert measured["bird_minidev"] == (498, 1231, 234, 18)
     for _, chars, nodes, depth in measured.values():
         assert chars * 10 < MAX_ANALYSIS_CHARS and nodes * 10 < MAX_ANALYSIS_NODES and depth * 6 < MAX_ANALYSIS_DEPTH
 

@@ -6,12 +6,16 @@ BIRD's layout (dev, mini-dev and train alike)::
                                                     SQL, difficulty}
     <root>/dev_databases/<db_id>/<db_id>.sqlite     one SQLite file per database
     <root>/dev_tables.json                          schemas (optional, not read)
+    <root>/mini_dev_sqlite.json                     mini-dev's SQLite edition (read when no dev.json is
+                                                    there; upstream ``bird-bench/mini_dev``, 500 records
+                                                    of which question_id 137 and 138 are repeated)
 
     <root>/train.json + <root>/train_databases/...  the train split: same fields, no question_id or difficulty
 
 Spec forms:
 
-* ``bird:<root>``: the split is detected: ``dev.json`` when present, else ``train.json``.
+* ``bird:<root>``: the split is detected: ``dev.json`` when present, else ``mini_dev_sqlite.json`` (split
+  ``dev``), else ``train.json``.
 * ``bird:<file>.json``: that question file; its split is ``train`` when the file name starts with
   ``train`` else ``dev``, and the databases are ``<file's folder>/<split>_databases``.
 * ``db_root`` (of :func:`~textsql_clarify.datasets.load_dataset`, ``gym.make``, the CLI) names the folder of
@@ -30,7 +34,7 @@ and field, all at once (:class:`~textsql_clarify.errors.DatasetError`). Database
 exist here; nothing opens them for writing.
 
 :func:`parse_bird_questions` parses a question file without any database (the SQL-only use of
-``../shared/data/bird_minidev_questions``, which ships no databases).
+``../shared/data/bird_minidev/mini_dev_sqlite.json``, 498 questions and no databases).
 """
 from __future__ import annotations
 
@@ -46,6 +50,10 @@ from .spider import _read_json_list
 BIRD_DIFFICULTIES = ("simple", "moderate", "challenging")
 #: Accepted keys of the gold SQL, in order (BIRD and mini-dev: ``SQL``; some re-releases: ``sql``).
 _SQL_KEYS = ("SQL", "sql")
+#: Question files looked for in a ``bird:<root>`` folder, in order, with their split: BIRD's dev, mini-dev's
+#: SQLite edition (``bird-bench/mini_dev``'s ``mini_dev_sqlite.json``; its databases are ``dev_databases``
+#: as in dev), BIRD's train.
+_ROOT_FILES = (("dev.json", "dev"), ("mini_dev_sqlite.json", "dev"), ("train.json", "train"))
 
 
 def _split_of(file: Path) -> str:
@@ -161,17 +169,18 @@ def _locate(spec_path: str | os.PathLike) -> tuple[Path, str]:
         return p, _split_of(p)
     if not p.is_dir():
         raise DatasetError(f"BIRD root not found: {p} (expected a folder with dev.json or train.json, or a .json file)")
-    for split in ("dev", "train"):
-        if (p / f"{split}.json").is_file():
-            return p / f"{split}.json", split
-    raise DatasetError(f"BIRD root {p} holds neither dev.json nor train.json")
+    for name, split in _ROOT_FILES:
+        if (p / name).is_file():
+            return p / name, split
+    raise DatasetError(f"BIRD root {p} holds none of {', '.join(n for n, _ in _ROOT_FILES)}")
 
 
 def load_bird(root: str | os.PathLike, *, db_root: str | os.PathLike | None = None) -> list[Sample]:
     """Load BIRD questions over their databases as answerable samples (BIRD dev/train layout).
 
     Args:
-        root: the BIRD folder (``dev.json`` is used when present, else ``train.json``) or a question file.
+        root: the BIRD folder (the first of ``dev.json``, ``mini_dev_sqlite.json``, ``train.json`` there) or a
+            question file.
         db_root: folder of ``<db_id>/<db_id>.sqlite``; ``None``: ``<folder>/<split>_databases``.
 
     Returns:
