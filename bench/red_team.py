@@ -10,7 +10,7 @@ check (``--verify``) plays the first few episodes of every policy again through
 
 The corpora (:func:`corpus_specs`): the embedded set, Spider dev, Spider-unanswerable, MMSQL, CoSQL (the real
 release under ``<data>/cosql`` where present, and the CoSQL-format fixture of ``tests/fixtures/cosql``), AmbiQT,
-mini-interact, BIRD mini-dev (listed and skipped: no loader executes it, its databases are not shipped) and the
+mini-interact, BIRD mini-dev (``bird:<data>/bird_minidev``; skipped while its databases are not shipped) and the
 generated corpora: the model-free recipes and the model recipes over the fake council, grown from Spider dev
 anchors (``--generated DIR`` / ``--generated-model DIR`` name folders written by ``textsql-clarify generate``;
 without them the corpora are generated afresh into the cache folder). A corpus whose data is absent is
@@ -125,8 +125,10 @@ def corpus_specs(data_root: str, generated: str | None = None, generated_model: 
     mi = root / "mini_interact"
     out["mini-interact"] = (f"mini-interact:{mi}", "mini-interact") if (mi / "mini_interact.jsonl").is_file() \
         else (None, f"absent: {mi}/mini_interact.jsonl")
-    out["bird-minidev"] = (None, "no loader executes it: bird_minidev ships questions and gold SQL but not the "
-                                 "databases (the bird: loader needs dev_databases/)")
+    bm = root / "bird_minidev"
+    out["bird-minidev"] = (f"bird:{bm}", "BIRD mini-dev") if (bm / "dev_databases").is_dir() else \
+        (None, f"the bird: loader reads {bm}/mini_dev_sqlite.json, but its databases are not shipped "
+               f"(no dev_databases/): nothing to execute")
     for name, folder, what in (("generated", generated, "model-free recipes"),
                                ("generated-model", generated_model, "model recipes, fake council")):
         if folder:
