@@ -330,3 +330,31 @@ def test_env_exclude_flags_leaves_flagged_samples_out(monkeypatch, tmp_path):
     assert [s.id for s in first] == [s.id for s in kept[:3]]  # flags first, then the limit
     with pytest.raises(ValueError, match="unknown flag"):
         gym.make("TextSQLClarify-v0", dataset=spec, exclude_flags=("indistinguishible",))
+
+
+# -- double-quoted values (SQLite reads "abc" as a string where no column abc exists) -------------
+DQ = FIX / "double_quoted.jsonl"
+
+
+def test_mask_values_masks_double_quoted_values_given_the_columns():
+    cols = frozenset({"name", "building", "budget"})
+    a = mask_values('SELECT name FROM departments WHERE building = "Turing Hall"', cols)
+    assert a == "SELECT name FROM departments WHERE building = ?"
+    assert a == mask_values("SELECT name FROM departments WHERE building = 'Fermi Building'", cols)
+    # a quoted column, a quoted alias, a quoted table stay identifiers
+    assert mask_values('SELECT "name" AS "n" FROM "departments" WHERE "budget" > 5 ORDER BY "n"', cols) == \
+        "SELECT name AS n FROM departments WHERE budget > ? ORDER BY n"
+    # without a schema a quoted name cannot be told from a value: kept as an identifier
+    assert mask_values('SELECT name FROM departments WHERE building = "Turing Hall"') == \
+        'SELECT name FROM departments WHERE building = turing hall'
+    # SQL sqlglot cannot parse: its quoted tokens are told apart the same way
+    assert mask_values('SELECT name FROM departments WHERE building = "Turing Hall" AND (', cols) == \
+        "SELECT NAME FROM DEPARTMENTS WHERE BUILDING = ? AND ("
+
+
+def test_golds_differing_only_in_a_double_quoted_value_are_duplicates():
+    samples = load_dataset(str(DQ))
+    assert _flags(samples) == {"val-dq-b": ("duplicate_gold",)}
+    report = V.validate_samples(load_dataset(str(DQ), validate=False), spec=str(DQ))
+    assert [str(p) for p in report.problems] == [
+        "val-dq-b: duplicate_gold: gold_sql equals val-dq-a's once values are masked (ABISS §4.2 stage 1)"]

@@ -27,7 +27,8 @@ errors, non-empty result sets, runtime failures and within a time limit"; the st
   ambiguous sample with a gold and no interpretation at all (MMSQL, CoSQL: one reading per turn) is flagged
   too: the agent that never asks submits the only reading;
 * ``duplicate_gold``: ABISS §4.2 stage 1 (after OmniSQL): a later answerable or ambiguous sample whose
-  value-masked gold (:func:`.gold_masking.mask_values`) equals an earlier one's over the same database,
+  value-masked gold (:func:`.gold_masking.mask_values`, given the database's column names so that a
+  double-quoted value such as ``"France"`` is masked as ``'France'`` is) equals an earlier one's over the same database,
   unless it is another reading of the same question (same question text, or its gold is one of the earlier
   sample's interpretations), or both were generated (issue 11) from the same anchor or from anchors with the same
   gold SQL text (``provenance["anchor_gold"]``: one source query asked in two phrasings, Spider's paraphrase
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import sqlite3
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -57,6 +59,7 @@ from typing import Sequence
 from ..sql.sandbox import (GOLD_RETRIES, GOLD_RETRY_WAIT_S, DatabaseOpenError, ExecutionResult, SQLiteSandbox, _is_memory,
                            _is_transient, get_sandbox)
 from ..errors import DatasetError
+from ..sql.schema import read_schema
 from ..rewards.execution import EXOptions, is_empty_result, score_execution
 from ..rewards.ex_sql import gold_nondeterminism
 from ..samples import SAMPLE_FLAGS, Sample
@@ -236,6 +239,18 @@ def _run_checks(samples: Sequence[Sample]) -> tuple[list[tuple[int, str, str]], 
     runner = _Runner()
     found: list[tuple[int, str, str]] = []
     first_by_mask: dict[tuple[str, str], Sample] = {}
+    columns: dict[str, frozenset[str] | None] = {}
+
+    def columns_of(db_path: str) -> frozenset[str] | None:
+        # the database's column names, so that the masking reads "France" as SQLite does (a value where no
+        # such column exists); None where the schema cannot be read (the gold then fails on its own)
+        if db_path not in columns:
+            try:
+                columns[db_path] = frozenset(c for cols in read_schema(db_path).values() for c in cols)
+            except (OSError, sqlite3.DatabaseError):
+                columns[db_path] = None
+        return columns[db_path]
+
     for i, s in enumerate(samples):
         if s.gold_sql is None:
             continue
@@ -246,7 +261,7 @@ def _run_checks(samples: Sequence[Sample]) -> tuple[list[tuple[int, str, str]], 
 
         _check_sample(s, runner, add)
         if s.group in ("answerable", "ambiguous"):
-            key = (s.db_path, mask_values(s.gold_sql))
+            key = (s.db_path, mask_values(s.gold_sql, columns_of(s.db_path)))
             first = first_by_mask.setdefault(key, s)
             if first is not s and not _same_question(first, s):
                 add("duplicate_gold", f"gold_sql equals {first.id}'s once values are masked (ABISS §4.2 stage 1)")
