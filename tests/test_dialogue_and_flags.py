@@ -382,3 +382,25 @@ def test_cli_eval_include_indistinguishable(tmp_path, capsys):
     inc = json.loads(capsys.readouterr().out)
     assert inc["excluded_indistinguishable"] == 0
     assert inc["by_group"]["ambiguous"]["metrics"]["EX"] == MeanIs(1 / 3, 3)
+
+
+# -- record checks: a capitalised difficulty, a dialogue turn without text ----------------------
+TURN_FIELDS = Path(__file__).parent / "fixtures" / "dialogue_flags" / "turn_fields.jsonl"
+
+
+def test_system_turn_without_text_is_refused_with_file_line_and_field_and_difficulty_ignores_case(tmp_path):
+    from textsql_clarify.errors import DatasetError
+
+    with pytest.raises(DatasetError) as ei:
+        load_jsonl(TURN_FIELDS)
+    # line 1 ("Moderate") raises nothing; line 2's system turn has sql but no "text" key
+    assert [(p.file, p.line, p.field) for p in ei.value.problems] == [(str(TURN_FIELDS), 2, "dialogue[1].text")]
+    assert "is required" in ei.value.problems[0].message
+    assert f"{TURN_FIELDS}:2: field 'dialogue[1].text'" in str(ei.value)
+    first = tmp_path / "first.jsonl"
+    rec = json.loads(TURN_FIELDS.read_text(encoding="utf-8").splitlines()[0])
+    rec["db_path"] = str(embedded_db_path())
+    first.write_text(json.dumps(rec) + "\n", encoding="utf-8")
+    (s,) = load_jsonl(first)
+    assert s.difficulty == "moderate" and [t.text for t in s.dialogue] == [
+        "Which professors work in the Physics department?", ""]

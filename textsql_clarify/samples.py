@@ -311,7 +311,8 @@ def sample_from_dict(
     elif flaw is not None and flaw not in PREMISE_FLAWS:
         problems.append(where("premise_flaw", f"unknown PremiseSQL flaw type {flaw!r}"))
     style = _str_field(rec, "style", problems, where, False) or "neutral"
-    diff = _str_field(rec, "difficulty", problems, where, False) or "unknown"
+    # labels are read case-insensitively: BIRD re-releases and hand-written files write "Moderate"
+    diff = (_str_field(rec, "difficulty", problems, where, False) or "unknown").strip().lower() or "unknown"
     if diff not in DIFFICULTIES:
         problems.append(where("difficulty", f"must be one of {list(DIFFICULTIES)}, got {diff!r}"))
 
@@ -337,7 +338,13 @@ def sample_from_dict(
         role = turn.get("role")
         if role not in DIALOGUE_ROLES:
             problems.append(where(f"{f}.role", f"must be one of {list(DIALOGUE_ROLES)}, got {role!r}"))
-        text = turn.get("text", "")
+        if "text" not in turn:
+            # a turn that says nothing is refused rather than read as silence: a loader that drops a
+            # system reply would otherwise hand the agent a dialogue with a hole in it
+            problems.append(where(f"{f}.text", 'is required (a system turn that only answered with SQL gives '
+                                               '"text": "" and its "sql")'))
+            continue
+        text = turn.get("text")
         if text is None:
             text = ""
         if not isinstance(text, str):
