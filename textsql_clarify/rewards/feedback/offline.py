@@ -28,8 +28,8 @@ from typing import Any, Callable, Hashable, Iterable, Sequence
 
 from ...samples import Sample
 from ...text import valid_unicode
-from .claims import (MissingClaim, affirmed_missing, missing_claims, names_missing_element, number_conflicts,
-                     singles_out_missing, unsupported_claims)
+from .claims import (MissingClaim, affirmed_missing, missing_claims, names_missing_element, names_missing_link,
+                     number_conflicts, singles_out_missing, unsupported_claims)
 from .minilm import lean_encoder, load_minilm, torch_threads
 from .schema import Structure, _structure, existing_claimed_missing
 from .stock import NO_STOCK, StockPhrases, corpus_stock
@@ -37,6 +37,7 @@ from .verdict import FeedbackVerdict, _check_args, _is_sql
 from .words import added_words, novel_recall, residual_text
 
 __all__ = ["LexicalFeedbackJudge", "SemanticFeedbackJudge", "MINILM_THRESHOLD", "LEXICAL_THRESHOLD", "judge_many",
+           "own_rationale_verdict",
            "clear_feedback_caches", "CACHE_SIZES", "auto_threads"]
 
 #: Cosine-similarity threshold of :class:`SemanticFeedbackJudge` (MiniLM, unit-normalised embeddings).
@@ -244,10 +245,15 @@ def _partial(sample: Sample, feedback: str, schema_identifiers: Iterable[str], j
     contra += [f"unsupported:{h}" for h in unsupported_claims(fb_claims, hk, sample.question)]
     named = (names_missing_element(fb_claims, hk_claims, idents, sample.question, both_stock)
              or singles_out_missing(feedback, fb_claims, hk_claims, idents, sample.question, both_stock))
+    hk_exclude = struct.schema_words | side.stock
+    if not named and not added_words(hk, sample.question, hk_exclude):
+        # the rationale has no word of its own (a missing link named with the question's and the schema's
+        # words): the ends of the link it says is missing are what the feedback must name
+        named = names_missing_link(fb_claims, hk_claims, both_stock)
     fb_exclude = struct.schema_words | both_stock
     added = added_words(feedback, sample.question, fb_exclude)
     return _Pending(named, tuple(contra), tuple(sorted(added)), feedback, hk, sample.question, struct, side,
-                    struct.schema_words | side.stock, fb_exclude)
+                    hk_exclude, fb_exclude)
 
 
 def _finish(p: _Pending, judge: str, score: float, threshold: float) -> FeedbackVerdict:
@@ -267,6 +273,40 @@ def _assess(sample: Sample, feedback: str, schema_identifiers: Iterable[str], ju
         return p
     score = float(score_fn(p.feedback, p.hk, p.question, p.hk_exclude, p.fb_exclude)) if p.added else 0.0
     return _finish(p, judge, score, threshold)
+
+
+def own_rationale_verdict(sample: Sample, schema_identifiers: Iterable[str] = (),
+                          stock: StockPhrases = NO_STOCK) -> FeedbackVerdict:
+    """The verdict of the offline judges when the feedback is the sample's own hidden knowledge (what the oracle
+    agent says, :class:`~textsql_clarify.baselines.agents.OracleAgent`), without loading a model.
+
+    With the feedback equal to the rationale both sides lose the same words, so the lexical recall is 1 and the
+    MiniLM cosine is that of one text with itself (1) whenever anything is left, and the claim checks are shared:
+    :class:`LexicalFeedbackJudge` and :class:`SemanticFeedbackJudge` agree, except where the words left are only
+    numbers the MiniLM residual cannot hold (a decimal: ``3.5`` is two tokens there). The verdict is the lexical
+    one, refused as well when the MiniLM residual would be empty and no naming path holds, so it accepts no
+    rationale that either judge refuses.
+
+    Args:
+        sample: an unanswerable sample with a hidden knowledge.
+        schema_identifiers: the table and column names of its database (any case), as the env passes them.
+        stock: the stock phrases of its dataset (:func:`~.stock.corpus_stock` of the samples the env is built
+            on, :meth:`LexicalFeedbackJudge.use_corpus`).
+    Returns:
+        A :class:`FeedbackVerdict` (``judge="lexical"``).
+    Raises:
+        TypeError: ``sample`` is not a Sample.
+    Source: issue 11 (the oracle scores FB 1.0 on every generated file).
+    """
+    _check_args(sample, "")
+    hk = sample.hidden_knowledge
+    p = _partial(sample, hk, schema_identifiers, "lexical", stock=stock)
+    if isinstance(p, FeedbackVerdict):
+        return p
+    recall = (novel_recall(p.feedback, p.hk, p.question, p.hk_exclude, p.fb_exclude) or 0.0) if p.added else 0.0
+    if recall and not residual_text(p.feedback, p.question, p.fb_exclude):
+        recall = 0.0  # the MiniLM judge would embed nothing and score 0
+    return _finish(p, "lexical", recall, LEXICAL_THRESHOLD)
 
 
 def _check_batch(samples: Sequence[Sample], feedbacks: Sequence[str],

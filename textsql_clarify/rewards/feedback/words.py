@@ -14,7 +14,8 @@ import re
 
 from ...text import plural_stem
 
-__all__ = ["content_words", "lexical_recall", "added_words", "novel_recall", "residual_text", "STOCK_WORDS"]
+__all__ = ["content_words", "lexical_recall", "added_words", "novel_recall", "residual_text", "STOCK_WORDS",
+           "REFUSAL_STOCK"]
 
 _TOKEN = re.compile(r"[a-z0-9_]+(?:'[a-z]*)?|[.,;:!?()\[\]]")
 _STOP = frozenset("""a an the of in on at to for from by with and or not no nor is are was were be been being it its
@@ -106,6 +107,17 @@ def lexical_recall(feedback: str, hidden_knowledge: str) -> float | None:
 
 _STOCK_STEMS = frozenset(_stem(w) for w in STOCK_WORDS) | STOCK_WORDS
 
+#: Stems of a refusal that names nothing in particular, left out of both sides of the comparison (the
+#: feedback's added words and the hidden knowledge's own words) on every dataset, as the corpus's stock
+#: phrases are (:mod:`~textsql_clarify.rewards.feedback.stock`), for datasets too small to have a stock table
+#: (the embedded set is one database): the relationship stem ``link`` ("There is no link between the
+#: tables" says a link is missing, not which one; what it would link is the content, and a missing link is
+#: still recognised by :func:`~textsql_clarify.rewards.feedback.claims.names_missing_link`) and vague nouns
+#: for "what the question needs" ("That part of the data is not kept at all"). Unlike :data:`STOCK_WORDS`
+#: they still count in the claim checks (a shotgun "no link ..." claim stays off topic, a feedback that says
+#: the missing link exists still contradicts the hidden knowledge).
+REFUSAL_STOCK = frozenset({"link", "part", "portion", "piece", "aspect", "bit", "entity", "fact"})
+
 
 _NUM = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])")
 
@@ -126,6 +138,8 @@ def added_words(feedback: str, question: str, exclude: frozenset[str] | set[str]
     an echo of the question, or the question wrapped in a stock refusal ("I cannot answer: <question>",
     "The database does not contain <question words>"), adds nothing.
 
+    The refusal-stock stems (:data:`REFUSAL_STOCK`) never count either.
+
     Args:
         feedback: the agent's explanation. question: the sample's question.
         exclude: further stems that do not count (the FB judges pass the words of the schema's table and
@@ -133,7 +147,8 @@ def added_words(feedback: str, question: str, exclude: frozenset[str] | set[str]
     Returns:
         The stems (possibly empty).
     """
-    return _stems_and_numbers(feedback) - _question_stems(question) - _GENERIC - _STOCK_STEMS - frozenset(exclude)
+    return (_stems_and_numbers(feedback) - _question_stems(question) - _GENERIC - _STOCK_STEMS - REFUSAL_STOCK
+            - frozenset(exclude))
 
 
 def novel_recall(feedback: str, hidden_knowledge: str, question: str,
@@ -152,7 +167,8 @@ def novel_recall(feedback: str, hidden_knowledge: str, question: str,
         The recall, or ``None`` when the hidden knowledge has no stem of its own (it only restates the
         question's words: nothing beyond the question can be matched).
     """
-    need = _stems_and_numbers(hidden_knowledge) - _question_stems(question) - _GENERIC - _STOCK_STEMS - frozenset(exclude)
+    need = (_stems_and_numbers(hidden_knowledge) - _question_stems(question) - _GENERIC - _STOCK_STEMS - REFUSAL_STOCK
+            - frozenset(exclude))
     if not need:
         return None
     fb_ex = exclude if feedback_exclude is None else feedback_exclude
