@@ -386,6 +386,13 @@ def _validate(entries: list[_Entry], out_dir: Path, tables: dict[str, RecipeReje
     for i, e in enumerate(entries):  # a sample whose original is out goes out too
         if e.original is not None and e.original in reasons and i not in reasons:
             reasons[i] = [f"its paired original {entries[e.original].rec['id']!r} was moved out"]
+    # the env's judge, built on the samples left, must accept every rationale as the oracle's feedback
+    # (oracle_fb.py); a sample it refuses goes out, and its original with it (below)
+    from .oracle_fb import oracle_fb_failures
+
+    live = {built[i].id: i for i in sorted(built) if i not in reasons}
+    for sid, why in oracle_fb_failures([built[i] for i in live.values()]).items():
+        reasons[live[sid]] = [why]
     kept_originals = {e.original for i, e in enumerate(entries) if e.original is not None and i not in reasons}
     for i, e in enumerate(entries):  # an original none of whose samples is left goes out too
         if e.is_original and i not in reasons and i not in kept_originals:
