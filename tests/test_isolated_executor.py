@@ -138,7 +138,8 @@ def test_construction_raises_what_the_in_process_sandbox_raises(tmp_path, toy, p
 
 
 def test_the_caller_opens_no_sqlite_connection_and_sets_no_heap_limit(toy):
-    """SQLite's heap limit is process-wide: with isolation the trainer's own SQLite use stays unlimited."""
+    """SQLite's heap limit is process-wide: with isolation the trainer's process never has one, not even while a
+    statement runs (in-process, the sandbox sets it during its statements only)."""
     import subprocess
     import sys
 
@@ -154,14 +155,17 @@ def test_the_caller_opens_no_sqlite_connection_and_sets_no_heap_limit(toy):
                          cwd=Path(__file__).resolve().parents[1])
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "0"
-    # while the in-process sandbox sets one
+    # the in-process sandbox sets one only while its statements run (where SQLite's C functions are reachable)
     code_in = ("import sqlite3, sys\nfrom textsql_clarify.sql.sandbox import SQLiteSandbox\n"
+               "from textsql_clarify.sql import guards\n"
                "SQLiteSandbox(sys.argv[1]).execute('SELECT 1')\n"
-               "print(sqlite3.connect(':memory:').execute('PRAGMA hard_heap_limit').fetchone()[0])\n")
+               "print(guards.STATEMENT_HEAP is not None, "
+               "sqlite3.connect(':memory:').execute('PRAGMA hard_heap_limit').fetchone()[0])\n")
     out_in = subprocess.run([sys.executable, "-c", code_in, str(toy)], capture_output=True, text=True, timeout=120,
                             cwd=Path(__file__).resolve().parents[1])
     assert out_in.returncode == 0, out_in.stderr[-2000:]
-    assert int(out_in.stdout.strip()) > 0
+    per_statement, limit = out_in.stdout.split()
+    assert int(limit) == 0 if per_statement == "True" else int(limit) > 0
 
 
 # -- same results as in-process --------------------------------------------------------------------
