@@ -498,3 +498,28 @@ def test_env_reports_ex_strict_and_takes_ex_options():
     env.close()
     with pytest.raises(ValueError, match="unknown ex option"):
         gym.make("TextSQLClarify-v0", ex_options={"nope": 1})
+
+
+# -- hedges across readings: strict EX implies relaxed EX ----------------------------------------
+def test_strict_match_of_the_gold_is_never_a_hedge_and_a_relaxed_only_one_is(sandbox):
+    from textsql_clarify.envs.scoring import score_sql_turn
+
+    gold = "SELECT name, price FROM item"
+    ordered = "SELECT name, price FROM item ORDER BY price DESC"     # the other reading: the gold, ordered
+    readings = (("h#1", ordered), ("h#2", "SELECT colour FROM item"))
+
+    def play(pred):
+        s = score_sql_turn(pred, gold, sandbox, gold_key="h", detailed=True, other_readings=readings)
+        return s.components["ex"], s.components["ex_strict"], bool(s.flags["hedged"]), s.ex_status
+
+    # a never-asking agent submitting the other reading returns the gold's rows, column for column: both EX
+    # pay it (it was ex 0.0, ex_strict 1.0, hedged before); load-time validation flags such a sample
+    # indistinguishable, so it is left out of the means
+    assert play(ordered) == (1.0, 1.0, False, "match")
+    assert play(gold) == (1.0, 1.0, False, "match")
+    # the gold and the colour reading side by side: relaxed EX alone matches it, and it answers both readings
+    ex, strict, hedged, status = play("SELECT name, price, colour FROM item")
+    assert (ex, strict, hedged, status) == (0.0, 0.0, True, "hedged")
+    for pred in (ordered, gold, "SELECT name, price, colour FROM item", "SELECT name FROM item"):
+        ex, strict, *_ = play(pred)
+        assert strict <= ex, pred

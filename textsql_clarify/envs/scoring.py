@@ -103,7 +103,9 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
             before any drift). A prediction that relaxed EX matches with the gold *and* with another reading
             whose own result the gold does not match is a hedge (it answers both readings at once, e.g. the
             two golds side by side in one cross join, which the column-superset bound can let through): its
-            ``ex`` and ``sql_partial`` are 0 and ``flags["hedged"]`` is set. ABISS Def. 2: an ambiguous question
+            ``ex`` and ``sql_partial`` are 0 and ``flags["hedged"]`` is set. A strict match of the gold is
+            never a hedge (it is the gold's result, column for column: the other reading's ``ORDER BY``
+            rows against an unordered gold), so ``ex_strict`` 1 implies ``ex`` 1. ABISS Def. 2: an ambiguous question
             is answered by choosing a reading; an answer that satisfies two different readings chose none.
         retracted_gold: on a post-drift turn, ``(gold_key, gold_sql)`` of the pre-drift gold (``gold_sql`` is then
             the post-drift gold). A prediction that relaxed EX matches but that still carries what the drift
@@ -159,7 +161,10 @@ def _score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox,
                                               options=ex_options)
     comps["ex"], comps["ex_strict"] = verdict.score, strict_verdict.score
     flags["hedged"] = False
-    if verdict.score == 1.0 and other_readings and pred.ok:
+    # a strict match returns the gold's own result (its columns, nothing beside them): that is the gold's
+    # answer, not two readings at once, so the hedge rule only reads relaxed-only matches and strict EX
+    # implies relaxed EX (docs/metrics.md, "Hedges across readings")
+    if verdict.score == 1.0 and strict_verdict.score != 1.0 and other_readings and pred.ok:
         flags["hedged"] = _matches_another_reading(pred, pred_sql, gold, gold_sql, other_readings, sandbox,
                                                    ex_options, verdict.column_mapping)
         if flags["hedged"]:
