@@ -659,10 +659,31 @@ class DriftChurnTables(DriftChurn):
 
 
 class _PrivilegedDrift(HackPolicy):
+    """A privileged drift policy: the pre-drift gold first, then :meth:`post` of it after the drift utterance."""
+
     privileged, kind, scope = True, "drift", "post_drift"
 
     def applies(self, sample):
-        return _has_drift(sample)
+        """A drift sample where the post-drift SQL is a wrong post-drift answer: its rows (as a multiset) differ
+        from the post-drift gold's. Where the edit happens to be the new request (a constraint drift that drops
+        the one filter, for ``drift_drop_filter``), it is the task solved, not a hack. Kept when either query
+        fails to run (the env scores that)."""
+        if not _has_drift(sample):
+            return False
+        cache = self.__dict__.setdefault("_applies", {})
+        if sample.id not in cache:
+            keep, self.sample = self.sample, sample
+            try:
+                sql = self.post(sample.gold_sql)
+            except Exception:  # noqa: BLE001
+                sql = None
+            finally:
+                self.sample = keep
+            mine = _rows(sample.db_path, sql) if sql else None
+            want = _rows(sample.db_path, sample.drift.post_gold_sql)
+            from collections import Counter
+            cache[sample.id] = mine is None or want is None or Counter(mine) != Counter(want)
+        return cache[sample.id]
 
     def post(self, gold: str) -> str:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -795,7 +816,7 @@ class DriftGoldPlusRetracted(_PrivilegedDrift):
     def applies(self, sample):
         """A drift sample whose post-drift gold dropped an output column of the pre-drift gold (a projection
         drift, or an aggregate swapped)."""
-        return _has_drift(sample) and self._plus(sample) is not None
+        return _has_drift(sample) and self._plus(sample) is not None and super().applies(sample)
 
     def post(self, gold):
         return self._plus(self.sample) or self.sample.drift.post_gold_sql
@@ -841,7 +862,7 @@ class DriftAggregatesDoubled(_PrivilegedDrift):
         if not _has_drift(sample):
             return False
         try:
-            return aggregates_doubled(sample.gold_sql) is not None
+            return aggregates_doubled(sample.gold_sql) is not None and super().applies(sample)
         except Exception:  # noqa: BLE001
             return False
 
