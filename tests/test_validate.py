@@ -358,3 +358,30 @@ def test_golds_differing_only_in_a_double_quoted_value_are_duplicates():
     report = V.validate_samples(load_dataset(str(DQ), validate=False), spec=str(DQ))
     assert [str(p) for p in report.problems] == [
         "val-dq-b: duplicate_gold: gold_sql equals val-dq-a's once values are masked (ABISS §4.2 stage 1)"]
+
+
+# -- a gold over the row cap: a ceiling with its reason, never a silent 0 -------------------------
+ROW_CAP_FIX = FIX / "row_cap.jsonl"
+
+
+def test_gold_over_the_row_cap_is_flagged_at_load_as_a_ceiling_with_the_reason(tmp_path):
+    from conftest import MeanIs
+    from textsql_clarify.baselines.agents import make_agent
+    from textsql_clarify.baselines.rollout import evaluate
+
+    assert V.ROW_CAP == 10_000
+    samples = load_dataset(str(ROW_CAP_FIX))
+    assert _flags(samples) == {"rowcap-over-cap": ("gold_error",)}  # 10,000 rows: scored; 10,001: a ceiling
+    report = V.validate_samples(load_dataset(str(ROW_CAP_FIX), validate=False), spec=str(ROW_CAP_FIX))
+    assert [str(p) for p in report.problems] == [
+        "rowcap-over-cap: gold_error: gold_sql returns more than the row cap of 10,000 rows (fetched 10,000, "
+        "truncated): EX cannot compare a truncated result, so the sample is a ceiling (EX undefined, left out of "
+        "EX means)"]
+    trajs, m = evaluate(samples, make_agent("oracle"), progress=False)
+    by = {t.sample_id: t for t in trajs}
+    over = by["rowcap-over-cap"]
+    # EX undefined and the sample counted as a ceiling, not EX 0 in the mean
+    assert over.scores["ex"] is None and over.gold_status == "error" and over.scores["gold_truncated"] is True
+    assert over.turns[-1].reward_components["ex"] is None
+    assert m["overall"]["EX"] == MeanIs(1.0, 1)
+    assert m["flagged"]["gold_error"] == 1

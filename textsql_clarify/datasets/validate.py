@@ -165,7 +165,10 @@ def _failure_text(r: ExecutionResult) -> str | None:
     if not r.ok:
         return f"fails ({r.error_kind}): {r.error_message}"
     if r.truncated:
-        return f"result truncated at {r.row_count} rows (row cap {ROW_CAP}): it cannot be compared"
+        # a ceiling, not a 0: EX compares whole results, so the sample is left out of EX means
+        # (docs/metrics.md, "gold_error"); an env with a larger row_cap could score it
+        return (f"returns more than the row cap of {ROW_CAP:,} rows (fetched {r.row_count:,}, truncated): EX cannot "
+                "compare a truncated result, so the sample is a ceiling (EX undefined, left out of EX means)")
     if not r.columns:
         return "returns no columns"
     return None

@@ -443,7 +443,8 @@ def _gold_verdict(gold: ExecutionResult, nondeterministic: str | None = None) ->
     if not gold.ok:
         return EXVerdict(None, "gold_error", f"gold failed to execute ({gold.error_kind}): {gold.error_message}")
     if gold.truncated:
-        return EXVerdict(None, "gold_error", f"gold result truncated at {gold.row_count} rows: cannot compare")
+        return EXVerdict(None, "gold_error", f"gold result truncated at the row cap ({gold.row_count} rows fetched): "
+                                             "cannot compare; a ceiling (score None), a larger row_cap scores it")
     if not gold.columns:
         return EXVerdict(None, "gold_error", "gold returns no columns")
     if nondeterministic:
