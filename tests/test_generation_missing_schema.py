@@ -298,6 +298,10 @@ def test_build_drops_dependents_and_keeps_the_source(tmp_path):
 
 
 # ---------------------------------------------------------------- a Spider-dev-wide run, then the env
+#: rationales of the fixture's run that the env's judge refuses as the oracle's feedback under the stock table
+#: of the run (the pipeline moves them out; measured: table removals whose only own word recurs in other
+#: databases' rationales, "It held the name, level of membership and age of visitors")
+FIXTURE_ORACLE_FB_FAILS = 6
 @pytest.fixture(scope="module")
 def generated(spider, tmp_path_factory):
     """One seeded run of the recipe over every Spider dev anchor (the issue's count target)."""
@@ -314,7 +318,7 @@ def generated(spider, tmp_path_factory):
 def test_spider_dev_yields_at_least_500_samples(spider, generated):
     out_dir, outcomes, shas = generated
     acc = [o for o in outcomes if isinstance(o, Accepted)]
-    assert len(acc) >= 500  # issue 11 target; measured 929 of 1,034 anchors
+    assert len(acc) >= 500  # issue 11 target; measured 904 of 1,034 anchors
     assert len({o.sample.id for o in acc}) == len(acc) == len({o.paired.id for o in acc})
     assert {o.sample.subcategory for o in acc} == {"missing_entities_or_attributes", "missing_relationship"}
     assert {o.stage for o in outcomes if isinstance(o, Rejected)} <= set(MissingSchemaRecipe.stages)
@@ -462,4 +466,46 @@ def test_constant_refusals_earn_no_fb_on_generated_samples(generated):
             wins[c] += judge.judge(s, c, ids)
         oracle += judge.judge(s, s.hidden_knowledge, ids)
     assert wins == {c: 0 for c in consts}
-    assert oracle / len(samples) > 0.99  # measured 893 of 896 (3 table removals say only question words)
+    # measured 898 of 904: 6 table removals whose only own words recur in other databases' rationales (the
+    # pipeline's oracle_fb check moves them out, test below)
+    assert (len(samples) - oracle, len(samples)) == (FIXTURE_ORACLE_FB_FAILS, 904)
+
+
+def test_the_corpus_check_leaves_no_rationale_the_envs_judge_refuses_the_oracle(generated):
+    # the recipe judges one rationale at a time with its templates' words stripped; the env strips the phrases
+    # that recur across the whole file, which the pipeline's oracle_fb check applies once the file is assembled
+    from textsql_clarify.generation.oracle_fb import oracle_fb_failures, schema_identifiers
+    from textsql_clarify.rewards.feedback import corpus_stock, own_rationale_verdict
+
+    out_dir, outcomes, _ = generated
+    acc = [o for o in outcomes if isinstance(o, Accepted)]
+    samples = [dataclasses.replace(o.sample, db_path=str(out_dir / o.sample.db_path)) for o in acc]
+    fails = oracle_fb_failures(samples)
+    roles = {s.id: s.provenance["removed"]["role"] for s in samples}
+    assert (len(fails), {roles[k] for k in fails}) == (FIXTURE_ORACLE_FB_FAILS, {"table"}), sorted(fails)
+    assert all(why.startswith("oracle_fb: ") for why in fails.values())
+    left = [s for s in samples if s.id not in fails]
+    table = corpus_stock(left)  # the table the env computes on what is written
+    assert [s.id for s in left if not own_rationale_verdict(s, schema_identifiers(s.db_path), table).correct] == []
+
+
+def test_oracle_fb_failures_on_a_hand_made_corpus_skip_fake_council_samples():
+    # five databases share a tail; a rationale made only of the tail and schema words is refused, the others
+    # pass; the same rationale written by the fake council is not judged (a placeholder, not a rationale)
+    from textsql_clarify.datasets import embedded_db_path
+    from textsql_clarify.generation.oracle_fb import oracle_fb_failures
+    from textsql_clarify.samples import Sample
+
+    tail = "the registry office keeps this on paper only."
+    own = ["Handedness was never surveyed", "Vehicle registrations are held by the city",
+           "Animal licences are issued by the province", "Travel bookings go through an agency",
+           "Club memberships are kept by each club"]
+    rows = [Sample(id=f"s{k}", db_id=f"db{k}", db_path=embedded_db_path(), question="Which students play tennis?",
+                   group="unanswerable", subcategory="missing_external_knowledge", gold_sql=None,
+                   hidden_knowledge=f"{h}: {tail}", provenance={"recipe": "missing_schema"}) for k, h in enumerate(own)]
+    bare = dataclasses.replace(rows[0], id="bare", hidden_knowledge="Professors: " + tail)
+    fails = oracle_fb_failures(rows + [bare])
+    assert list(fails) == ["bare"] and fails["bare"].startswith("oracle_fb: ")
+    fake = dataclasses.replace(bare, id="fake", provenance={"recipe": "premise", "models": ["fake", "fake#2"]})
+    assert list(oracle_fb_failures(rows + [fake])) == []
+    assert list(oracle_fb_failures(rows + [fake], checked=["fake"])) == ["fake"]
