@@ -104,7 +104,7 @@ def test_statement_gets_its_own_cap_beyond_what_the_process_holds(toy, ballast):
         assert sb.execute("SELECT probe()").rows == ((1,),)
         held_at_start = sb._heap_start[0]
         assert sqlite_heap_limits() == (0, 0)
-    ((hard, soft), used, running), = seen
+    ((hard, soft), _, running), = seen
     assert held_at_start >= 24 * _MIB  # the trainer's database counts in what the process's SQLite holds
     assert hard == held_at_start + HARD_HEAP_LIMIT_BYTES and soft == hard and running == 1
 
@@ -218,3 +218,29 @@ def test_trainers_sqlite_can_pass_the_cap_between_statements(toy, tmp_path):
     assert lines[0] == "300000 (0, 0)"
     # the sandbox's next statement still gets its own cap beyond the trainer's 300 MiB
     assert lines[1] == "((20,),) None"
+
+
+def test_without_ctypes_access_the_former_process_wide_limit_applies(toy):
+    """Where SQLite's C functions are unreachable (``STATEMENT_HEAP`` is None) the first sandbox lowers the
+    process-wide limit to its cap once, and an out-of-memory message says it is process-wide (in a child: the
+    limit would stay in this process)."""
+    import subprocess
+    import sys
+
+    code = ("import sqlite3, sys\n"
+            "from textsql_clarify.sql import guards\n"
+            "guards.STATEMENT_HEAP = None\n"
+            "from textsql_clarify.sql.sandbox import SQLiteSandbox\n"
+            "sb = SQLiteSandbox(sys.argv[1])\n"
+            "r = sb.execute(sys.argv[2])\n"
+            "print(sqlite3.connect(':memory:').execute('PRAGMA hard_heap_limit').fetchone()[0])\n"
+            "print(r.error_kind, r.error_message)\n")
+    wide = "SELECT " + ", ".join(["x"] * 256) + f" FROM (SELECT s x FROM {BENCH._S1M})"
+    out = subprocess.run([sys.executable, "-c", code, str(toy), wide], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[1],
+                         env={**__import__("os").environ, "TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT": str(32 << 20)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    limit, result = out.stdout.splitlines()
+    assert limit == str(32 << 20)
+    assert result.startswith("runtime out of memory (resource limit: SQLite heap limit 33,554,432 bytes, "
+                             "process-wide)"), result
