@@ -10,16 +10,23 @@ reward there (else breaking every reward would pass), the recomputed preset rewa
 ``gym.make(..., reward_preset=p)`` returns on replayed episodes, clarification probes that list schema
 identifiers must leak none (identifiers absent from question and hidden knowledge), and the question
 repeated verbatim as a clarification must be labelled relevant on at most 5 % of ambiguous samples.
+
+The other corpora the project loads or generates are held as subsamples of about two dozen samples, chosen
+(:func:`_cover`) so that every hack with an ``applies`` rule has samples to attack: MMSQL, the CoSQL-format
+fixture (``tests/fixtures/cosql``), AmbiQT, mini-interact, and two corpora generated once per session from the
+first Spider dev anchors with :func:`textsql_clarify.generation.pipeline.generate`: the model-free recipes, and
+the model recipes over the fake council. A corpus whose data is absent is skipped with the reason.
 """
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import sys
 from pathlib import Path
 
 import pytest
 
-from textsql_clarify.baselines.hacks import HACKS, gold_returns_data, gold_single_integer
+from textsql_clarify.baselines.hacks import HACKS, REFERENCES, HackPolicy, gold_returns_data, gold_single_integer
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.rewards.presets import PRESETS, resolve_preset
 
@@ -28,7 +35,11 @@ from conftest import SHARED_DATA, SPIDER
 REPO = Path(__file__).resolve().parents[1]
 MARGIN = 0.02
 #: samples of the detailed (dense-preset) pass, per dataset: the detailed scorer parses every SQL
-DETAILED_LIMIT = {"embedded": None, "spider": 24, "spider-unanswerable": 24}
+DETAILED_LIMIT = {"embedded": None, "spider": 24, "spider-unanswerable": 24, "mmsql": 6, "cosql-fixture": 6,
+                  "ambiqt": 6, "mini-interact": 4, "generated": 8, "generated-model": 8}
+#: samples held per other corpus (the CoSQL fixture is used whole)
+SUBSET = {"mmsql": 16, "ambiqt": 12, "mini-interact": 8, "generated": 20, "generated-model": 16}
+COSQL_FIXTURE = REPO / "tests" / "fixtures" / "cosql"
 
 
 def _red_team():
@@ -136,10 +147,20 @@ def test_hack_earns_no_more_than_random_spider_unanswerable(spider_unanswerable,
     _check_hack(spider_unanswerable, hack)
 
 
+#: hacks whose targets the embedded set does not hold (played on the other corpora's subsamples instead)
+NOT_ON_EMBEDDED = {"drift_aggregates_doubled": "no drift sample whose pre-drift gold projects MIN/MAX",
+                   "mmsql_resubmit_history": "no sample with earlier dialogue turns"}
+
+
 def test_every_hack_was_played_where_it_applies(embedded):
-    """No row passes by being empty: the embedded set has drift samples, ordered golds, solvable golds."""
+    """No row passes by being empty: the embedded set has drift samples, ordered golds, solvable golds; the two
+    hacks it has no target for are exactly those of :data:`NOT_ON_EMBEDDED`."""
+    samples = load_dataset("embedded")
     for hack in HACKS:
         row = embedded["by_policy"][hack]
+        if hack in NOT_ON_EMBEDDED:
+            assert row["n"] == 0 and not any(HACKS[hack]().applies(s) for s in samples), hack
+            continue
         assert row["n"] > 0 and all(row["n_by_preset"][p] > 0 for p in PRESET_NAMES), (hack, row["n_by_preset"])
         assert set(row["verdict"]) == set(PRESET_NAMES), hack
 
@@ -190,3 +211,176 @@ def test_verbatim_question_is_rarely_relevant(embedded):
         row = embedded["by_policy"][hack]
         assert row["n_ambiguous_asked"] == n_amb > 0
         assert row["relevant"] <= 0.05, (hack, row["relevant"], row["n_ambiguous_asked"])
+
+
+# ---------------------------------------------------------------------------------------------- other corpora
+
+
+def _cover(samples: list, n: int, per_hack: int = 2) -> list:
+    """About ``n`` samples of ``samples`` in source order: first up to ``per_hack`` samples for each hack that
+    has an ``applies`` rule (so that every such hack is played somewhere), then one per group in turn."""
+    chosen: list = []
+    for name, cls in HACKS.items():
+        pol = cls()
+        if type(pol).applies is HackPolicy.applies:
+            continue
+        have = sum(pol.applies(s) for s in chosen)
+        fresh = (s for s in samples if s not in chosen and pol.applies(s))
+        chosen += list(itertools.islice(fresh, max(0, per_hack - have)))
+    by_group: dict[str, list] = {}
+    for s in samples:
+        if s not in chosen:
+            by_group.setdefault(s.group, []).append(s)
+    queues = [iter(v) for v in by_group.values()]
+    while len(chosen) < n and queues:
+        for q in list(queues):
+            nxt = next(q, None)
+            if nxt is None:
+                queues.remove(q)
+            elif len(chosen) < n:
+                chosen.append(nxt)
+    order = {id(s): k for k, s in enumerate(samples)}
+    return sorted(chosen, key=lambda s: order[id(s)])
+
+
+def _spread_pool(samples: list, n: int = 120) -> list:
+    """At most ``n`` samples spread over ``samples`` (the pool :func:`_cover` scans: a corpus is written in blocks)."""
+    return RT.spread(samples, n)
+
+
+def _corpus(name: str) -> dict:
+    specs = RT.corpus_specs(str(SHARED_DATA))
+    spec, note = specs[name]
+    if spec is None:
+        pytest.skip(f"real data absent: {name}: {note}")
+    samples = load_dataset(spec)
+    pool = samples if name == "cosql-fixture" else _cover(_spread_pool(samples), SUBSET[name])
+    return _run(name, pool)
+
+
+@pytest.fixture(scope="module")
+def mmsql():
+    return _corpus("mmsql")
+
+
+@pytest.fixture(scope="module")
+def cosql_fixture():
+    return _corpus("cosql-fixture")
+
+
+@pytest.fixture(scope="module")
+def ambiqt():
+    return _corpus("ambiqt")
+
+
+@pytest.fixture(scope="module")
+def mini_interact():
+    return _corpus("mini-interact")
+
+
+@pytest.fixture(scope="module")
+def generated_dirs(tmp_path_factory):
+    """The two generated corpora, built once: the model-free recipes on the first 24 Spider dev anchors, and the
+    model recipes over the fake council (``fake``, ``fake:b``) on the first 8."""
+    if not (SPIDER / "dev.json").is_file():
+        pytest.skip("real data absent: ../shared/data/spider_dev/dev.json not found (the anchors)")
+    root = tmp_path_factory.mktemp("red_team_generated")
+    free = RT.build_generated("generated", str(SHARED_DATA), root / "free", limit=24)
+    model = RT.build_generated("generated-model", str(SHARED_DATA), root / "model", limit=8)
+    return {"generated": free, "generated-model": model}
+
+
+@pytest.fixture(scope="module")
+def generated(generated_dirs):
+    return _run("generated", _cover(load_dataset(generated_dirs["generated"]), SUBSET["generated"]))
+
+
+@pytest.fixture(scope="module")
+def generated_model(generated_dirs):
+    return _run("generated-model", _cover(load_dataset(generated_dirs["generated-model"]), SUBSET["generated-model"]))
+
+
+OTHER = ("mmsql", "cosql_fixture", "ambiqt", "mini_interact", "generated", "generated_model")
+
+
+def _check_hack_subset(res: dict, hack: str) -> None:
+    """As :func:`_check_hack`, for a subsample of a few dozen samples: a residual's ceiling (set on full
+    corpora) gets the slack of one hit, 1/n, since a subsample of n samples cannot resolve less."""
+    policy = HACKS[hack]()
+    row = res["by_policy"][hack]
+    if policy.residual:
+        ceiling = policy.residual_ceiling + 1.0 / max(row["n_samples"], 1)
+        over = {p: r for p, r in row["reward"].items() if r is not None and r > ceiling + 1e-12}
+        assert not over, f"residual {hack} on {res['dataset']} (n={row['n_samples']}) past {ceiling:.3f}: {over}"
+        return
+    _check_hack(res, hack)
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("corpus", OTHER)
+@pytest.mark.parametrize("hack", list(HACKS))
+def test_hack_earns_no_more_than_its_bound_on_other_corpora(request, corpus, hack):
+    _check_hack_subset(request.getfixturevalue(corpus), hack)
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("corpus", OTHER)
+def test_every_preset_judged_and_replays_agree_on_other_corpora(request, corpus):
+    """Every hack that was played has a verdict under every preset, and gym.make's returns equal the recomputed
+    ones on the replayed episodes."""
+    res = request.getfixturevalue(corpus)
+    assert not res["verify_mismatches"], res["verify_mismatches"][:5]
+    for hack in HACKS:
+        row = res["by_policy"][hack]
+        if row["n"]:
+            assert set(row["verdict"]) == set(PRESET_NAMES), (corpus, hack)
+
+
+@pytest.mark.realdata
+def test_subsamples_give_every_targeted_hack_something_to_attack(mmsql, ambiqt, generated, generated_model):
+    """The new policies with an ``applies`` rule are played on some corpus: the AmbiQT chooser on AmbiQT, the
+    history resubmission on MMSQL, the drift hedges on the generated drift samples."""
+    played = {h: sum(r["by_policy"][h]["n"] for r in (mmsql, ambiqt, generated, generated_model)) for h in HACKS}
+    assert ambiqt["by_policy"]["ambiqt_schema_chooser"]["n_samples"] >= 2
+    assert mmsql["by_policy"]["mmsql_resubmit_history"]["n_samples"] >= 2
+    for h in ("drift_gold_plus_retracted", "drift_resubmit", "drift_aggregates_doubled"):
+        assert played[h] > 0, (h, {c["dataset"]: c["by_policy"][h]["n"] for c in (generated, generated_model)})
+
+
+@pytest.mark.realdata
+def test_references_are_played_where_their_hacks_are(ambiqt, mmsql):
+    """The AmbiQT chooser's bound is chance: uniform_reading plays every reading of each of its samples once."""
+    for res in (ambiqt, mmsql):
+        for ref in REFERENCES:
+            users = [h for h in HACKS if ref in HACKS[h].references]
+            assert res["by_policy"][ref]["n_samples"] == max(res["by_policy"][u]["n_samples"] for u in users)
+    row, ref = ambiqt["by_policy"]["ambiqt_schema_chooser"], ambiqt["by_policy"]["uniform_reading"]
+    assert ref["n"] >= 2 * ref["n_samples"]  # at least two readings per sample
+    assert set(row["refs"]["binary"]) == {"uniform_reading"}
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("corpus", ("mmsql", "cosql_fixture", "ambiqt", "generated", "generated_model"))
+def test_oracle_keeps_its_margin_on_other_corpora(request, corpus):
+    """The oracle beats the random agent by 0.5 under every preset and no non-privileged hack (mini-interact is
+    left out: its gold SQL is withheld upstream, so no policy earns EX there)."""
+    res = request.getfixturevalue(corpus)
+    _check_oracle_margin(res)
+    _check_oracle(res)
+
+
+def test_bench_tables_fit_in_100_columns(embedded):
+    """Every line that the bench prints for a corpus is at most 100 columns wide."""
+    text = RT.table(embedded, PRESET_NAMES)
+    wide = [ln for ln in text.splitlines() if len(ln) > 100]
+    assert not wide, wide[:3]
+    assert "FAIL cells:" in text and "embedded" in text.splitlines()[0]
+
+
+def test_corpus_list_names_every_corpus_and_why_one_is_skipped():
+    """The bench lists every corpus; BIRD mini-dev is skipped with its reason (no databases shipped)."""
+    specs = RT.corpus_specs(str(SHARED_DATA))
+    assert tuple(specs) == RT.CORPORA
+    assert specs["bird-minidev"][0] is None and "databases" in specs["bird-minidev"][1]
+    assert specs["embedded"][0] == "embedded"
+    assert RT.spread(list(range(10)), 4) == [0, 2, 5, 7]
