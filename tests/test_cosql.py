@@ -185,3 +185,44 @@ def test_source_fixture_is_never_written(spider_root, tmp_path):
     before = (copy / "sql_state_tracking" / "cosql_dev.json").read_bytes()
     read_cosql(copy, spider_root)
     assert (copy / "sql_state_tracking" / "cosql_dev.json").read_bytes() == before
+
+
+# -- answered turns and replies without content (tests/fixtures/cosql_answered) -----------------
+ANSWERED = Path(__file__).parent / "fixtures" / "cosql_answered"
+
+
+def test_question_answer_new_question_turn_is_a_follow_up_not_a_clarification(spider_root):
+    read = read_cosql(ANSWERED, spider_root)
+    d = _by_id(read)
+    assert "cosql-dev-0-0" not in d  # the answered question has no gold of its own: context only
+    f = d["cosql-dev-0-2"]
+    assert (f.group, f.question) == ("answerable", "What are their names?")
+    assert f.gold_sql == 'SELECT name FROM singer WHERE country  =  "France"'
+    assert [(t.role, t.text) for t in f.dialogue] == [("user", "How many singers are from France?"),
+                                                      ("system", "There are 4 singers from France.")]
+    assert f.provenance["answered_turn"] == 0
+    assert f.provenance["system_answers"] == ["There are 4 singers from France."]
+    # the next turn sees the exchange, then the SQL
+    assert [(t.role, t.text) for t in d["cosql-dev-0-4"].dialogue][:3] == [
+        ("user", "How many singers are from France?"), ("system", "There are 4 singers from France."),
+        ("user", "What are their names?")]
+    assert [s.id for s in read.samples if s.group == "ambiguous"] == ["cosql-dev-1-0", "cosql-dev-1-4"]
+
+
+def test_hidden_knowledge_carries_the_reply_or_the_sample_is_marked(spider_root):
+    read = read_cosql(ANSWERED, spider_root)
+    d = _by_id(read)
+    both = d["cosql-dev-1-0"]  # "both" to "X or Y?": both alternatives, named
+    assert both.hidden_knowledge == "I mean both: the country names and the country ids."
+    assert both.provenance["hidden_knowledge_rules"] == ["all_alternatives"]
+    assert "hidden_knowledge_contentless" not in both.provenance
+    empty = d["cosql-dev-1-4"]  # "I mean both." to a yes/no question: nothing to carry
+    assert empty.hidden_knowledge == "I mean both."
+    assert empty.provenance["hidden_knowledge_rules"] == ["contentless"]
+    assert empty.provenance["hidden_knowledge_contentless"] is True
+    (p,) = read.contentless
+    assert (p.line, p.field) == (2, "interaction[1].utterance") and "'I mean both.'" in p.message
+    with pytest.warns(UserWarning, match="1 ambiguous sample.s. whose hidden knowledge carries no content"):
+        load_cosql(ANSWERED, spider_root)
+    # the clarification fixture has neither shape
+    assert read_cosql(FIXTURE, spider_root).contentless == []

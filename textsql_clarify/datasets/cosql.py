@@ -19,11 +19,18 @@ Mapping (``docs/datasets.md``, section CoSQL):
   system clarification and user answer, pairs repeated, then the system's SQL;
 * a plain turn is an ``answerable`` sample (``answerable_without_evidence``): question = utterance,
   gold = the repaired ``query``, earlier turns as ``dialogue``;
-* a ``" | "`` turn gives an ``ambiguous`` sample (question = its first part; hidden knowledge = the
+* a ``" | "`` turn whose system part answers instead of asking (:func:`.dialogue_common.asks`: no ``?``, no
+  question opening; ``"how much bonus was Employee with ID 1 awarded? | <the answer> | <a new question>"``,
+  ``cosql-dev-239-2``) is question, answer and new question: one ``answerable`` follow-up sample for the new
+  question (its gold is the turn's ``query``), with the answered exchange in its dialogue
+  (``provenance["answered_turn"]``, ``["system_answers"]``); no ambiguous sample;
+* a ``" | "`` turn whose system parts ask gives an ``ambiguous`` sample (question = its first part; hidden knowledge = the
   answers rewritten as stand-alone statements, :func:`.dialogue_common.standalone_knowledge`;
   subcategory ``None``: CoSQL does not say which ABISS ambiguity; no ``interpretations``: one reading is
   given, so ``indistinguishable`` cannot be computed) and an ``answerable`` follow-up sample for the
-  user's last answer, with the clarification in its dialogue;
+  user's last answer, with the clarification in its dialogue. A reply that carries no content ("I mean both."
+  to a yes/no question) marks the sample ``provenance["hidden_knowledge_contentless"]`` and is listed in
+  :attr:`CoSQLRead.contentless` (:func:`load_cosql` warns); "both" to "X or Y?" names both alternatives;
 * difficulty: Spider's hardness of the turn's ``sql`` (``unknown`` without a usable one);
 * the gold is repaired (:func:`.dialogue_common.repair_tokenised_sql`); the repairs are listed in
   ``provenance["sql_repairs"]``, and a gold sqlglot still cannot parse is marked
@@ -37,14 +44,16 @@ provenance ``{source, file, record, interaction, turn, utterance}``.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import DatasetError, RecordProblem
 from ..samples import Sample, sample_from_dict
-from .dialogue_common import repair_tokenised_sql, sql_parses, standalone_knowledge, warn_skipped
+from .dialogue_common import CONTENTLESS, asks, repair_tokenised_sql, sql_parses, standalone_knowledge, warn_skipped
 from .spider_hardness import spider_hardness
 
 __all__ = ["load_cosql", "read_cosql", "CoSQLRead", "find_cosql_file", "load_from_spec"]
@@ -61,6 +70,9 @@ class CoSQLRead:
     samples: list[Sample]
     skipped: list[RecordProblem]
     file: Path
+    #: ambiguous samples whose hidden knowledge, written from the user's reply, carries no content
+    #: (:data:`.dialogue_common.CONTENTLESS`), each with file, record, field and why
+    contentless: list[RecordProblem] = dataclasses.field(default_factory=list)
 
 
 def find_cosql_file(path: str | os.PathLike) -> Path:
@@ -116,6 +128,7 @@ def read_cosql(path: str | os.PathLike, spider_root: str | os.PathLike) -> CoSQL
     split = _split_name(file)
     problems: list[RecordProblem] = []
     skipped: list[RecordProblem] = []
+    contentless: list[RecordProblem] = []
     out: list[Sample] = []
     db_ok: dict[str, bool] = {}
     for r, rec in enumerate(records):
@@ -180,17 +193,36 @@ def read_cosql(path: str | os.PathLike, spider_root: str | os.PathLike) -> CoSQL
             exchange += [{"role": "system" if n % 2 else "user", "text": parts[n], "sql": None}
                          for n in range(1, len(parts))]
             natives = []
-            if len(parts) == 1:
+            answered = len(parts) > 1 and not all(asks(parts[n]) for n in range(1, len(parts), 2))
+            if answered:
+                # question | the system's answer | a new question (cosql-dev-239-2): the system answered rather
+                # than asked, so this is not a clarification; the gold is the new question's, and the
+                # answered question stays as context (it has no gold of its own here)
+                last = k + len(parts) - 1
+                natives.append({**common, "id": f"cosql-{split}-{r}-{last}", "question": parts[-1],
+                                "group": "answerable", "subcategory": "answerable_without_evidence",
+                                "dialogue": history + exchange[:-1],
+                                "provenance": {**base_prov, "turn": last, "answered_turn": k,
+                                               "system_answers": [parts[n] for n in range(1, len(parts), 2)]}})
+            elif len(parts) == 1:
                 natives.append({**common, "id": f"cosql-{split}-{r}-{k}", "question": parts[0],
                                 "group": "answerable", "subcategory": "answerable_without_evidence",
                                 "dialogue": list(history), "provenance": {**base_prov, "turn": k}})
             else:
                 pairs = [(parts[n], parts[n + 1]) for n in range(1, len(parts), 2)]
                 hk, rules = standalone_knowledge(pairs)
+                prov = {**base_prov, "turn": k, "clarifications": [c for c, _ in pairs],
+                        "answers": [a for _, a in pairs], "hidden_knowledge_rules": rules}
+                if CONTENTLESS in rules:
+                    # "I mean both." after "Do you mean all of them?": nothing for a user simulator to say
+                    prov["hidden_knowledge_contentless"] = True
+                    contentless.append(RecordProblem(
+                        str(file), line, f"interaction[{j}].utterance",
+                        f"cosql-{split}-{r}-{k}: the reply {pairs[rules.index(CONTENTLESS)][1]!r} carries no content "
+                        f"(hidden knowledge {hk!r}); the sample is marked provenance.hidden_knowledge_contentless"))
                 natives.append({**common, "id": f"cosql-{split}-{r}-{k}", "question": parts[0], "group": "ambiguous",
                                 "subcategory": None, "hidden_knowledge": hk, "dialogue": list(history),
-                                "provenance": {**base_prov, "turn": k, "clarifications": [c for c, _ in pairs],
-                                               "answers": [a for _, a in pairs], "hidden_knowledge_rules": rules}})
+                                "provenance": prov})
                 last = k + len(parts) - 1
                 natives.append({**common, "id": f"cosql-{split}-{r}-{last}", "question": parts[-1],
                                 "group": "answerable", "subcategory": "answerable_without_evidence",
@@ -207,7 +239,7 @@ def read_cosql(path: str | os.PathLike, spider_root: str | os.PathLike) -> CoSQL
         raise DatasetError(f"invalid CoSQL file {file}", problems)
     if not out:
         raise DatasetError(f"CoSQL file {file} holds no samples")
-    return CoSQLRead(out, skipped, file)
+    return CoSQLRead(out, skipped, file, contentless)
 
 
 def load_cosql(path: str | os.PathLike, spider_root: str | os.PathLike) -> list[Sample]:
@@ -225,6 +257,10 @@ def load_cosql(path: str | os.PathLike, spider_root: str | os.PathLike) -> list[
     """
     res = read_cosql(path, spider_root)
     warn_skipped(f"CoSQL file {res.file}: turns that are not samples", res.skipped)
+    if res.contentless:
+        shown = "\n".join(f"  - {p}" for p in res.contentless[:20])
+        warnings.warn(f"CoSQL file {res.file}: {len(res.contentless)} ambiguous sample(s) whose hidden knowledge "
+                      f"carries no content:\n{shown}", UserWarning, stacklevel=2)
     return res.samples
 
 

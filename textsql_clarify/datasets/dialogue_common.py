@@ -30,7 +30,7 @@ from sqlglot.tokens import Tokenizer, TokenType
 from ..errors import RecordProblem, SQLParseError, SkippedRecordsWarning
 
 __all__ = ["is_sql", "repair_tokenised_sql", "sql_parses", "standalone_knowledge", "SkippedTurnsWarning",
-           "warn_skipped", "has_stated_reason"]
+           "warn_skipped", "has_stated_reason", "asks", "CONTENTLESS"]
 
 _SQL_START = re.compile(r"^\s*\(*\s*(?:select|with)\b", re.IGNORECASE)
 
@@ -159,6 +159,25 @@ def _strip_end(text: str) -> str:
     return text.strip().rstrip("?.!;:, ").strip()
 
 
+_ASKS_LEAD = re.compile(r"^(?:do|did|does|are|is|would|could|can|should|will|what|which|who|whom|whose|how|where|"
+                        r"when|why|you\s+mean|just\s+to\s+(?:confirm|clarify)|please\s+(?:clarify|specify))\b",
+                        re.IGNORECASE)
+
+
+def asks(text: str) -> bool:
+    """Whether a system turn asks the user something (a clarification) rather than answers: it holds a ``?``
+    or opens as a question ("Do you mean ...", "Which ...", "Just to confirm ..."). CoSQL's ``" | "`` turns
+    hold both kinds: "did you mean their names?" asks; "There are 4 singers from France." answers.
+
+    Args:
+        text: the system turn's text.
+    Returns:
+        True for a question or a request to clarify, False for a statement (an answer).
+    """
+    t = _clean(_ascii_punct(text))
+    return "?" in t or bool(_ASKS_LEAD.match(t))
+
+
 def _first_person(text: str) -> str:
     """The agent's second person as the user's first person ("your department" -> "my department")."""
     rep = {"your": "my", "yours": "mine", "yourself": "myself"}
@@ -233,15 +252,34 @@ def _as_statement(said: str, answer: str, clar: str) -> tuple[str, str]:
     return _sentence(f"I mean {_first_person(said)}"), "content"
 
 
+_BOTH = re.compile(r"^(?:i\s+mean\s+|i\s+want\s+)?(?:both|both\s+of\s+them|all|all\s+of\s+them|each|either|"
+                   r"the\s+two|both\s+please|both\s+of\s+those)\b[\s,.!?]*$", re.IGNORECASE)
+
+
 def _one_exchange(clar: str, answer: str) -> tuple[str, str]:
-    """``(statement, how)`` for one clarification and its answer; ``how`` names the rule used."""
+    """``(statement, how)`` for one clarification and its answer; ``how`` names the rule used (``contentless``:
+    the statement carries no content word of the answer or the clarification, e.g. "I mean both." after a
+    yes/no question)."""
+    text, how = _one_exchange_rule(clar, answer)
+    if how in ("content", "restated_request") and not _words(text):
+        return text, "contentless"
+    return text, how
+
+
+def _one_exchange_rule(clar: str, answer: str) -> tuple[str, str]:
+    """:func:`_one_exchange` before its content check."""
     clar, answer = _clean(_ascii_punct(clar)), _clean(_ascii_punct(answer))
     said = _content(answer)
+    prop = _proposal(clar)
+    if _BOTH.match(_strip_end(_INTERJECTION.sub("", answer, count=1)) or "x") and prop and _OR_SPLIT.search(prop):
+        # "Do you want the names or the ids?" / "both": every alternative, named
+        sides = [_strip_end(x) for x in _OR_SPLIT.split(prop) if _strip_end(x)]
+        if len(sides) >= 2:
+            return _sentence(f"I mean both: {' and '.join(sides)}"), "all_alternatives"
     affirmed = bool(_AFFIRM.match(answer))
     negated = bool(_NEGATE.match(answer)) and not affirmed
     if said and _is_full_question(said) and not affirmed:
         return _as_statement(said, answer, clar)
-    prop = _proposal(clar)
     if prop and _OR_SPLIT.search(prop):
         sides = [_strip_end(s) for s in _OR_SPLIT.split(prop) if _strip_end(s)]
         k = _pick_side(sides, said) if len(sides) >= 2 else None
@@ -295,8 +333,11 @@ def standalone_knowledge(exchanges: Sequence[tuple[str, str]]) -> tuple[str, lis
         exchanges: ``(clarification, answer)`` pairs in dialogue order.
     Returns:
         ``(hidden_knowledge, rules)``: the statements joined by spaces, and the rule used for each
-        exchange (``alternative`` | ``affirmed_proposal`` | ``negated_proposal`` | ``restated_question`` |
-        ``restated_request`` | ``answered_question`` | ``content`` | ``fallback``).
+        exchange (``alternative`` | ``all_alternatives`` ("both" to "X or Y?": ``"I mean both: X and Y."``) |
+        ``affirmed_proposal`` | ``negated_proposal`` | ``restated_question`` | ``restated_request`` |
+        ``answered_question`` | ``content`` | ``fallback`` | ``contentless``: the statement holds no content
+        word, as "I mean both." after "Do you mean all of them?"; a loader flags such a sample, see
+        :data:`CONTENTLESS`).
     """
     parts, how = [], []
     for clar, ans in exchanges:
@@ -304,6 +345,11 @@ def standalone_knowledge(exchanges: Sequence[tuple[str, str]]) -> tuple[str, lis
         parts.append(text)
         how.append(rule)
     return " ".join(p for p in parts if p), how
+
+
+#: The :func:`standalone_knowledge` rule of an exchange whose statement carries nothing a simulated user or a
+#: relevance judge could compare with; loaders that write hidden knowledge from replies flag the sample.
+CONTENTLESS = "contentless"
 
 
 # ----------------------------------------------------------------------------- unanswerable explanations
