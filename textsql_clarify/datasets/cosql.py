@@ -24,8 +24,8 @@ Mapping (``docs/datasets.md``, section CoSQL):
   ``cosql-dev-239-2``) is question, answer and new question: one ``answerable`` follow-up sample for the new
   question (its gold is the turn's ``query``), with the answered exchange in its dialogue
   (``provenance["answered_turn"]``, ``["system_answers"]``); no ambiguous sample;
-* a ``" | "`` turn whose system parts ask gives an ``ambiguous`` sample (question = its first part; hidden knowledge = the
-  answers rewritten as stand-alone statements, :func:`.dialogue_common.standalone_knowledge`;
+* a ``" | "`` turn whose system parts ask gives an ``ambiguous`` sample (question = its first part; hidden
+  knowledge = the answers rewritten as stand-alone statements, :func:`.dialogue_common.standalone_knowledge`;
   subcategory ``None``: CoSQL does not say which ABISS ambiguity; no ``interpretations``: one reading is
   given, so ``indistinguishable`` cannot be computed) and an ``answerable`` follow-up sample for the
   user's last answer, with the clarification in its dialogue. A reply that carries no content ("I mean both."
