@@ -6,8 +6,8 @@ ABISS (§4.1) releases one JSON object per NLQ object::
      "category": {"name", "subname" (null for a category without subcategories), "answerable", "solvable"},
      "question_style", "question_difficulty", "hidden_knowledge" (ambiguous and unanswerable), "is_solvable"}
 
-The file is either a JSON list (ABISS's own output, read whole: a few MB for ABISS-BIRD's 3,486
-questions) or JSONL (one record a line, streamed line by line). The databases are
+The file is either a JSON list (ABISS's own output, read whole; ABISS-BIRD's release holds
+13,632 questions, as its README says) or JSONL (one record a line, streamed line by line). The databases are
 ``<db root>/<db_id>/<db_id>.sqlite`` (BIRD's ``dev_databases`` for ABISS-BIRD, Spider's ``database`` for
 ABISS-Spider); they are only checked to exist here, never opened for writing.
 

@@ -6,7 +6,8 @@ final: {utterance, query}}``. ``query`` is the gold SQL of the turn, written by 
 ``! =``, ``Count ( * )``); ``sql`` is Spider's parsed form of it. Where the wizard asked a clarification
 and the user answered it, the turn's ``utterance`` joins the three with ``" | "``: ``"please list the
 singers | did you mean list their names? | yes"`` (CoSQL's DST task gives the clarification as part of
-the context). The file is read whole (a JSON list; CoSQL dev is about 1 MB).
+the context). The file is read whole (a JSON list; CoSQL's dev file is not in ``../shared/data``, so
+its size is not measured here).
 
 ``<dir>`` is the CoSQL folder (holding ``sql_state_tracking/cosql_dev.json``), the
 ``sql_state_tracking`` folder itself (``cosql_dev.json`` or ``dev.json``), or the JSON file. The
