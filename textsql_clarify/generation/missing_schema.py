@@ -23,7 +23,9 @@ It shuffles them with the anchor's ``rng`` and tries them in that order, at most
 4. ``no_substitute``: nothing in the derived schema can stand in (:func:`substitute`).
 5. ``original_nonempty``: the gold returns rows on the source database.
 6. ``hidden_knowledge_judged``: the project's offline FB judge accepts the hidden knowledge as the oracle's
-   feedback (the first template of the element's role that it accepts, :func:`judged_hidden_knowledge`).
+   feedback, the templates' fixed words stripped (the first template of the element's role that it accepts,
+   :func:`judged_hidden_knowledge`); the pipeline's ``oracle_fb`` check then judges the written file under the
+   stock phrases of the whole file, as the env does (:mod:`~textsql_clarify.generation.oracle_fb`).
 
 The sample is unanswerable, its premise flaw ``missing_schema_premise`` (E3.2), its database the derived
 file (``db_path`` relative to the output folder: ``<work_dir name>/<file>``), and its hidden knowledge names
@@ -424,22 +426,22 @@ def judged_hidden_knowledge(sample: Sample, db_path: str, options: Sequence[str]
     over the database at ``db_path``, or ``None`` (check ``hidden_knowledge_judged``).
 
     The oracle's feedback is the hidden knowledge (:class:`~textsql_clarify.baselines.agents.OracleAgent`), so a
-    text the judge refuses would make FB fail the oracle; the lexical judge
-    (:class:`~textsql_clarify.rewards.feedback.LexicalFeedbackJudge`) decides as the MiniLM one does on a text
-    identical to the hidden knowledge (both scores are then 1; the claim checks are shared).
+    text the judge refuses would make FB fail the oracle;
+    :func:`~textsql_clarify.rewards.feedback.own_rationale_verdict` is the verdict of both offline judges (lexical
+    and MiniLM) on a feedback identical to the hidden knowledge, here with the templates' fixed words stripped
+    (:func:`template_stock`). The stock phrases of the whole written file, which no single anchor sees, are
+    judged by the pipeline's ``oracle_fb`` check (:mod:`~textsql_clarify.generation.oracle_fb`).
     Source: issue 11 (the oracle scores FB 1.0 on every generated file).
     """
     import dataclasses
 
-    from ..rewards.feedback import LexicalFeedbackJudge
-    from ..sql.schema import read_schema
+    from ..rewards.feedback import own_rationale_verdict
+    from .oracle_fb import schema_identifiers
 
-    sch = read_schema(db_path)
-    ids = list(sch) + [c for cols in sch.values() for c in cols]
-    judge = LexicalFeedbackJudge()
+    ids = schema_identifiers(db_path)
     for hk in options:
-        judge.stock_by_rationale[hk] = template_stock()
-        if judge.judge(dataclasses.replace(sample, db_path=db_path, hidden_knowledge=hk), hk, ids):
+        if own_rationale_verdict(dataclasses.replace(sample, db_path=db_path, hidden_knowledge=hk), ids,
+                                 template_stock()).correct:
             return hk
     return None
 

@@ -359,7 +359,8 @@ def singles_out_missing(feedback: str, feedback_claims: Sequence[MissingClaim], 
       question word that is not a schema word, a generic or a stock word (the *blamed* words);
     * every blamed word is one of the hidden knowledge's missing-element words (blaming "Engineering",
       a value, or any other question word the hidden knowledge does not say is missing fails);
-    * the clauses (split at punctuation) that hold the feedback's missing-phrases, together, leave out at least one of the question's
+    * the clauses (split at punctuation) that hold the feedback's missing-phrases, together, leave out at least
+      one of the question's
       own content words (schema, generic and stock words aside): saying that the whole question is
       missing ("The database does not contain <question>", or one "there is no X table" per question
       word) singles nothing out. The words may appear elsewhere ("so the lecture's room is unknown").

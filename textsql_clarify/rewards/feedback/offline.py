@@ -458,7 +458,8 @@ class LexicalFeedbackJudge:
                    schema_identifiers_list: Sequence[Iterable[str]] | None = None) -> list[bool]:
         return [v.correct for v in self.assess_many(samples, feedbacks, schema_identifiers_list)]
 
-    assess_many.__doc__ = _MANY_DOC.format(what="The full verdicts", single="assess", returns=":class:`FeedbackVerdict`")
+    assess_many.__doc__ = _MANY_DOC.format(what="The full verdicts", single="assess",
+                                           returns=":class:`FeedbackVerdict`")
     judge_many.__doc__ = _MANY_DOC.format(what="The verdicts", single="judge", returns="bool")
 
     def prepare(self, sample: Sample, schema_identifiers: Iterable[str] = ()) -> None:
@@ -515,8 +516,8 @@ class SemanticFeedbackJudge:
             set for the call, restored after it; process-wide while it runs). ``1`` (the default): fast for
             short sentences and the same float results whatever the machine's load, so the same seed gives
             the same verdicts (DESIGN.md "Determinism"; a different thread count moves a cosine score by up
-            to about 1e-7). ``"auto"``: one thread while the machine is busy (1-minute load average at or above the CPUs this process may
-            use), where a second thread that the OS has descheduled stalls every matrix product (7x slower
+            to about 1e-7). ``"auto"``: one thread while the machine is busy (1-minute load average at or above
+            the CPUs this process may use), where a second thread that the OS has descheduled stalls every matrix product (7x slower
             measured on 2 loaded cores), else torch's own setting, which is faster on an idle machine
             (:func:`auto_threads`); it depends on the load, so a score within about 1e-7 of the threshold may
             be decided differently from one run to the next; an int: that many; ``None``: torch's setting.
@@ -657,7 +658,8 @@ class SemanticFeedbackJudge:
                    schema_identifiers_list: Sequence[Iterable[str]] | None = None) -> list[bool]:
         return self._many(samples, feedbacks, schema_identifiers_list, full=False)
 
-    assess_many.__doc__ = _MANY_DOC.format(what="The full verdicts", single="assess", returns=":class:`FeedbackVerdict`") + """
+    assess_many.__doc__ = _MANY_DOC.format(what="The full verdicts", single="assess",
+                                           returns=":class:`FeedbackVerdict`") + """
         The MiniLM judge embeds the residual texts of all the feedbacks (and of any hidden knowledge not
         yet cached) in one encode call."""
     judge_many.__doc__ = _MANY_DOC.format(what="The verdicts", single="judge", returns="bool") + """

@@ -8,10 +8,11 @@ would match them all without reading the sample. The FB rule (ABISS §5.3, set o
 
 A **phrase** is a run of 2 to 5 words (:data:`NGRAM_SIZES`) inside one clause (punctuation ends a clause),
 each word lower-cased and lightly stemmed (:func:`~.words._stem`: "singers" and "singer" are one word). Its
-**document frequency** (a phrase holding a number never counts: numbers are the sample's data) is the number of unanswerable samples with a stated rationale whose hidden knowledge
-holds it (a sample counts once). A phrase is **stock** when that number exceeds
-``max(MIN_DOCS, SHARE * rationales)`` (:data:`MIN_DOCS` 3, :data:`SHARE` 3 %): a constant made of phrases
-below that bound can match at most 3 % of the rationales, which on a corpus with one unanswerable sample in
+**document frequency** (a phrase holding a number never counts: numbers are the sample's data) is the number
+of documents whose text holds it (a document counts once): :func:`stock_phrases` takes one document per
+rationale, :func:`corpus_stock` one per source database (its rationales together). A phrase is **stock** when
+that number exceeds ``max(MIN_DOCS, SHARE * documents)`` (:data:`MIN_DOCS` 3, :data:`SHARE` 3 %): a constant
+made of phrases below that bound can match at most 3 % of the documents, which on a corpus with one unanswerable sample in
 two earns at most 0.015 of return, inside the red team's margin of 0.02 (``docs/rewards.md``).
 
 A content word of a text is **stock-covered** in it when every one of its occurrences lies inside a stock
@@ -34,7 +35,8 @@ from typing import Iterable
 
 from .words import _norm, _stem
 
-__all__ = ["StockPhrases", "stock_phrases", "corpus_stock", "rationales", "source_of", "NGRAM_SIZES", "MIN_DOCS", "SHARE"]
+__all__ = ["StockPhrases", "stock_phrases", "corpus_stock", "rationales", "source_of", "NGRAM_SIZES", "MIN_DOCS",
+           "SHARE"]
 
 #: Phrase lengths in words (both ends included).
 NGRAM_SIZES = (2, 5)
