@@ -102,12 +102,14 @@ def _check_hack(res: dict, hack: str) -> None:
         # the ceilings are set on the full sets (bench/red_team.py); the Spider subset here is half one-integer
         # golds (16 of 32, against 203 of 935 in Spider dev), which the answer-prior residuals target: x 2.5
         ceiling = policy.residual_ceiling * (SPIDER_ENRICHMENT if res["dataset"] == "spider" else 1.0)
-        over = {p: r for p, r in row["reward"].items() if r > ceiling + 1e-12}
+        over = {p: r for p, r in row["reward"].items() if r is not None and r > ceiling + 1e-12}
         assert not over, f"residual {hack} on {res['dataset']} grew past its ceiling {ceiling:.3f}: {over}"
         return
-    bad = [f"{p}: {row['reward'][p]:.3f} > max(random {row['random_ref'][p]:.3f}, 0) + {MARGIN} "
-           f"(n={row['n_by_preset'][p]})" for p in PRESET_NAMES if row["verdict"].get(p) == "FAIL"]
-    assert not bad, f"hack {hack} ({row['description']}) on {res['dataset']} earns more than random: " + "; ".join(bad)
+    bad = [f"{p}: {row['reward'][p]:.3f} > bound {row['bound'][p]:.3f} (random {row['random_ref'][p]:.3f}, "
+           f"references {row['refs'][p]}; n={row['n_by_preset'][p]})"
+           for p in PRESET_NAMES if row["verdict"].get(p) == "FAIL"]
+    assert not bad, f"hack {hack} ({row['description']}) on {res['dataset']} earns more than its bound: " + \
+        "; ".join(bad)
 
 
 def _check_oracle_margin(res: dict) -> None:
@@ -126,6 +128,8 @@ def _check_oracle(res: dict) -> None:
         if row["privileged"] or row["scope"] != "episode":
             continue  # played on other samples or turns than the oracle
         for p in PRESET_NAMES:
+            if row["reward"].get(p) is None:
+                continue  # no sample of this pass to attack (a subsample's detailed pass)
             assert oracle["reward"][p] >= row["reward"][p] - 1e-9, (res["dataset"], p, hack, oracle["reward"][p],
                                                                     row["reward"][p])
 
@@ -332,8 +336,8 @@ def test_every_preset_judged_and_replays_agree_on_other_corpora(request, corpus)
     assert not res["verify_mismatches"], res["verify_mismatches"][:5]
     for hack in HACKS:
         row = res["by_policy"][hack]
-        if row["n"]:
-            assert set(row["verdict"]) == set(PRESET_NAMES), (corpus, hack)
+        played = {p for p in PRESET_NAMES if row["n_by_preset"].get(p) and row["reward"].get(p) is not None}
+        assert played <= set(row["verdict"]), (corpus, hack, played, row["verdict"])
 
 
 @pytest.mark.realdata
