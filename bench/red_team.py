@@ -59,14 +59,15 @@ CORPORA = ("embedded", "spider", "spider-unanswerable", "mmsql", "cosql", "cosql
 WIDTH = 100
 NAME_W = 25
 LEGEND = """Columns: n = episodes played; EX = mean first-SQL EX over scorable golds; FB = mean FB over
-unanswerable samples; EXpost = post-drift EX; DRR = drift recognised; rel% = ambiguous episodes where a
-clarification was labelled relevant; leak% = episodes with a clarification whose reply names a schema
-identifier that the question and the hidden knowledge do not use. Returns: mean return per sample under each
-preset (cells marked @m were played on m samples: the detailed pass); PASS when <= the bound: max(random's on
-the same samples and turns, the hack's references' there, 0) + margin; TOL where the preset weights a
-component that pays the policy by design (its docstring in textsql_clarify/baselines/hacks.py says why; the
-other presets must PASS); RES where a known residual beats the bound (its reason is printed below the table;
-it may not pass its ceiling); ref = a reference policy (no verdict). Policies:"""
+unanswerable samples; EXpost = post-drift EX; DRR = drift recognised; rel% = ambiguous episodes
+where a clarification was labelled relevant; leak% = episodes with a clarification whose reply names
+a schema identifier that the question and the hidden knowledge do not use. Returns: mean return per
+sample under each preset (cells marked @m were played on m samples: the detailed pass); PASS when <=
+the bound: max(random's on the same samples and turns, the hack's references' there, 0) + margin;
+TOL where the preset weights a component that pays the policy by design (its docstring in
+textsql_clarify/baselines/hacks.py says why; the other presets must PASS); RES where a known
+residual beats the bound (its reason is printed below the table; it may not pass its ceiling); ref =
+a reference policy (no verdict). Policies:"""
 #: components cheap to compute; a preset weighting anything else needs the env's detailed scores
 _CHEAP = {"ex", "ex_strict", "feedback", "format", "turn_penalty", "classification", "drift", "abstained"}
 
