@@ -276,7 +276,8 @@ def gold_uses(element: Element, refs: GoldRefs | None, schema: SourceSchema) -> 
     """What the gold needs the removed element for, as verb phrases ("group people by nationality and sort
     people by nationality"): for a column, the constructs it sits in (:data:`_USE_PHRASES`, at most two); for a
     table, those of the columns the gold reads there (non-key first), else "count" it; for a join key or a
-    bridge table, the join. Source: issue 11 (a rationale says what the question needed the element for).
+    bridge table, the join. Source: ABISS §4.2 (a rationale says why the question cannot be answered: here,
+    what the question needed the element for).
     """
     r = element.removal
     table = words(r.table)

@@ -1,8 +1,8 @@
 """The corpus-level oracle FB check of a generated file: every rationale passes the env's judge as its own feedback.
 
 The oracle agent refuses an unanswerable sample with its hidden knowledge
-(:class:`~textsql_clarify.baselines.agents.OracleAgent`), and must score FB 1.0 on every generated file (issue
-11). The env's judge strips the phrases that recur across the rationales of the *whole* dataset it is built on
+(:class:`~textsql_clarify.baselines.agents.OracleAgent`), and must score FB 1.0 on every generated file
+(ABISS §5.3). The env's judge strips the phrases that recur across the rationales of the *whole* dataset it is built on
 (:mod:`~textsql_clarify.rewards.feedback.stock`), which no recipe sees while it runs one anchor: a rationale
 whose own words all recur elsewhere ("It held the name, level of membership and age of visitors": ``age``
 only inside "and age of", held by the rationales of many databases) passes the recipe's own check and fails
@@ -76,7 +76,7 @@ def oracle_fb_failures(samples: Sequence[Sample], checked: Iterable[str] | None 
         sample id -> reason (``"oracle_fb: ..."`` with the verdict's score, contradictions and the stems the
         stock table covers), for the samples to move out; ``{}`` when every rationale passes. A sample whose
         database cannot be read is left to the load-time validation (not listed).
-    Source: issue 11 (the oracle scores FB 1.0 on every generated file); ABISS §5.3 (FB).
+    Source: ABISS §5.3 (FB); a generated file is valid only where the oracle scores FB 1.0 on it.
     """
     from ..rewards.feedback import corpus_stock, own_rationale_verdict
 

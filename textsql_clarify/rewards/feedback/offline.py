@@ -296,7 +296,7 @@ def own_rationale_verdict(sample: Sample, schema_identifiers: Iterable[str] = ()
         A :class:`FeedbackVerdict` (``judge="lexical"``).
     Raises:
         TypeError: ``sample`` is not a Sample.
-    Source: issue 11 (the oracle scores FB 1.0 on every generated file).
+    Source: ABISS §5.3 (FB); the oracle must score FB 1.0 on every generated file.
     """
     _check_args(sample, "")
     hk = sample.hidden_knowledge
