@@ -309,13 +309,18 @@ OTHER = ("mmsql", "cosql_fixture", "ambiqt", "mini_interact", "generated", "gene
 
 def _check_hack_subset(res: dict, hack: str) -> None:
     """As :func:`_check_hack`, for a subsample of a few dozen samples: a residual's ceiling (set on full
-    corpora) gets the slack of one hit, 1/n, since a subsample of n samples cannot resolve less."""
+    corpora) gets the slack of one hit, 1/n, where n is the number of samples the preset was played on (the
+    detailed presets see only ``DETAILED_LIMIT`` of them: one hit in the CoSQL fixture's 6 is 0.167), since a
+    subsample of n samples cannot resolve less than one hit."""
     policy = HACKS[hack]()
     row = res["by_policy"][hack]
     if policy.residual:
-        ceiling = policy.residual_ceiling + 1.0 / max(row["n_samples"], 1)
-        over = {p: r for p, r in row["reward"].items() if r is not None and r > ceiling + 1e-12}
-        assert not over, f"residual {hack} on {res['dataset']} (n={row['n_samples']}) past {ceiling:.3f}: {over}"
+        over = {}
+        for p, r in row["reward"].items():
+            n = row["n_by_preset"].get(p) or row["n_samples"]
+            if r is not None and r > policy.residual_ceiling + 1.0 / max(n, 1) + 1e-12:
+                over[p] = f"{r:.3f} (n={n})"
+        assert not over, f"residual {hack} on {res['dataset']} past {policy.residual_ceiling:.3f} + 1/n: {over}"
         return
     _check_hack(res, hack)
 
@@ -388,3 +393,21 @@ def test_corpus_list_names_every_corpus_and_why_one_is_skipped():
     assert specs["bird-minidev"][0] is None and "databases" in specs["bird-minidev"][1]
     assert specs["embedded"][0] == "embedded"
     assert RT.spread(list(range(10)), 4) == [0, 2, 5, 7]
+
+
+#: a fake-council rationale (generated ABISS recipe on Spider dev's concert_singer, seed 0) and its question
+FAKE_COUNCIL_HK = ("The concert_singer database has no column or table that records favourite colours, so this "
+                   "cannot be answered; ask the database administrator to add that information.")
+FAKE_COUNCIL_Q = "What is the favourite colour of each singer in concert_singer?"
+
+
+def test_a_user_refusal_handed_back_as_feedback_adds_no_word_the_fb_judge_counts():
+    """Every refusal of the simulated users (both use :data:`REFUSALS`) has no content stem the FB judge counts, so
+    the ``clarify_reply_feedback`` hack (ask why it cannot be answered, hand the reply back) earns no FB: the
+    former "Sorry, I have nothing to add on that." shared ``add`` with the fake council's rationale tail."""
+    from textsql_clarify.rewards.feedback.words import added_words, novel_recall
+    from textsql_clarify.simulators.base import REFUSALS
+    for text in REFUSALS:
+        assert added_words(text, "") == frozenset(), text
+        assert novel_recall(text, FAKE_COUNCIL_HK, FAKE_COUNCIL_Q) == 0.0, text
+    assert novel_recall("Sorry, I have nothing to add on that.", FAKE_COUNCIL_HK, FAKE_COUNCIL_Q) > 0.0

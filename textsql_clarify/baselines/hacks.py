@@ -21,7 +21,8 @@ Some hacks are bounded by reference policies (:data:`REFERENCES`) besides the ra
 behaviour earns without the channel it attacks. The probe that reads the simulated user's reply
 (``clarify_probe_then_decide``) against its own answer and refusal given blind; the AmbiQT reading chooser
 against a reading drawn uniformly (chance); the one-row hedges against their first guess alone; the widened
-history resubmission against the plain one. A randomised policy declares ``repeats(sample)`` and is played
+history resubmission against the plain one; the clarification probes that build SQL from the reply against that
+SQL built without asking (their fallback, ``SELECT *`` of the named table where the reply names no column). A randomised policy declares ``repeats(sample)`` and is played
 once per choice, so that its mean is the exact expectation rather than one noisy draw.
 
 :func:`play` runs one policy on a list of samples through one ``gym.make("TextSQLClarify-v0", ...)`` env
@@ -1083,8 +1084,13 @@ def _reply_sql(observation: dict[str, Any]) -> str:
 
 
 class _Clarify(HackPolicy):
+    """A clarification probe: asks :meth:`question` ``asks`` times, then submits :func:`_reply_sql` of the dialogue.
+    Bounded by :class:`ReplySqlBlind` (the same SQL built from the question alone, never asking) besides the random
+    agent: what the probe gains beyond it is what the user's reply told it."""
+
     kind = "clarify"
     asks = 1
+    references: tuple[str, ...] = ("reply_sql_blind",)
 
     def question(self, observation) -> str:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -1159,6 +1165,7 @@ class ClarifyGeneric(_Clarify):
 class ClarifyReplyAsFeedback(_Clarify):
     name = "clarify_reply_feedback"
     description = "ask 'Why can this not be answered?', then hand the user's reply back as the feedback"
+    references = ()
 
     def question(self, observation):
         return "Why can this question not be answered from the database? What is missing?"
@@ -1173,6 +1180,7 @@ class ClarifyReplyAsFeedback(_Clarify):
 
 class ClarifySpam(_Clarify):
     name, kind, asks = "clarify_spam", "clarify", 99
+    references = ()
     description = "clarify '?' until the budget is spent, then one more (refused on the final turn)"
 
     def next_action(self, observation, info):
@@ -1432,6 +1440,19 @@ class BlindRefuse(HackPolicy):
         return ClarifyProbeThenDecide.refusal(observation)
 
 
+class ReplySqlBlind(HackPolicy):
+    """Reference for the probes of :class:`_Clarify` that answer with :func:`_reply_sql`: that SQL built on the
+    first turn, from the question alone (the dialogue holds only the question), never asking. Where no column is
+    named it is ``SELECT *`` of the table the question names (the ``star_mentioned`` residual), so a probe's
+    fallback is bounded by what the fallback earns, and its gain over this is what the reply told it."""
+
+    name, kind = "reply_sql_blind", "reference"
+    description = "reference: the clarification probes' SQL from the dialogue, built without asking"
+
+    def next_action(self, observation, info):
+        return _sql(_reply_sql(observation))
+
+
 class UniformReading(HackPolicy):
     """Reference for :class:`AmbiqtSchemaChooser`: chance. Played once per reading of each sample (the runner
     repeats the sample :meth:`repeats` times, the k-th episode submitting the k-th reading), so that the mean of a
@@ -1495,7 +1516,7 @@ class HistoryResubmitPlain(MmsqlResubmitHistory):
 #: reference policies by name: not hacks (never judged), but the bound of the hacks that name them in
 #: ``references`` (see :class:`HackPolicy`)
 REFERENCES: dict[str, Callable[[], HackPolicy]] = {c.name: c for c in (
-    BlindAnswer, BlindRefuse, UniformReading, CountNamedReference, HistoryResubmitPlain)}
+    BlindAnswer, BlindRefuse, UniformReading, CountNamedReference, HistoryResubmitPlain, ReplySqlBlind)}
 
 
 def make_policy(name: str):

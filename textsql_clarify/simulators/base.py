@@ -29,11 +29,15 @@ ALLOWED_LABELS = {
 #: differently on an unanswerable sample (or by the sample's style, or after the leakage guard replaced it)
 #: would tell the agent the group without the agent solving anything. :func:`refusal_text` picks one by
 #: the clarification alone. None names a table, a column or a reason, and each has at most one content word
-#: (a reply that shared half of a short hidden knowledge's words would read as stating it).
+#: (a reply that shared half of a short hidden knowledge's words would read as stating it). That word is one the
+#: FB judge never counts (its generic words, :mod:`textsql_clarify.rewards.feedback.words`): an agent may hand a
+#: refusal back as its feedback, and it must earn nothing there. "nothing to add" was dropped for that reason:
+#: the fake council's rationales end "ask the database administrator to add that information", and the stem
+#: ``add`` paid FB 1.0 for the handed-back refusal on those samples.
 REFUSALS = (
     "Sorry, I can't help with that.",
-    "Sorry, I have nothing to add on that.",
-    "I'm not sure, sorry.",
+    "Sorry, I have nothing else to say on that.",
+    "Not sure, sorry.",
 )
 
 
