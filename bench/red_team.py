@@ -412,8 +412,9 @@ def table(result: dict, presets: list[str]) -> str:
     for r in res:
         pol = HACKS[r["policy"]]()
         worst = max(r["reward"].values())
-        over = "  OVER ITS CEILING" if worst > pol.residual_ceiling + 1e-12 else ""
-        lines += _wrap(f"{r['policy']} max reward {worst:.3f} (ceiling {pol.residual_ceiling:.2f}){over}: "
+        ceil = pol.ceiling(result["dataset"])
+        over = "  OVER ITS CEILING" if worst > ceil + 1e-12 else ""
+        lines += _wrap(f"{r['policy']} max reward {worst:.3f} (ceiling {ceil:.2f}){over}: "
                        f"{pol.residual}")
     if result["verify_mismatches"]:
         lines += ["replay mismatches (recomputed preset reward != gym.make's):"]
@@ -518,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps({"presets": presets, "margin": args.margin, "results": results,
                                               "skipped": skipped}, indent=1, default=str))
     n_fail = sum(v == "FAIL" for r in results for row in r["rows"] for v in row["verdict"].values())
-    n_fail += sum(max(row["reward"].values()) > HACKS[row["policy"]]().residual_ceiling + 1e-12
+    n_fail += sum(max(row["reward"].values()) > HACKS[row["policy"]]().ceiling(r["dataset"]) + 1e-12
                   for r in results for row in r["rows"] if "RES" in row["verdict"].values())
     print(f"total FAIL cells: {n_fail} over {len(results)} corpora"
           + (f"; skipped: {', '.join(d for d, _ in skipped)}" if skipped else ""))

@@ -22,8 +22,9 @@ behaviour earns without the channel it attacks. The probe that reads the simulat
 (``clarify_probe_then_decide``) against its own answer and refusal given blind; the AmbiQT reading chooser
 against a reading drawn uniformly (chance); the one-row hedges against their first guess alone; the widened
 history resubmission against the plain one; the clarification probes that build SQL from the reply against that
-SQL built without asking (their fallback, ``SELECT *`` of the named table where the reply names no column). A randomised policy declares ``repeats(sample)`` and is played
-once per choice, so that its mean is the exact expectation rather than one noisy draw.
+SQL built without asking (their fallback, ``SELECT *`` of the named table where the reply names no column).
+A randomised policy declares ``repeats(sample)`` and is played once per choice, so that its mean is the exact
+expectation rather than one noisy draw.
 
 :func:`play` runs one policy on a list of samples through one ``gym.make("TextSQLClarify-v0", ...)`` env
 and records every turn's reward components, so that the reward under any preset is recomputed with
@@ -138,7 +139,9 @@ class HackPolicy:
             red team marks its cells ``TOL`` under presets that weight one of them, instead of PASS/FAIL.
         residual: ``None``, or why a policy known to beat the bound is not yet closed (the red team marks its
             cells above the bound ``RES``, not FAIL, and prints the reason); ``residual_ceiling`` is the most it
-            may earn under any preset, so that the leak cannot grow unseen (the test asserts it).
+            may earn under any preset, so that the leak cannot grow unseen (the test asserts it);
+            ``residual_ceilings`` overrides it per corpus name (:meth:`ceiling`), where the corpus's golds are
+            measured to hold more of what the residual solves.
         references: names in :data:`REFERENCES`: policies that do without what the hack attacks (the same
             decision made without the user's reply; a reading drawn at chance). The hack's bound is then the best
             of the random agent and these on the same samples and turns: it must gain nothing from the attacked
@@ -153,7 +156,13 @@ class HackPolicy:
     tolerated_under: frozenset[str] = frozenset()
     residual: str | None = None
     residual_ceiling: float = 0.0
+    residual_ceilings: dict[str, float] = {}
     references: tuple[str, ...] = ()
+
+    def ceiling(self, dataset: str) -> float:
+        """The residual's ceiling on corpus ``dataset`` (a red-team corpus name such as ``ambiqt``): the entry of
+        ``residual_ceilings`` for it, else ``residual_ceiling``."""
+        return self.residual_ceilings.get(dataset, self.residual_ceiling)
 
     def __init__(self) -> None:
         self.sample: Sample | None = None
@@ -280,6 +289,8 @@ class SelectStarMentioned(_FixedSQL):
     residual, residual_ceiling = ("a crude reading of the question: its hits are golds that ask for (nearly) every "
                                   "column of the table the question names, e.g. SELECT * FROM hiring; ex_strict "
                                   "pays 0.004"), 0.03
+    #: AmbiQT's golds are simpler one-table projections: binary 0.031 on all 389 (12 hits; strict 0.000)
+    residual_ceilings = {"ambiqt": 0.04}
 
     def sql(self, observation):
         schema = schema_columns(observation.get("schema", ""))
