@@ -36,7 +36,7 @@ import random
 import sqlite3
 import threading
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
@@ -44,7 +44,7 @@ from sqlglot.tokens import Tokenizer, TokenType
 
 from ..errors import SQLParseError
 from ..sql.readonly import ReadOnlySchema
-from ..sql.schema import analysis_errors, is_star, parse_for_analysis
+from ..sql.schema import analysis_errors, is_star, parse_for_analysis, qualified_for_analysis
 
 #: SQLite aggregate functions that sqlglot parses as ``Anonymous`` (not an ``AggFunc``).
 _ANON_AGGREGATES = frozenset({"total", "group_concat", "string_agg", "json_group_array", "json_group_object",
@@ -503,6 +503,175 @@ def constant_columns(sql: str, schema: Mapping[str, Mapping[str, str]] | None = 
     when the columns cannot be aligned (every column is then taken as read from data). Never raises."""
     cols = projection_info(sql, schema, n_columns)
     return frozenset() if cols is None else frozenset(i for i, c in enumerate(cols) if c.constant)
+
+
+# -- independent answers: which tables each output column reads ------------------------------------
+def _outside_subqueries(node: exp.Expression, kinds: tuple) -> list[exp.Expression]:
+    """Nodes of ``kinds`` under ``node`` that are not inside one of its subqueries."""
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, kinds):
+            out.append(n)
+        if isinstance(n, (exp.Subquery, exp.Select, exp.SetOperation)) and n is not node:
+            continue
+        stack.extend(n.iter_expressions())
+    return out
+
+
+def _links(cond: exp.Expression, aliases: set[str]) -> set[str] | None:
+    """The FROM aliases one join / WHERE conjunct links (``None``: every alias, when a column is unresolved).
+    A conjunct true (or NULL) for every value of what it reads (``x.c + y.c >= 0 OR 1``) links nothing."""
+    names: set[str] = set()
+    for col in cond.find_all(exp.Column):
+        if isinstance(col.this, exp.Star):
+            continue
+        t = col.table.lower() if col.table else ""
+        if t in aliases:
+            names.add(t)
+        elif not t:
+            return None
+    if len(names) >= 2 and probe_constant(exp.Not(this=exp.Paren(this=cond.copy())), condition=True):
+        return set()
+    return names
+
+
+def _conjuncts(cond: exp.Expression | None) -> list[exp.Expression]:
+    if cond is None:
+        return []
+    cond = cond.this if isinstance(cond, (exp.Where, exp.Having)) else cond
+    return list(cond.flatten()) if isinstance(cond, exp.And) else [cond]
+
+
+def _reads(sql: str, schema) -> tuple[frozenset[str], ...] | None:
+    tree = qualified_for_analysis(sql, schema)
+    from sqlglot.optimizer.scope import build_scope
+
+    with analysis_errors(sql, "column reads"):
+        scope = build_scope(tree)
+        if scope is None or not isinstance(scope.expression, exp.Select):
+            return None
+        select = scope.expression
+        if any(is_star(p) for p in select.selects):
+            return None
+        aliases = {a.lower(): src for a, src in scope.sources.items()}
+        names = set(aliases)
+        parent = {a: a for a in names}
+
+        def find(a: str) -> str:
+            while parent[a] != a:
+                parent[a] = parent[parent[a]]
+                a = parent[a]
+            return a
+
+        def link(group) -> None:
+            group = list(group)
+            for b in group[1:]:
+                parent[find(b)] = find(group[0])
+
+        conds = _conjuncts(select.args.get("where")) + _conjuncts(select.args.get("having"))
+        for j in select.args.get("joins") or []:
+            if j.args.get("using") or str(j.args.get("method") or "").upper() == "NATURAL":
+                link(names)
+            conds += _conjuncts(j.args.get("on"))
+        for c in conds:
+            got = _links(c, names)
+            link(names if got is None else got)
+        every = frozenset("from:" + find(a) for a in names)
+
+        def component(a: str) -> frozenset[str]:
+            return frozenset({"from:" + find(a)})
+
+        subscopes = {id(s.expression): s for s in scope.subquery_scopes}
+        out = []
+        for item in select.selects:
+            expr = item.this if isinstance(item, exp.Alias) else item
+            reads: set[str] = set()
+            for col in _outside_subqueries(expr, (exp.Column,)):
+                if isinstance(col.this, exp.Star):
+                    continue
+                t = col.table.lower() if col.table else ""
+                reads |= component(t) if t in names else every
+            if _outside_subqueries(expr, (exp.AggFunc, exp.Window)) or any(
+                    isinstance(n, exp.Anonymous) and str(n.this).lower() in _ANON_AGGREGATES
+                    for n in _outside_subqueries(expr, (exp.Anonymous,))):
+                reads |= every  # an aggregate counts the rows of the whole FROM
+            for sub in _outside_subqueries(expr, (exp.Select, exp.SetOperation)):
+                if sub is expr:
+                    continue
+                s = subscopes.get(id(sub))
+                if s is None:
+                    reads |= every
+                    continue
+                reads.add("sub:" + sub.sql(dialect="sqlite"))  # an independent query of its own
+                for col in s.external_columns:  # a correlated subquery reads the outer row too
+                    t = col.table.lower() if col.table else ""
+                    reads |= component(t) if t in names else every
+            out.append(frozenset(reads))
+        return tuple(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _reads_cached(sql: str, schema_key: tuple | None) -> tuple[frozenset[str], ...] | None:
+    schema = None if schema_key is None else {t: dict.fromkeys(cols, "") for t, cols in schema_key}
+    try:
+        return _reads(sql, schema)
+    except (SQLParseError, _Unknown):
+        return None
+
+
+def column_reads(sql: str, schema: Mapping[str, Mapping[str, str]] | None = None,
+                 n_columns: int | None = None) -> tuple[frozenset[str], ...] | None:
+    """The independent queries each output column's value reads, so that two columns answering from
+    independent sources can be told from two auxiliary columns of one query (ABISS App. A).
+
+    The sources of the FROM clause form components: the ``ON`` / ``USING`` / ``WHERE`` / ``HAVING``
+    conjuncts that name two sources link them (a conjunct true for every value, as :func:`probe_constant`
+    finds, links nothing; a cross join links nothing). A column reads its source's component
+    (``"from:<alias>"``); an aggregate or a window reads every component (it counts the rows of the whole
+    FROM); a scalar subquery is a query of its own (``"sub:<its SQL>"``) and, when correlated, also reads
+    the components it names. Literals read nothing (the empty set). ``SELECT (SELECT count(*) FROM a),
+    (SELECT count(*) FROM b)`` gives two disjoint sets; ``SELECT s.name, c.id FROM s JOIN c ON s.id = c.sid``
+    gives one set twice; ``SELECT * FROM (q1) AS r0, (q2) AS r1`` two disjoint sets.
+
+    Args:
+        sql: one query (SQLite dialect).
+        schema: ``{table: {column: type}}``, to qualify unqualified columns; ``None``: as the query says.
+        n_columns: the number of columns the query returned; another number found gives ``None``.
+
+    Returns:
+        One frozenset of source tokens per output column, or ``None`` when the query cannot be
+        analysed (unparsable, compound at the top, ``*`` left unexpanded, an unsupported shape). Never
+        raises. Source: ours, on the auxiliary columns of ABISS App. A (columns of the same query).
+    """
+    try:
+        got = _reads_cached(sql, None if schema is None else _names_key(schema))
+    except TypeError:
+        try:
+            got = _reads(sql, schema)
+        except (SQLParseError, _Unknown):
+            got = None
+    if got is not None and n_columns is not None and len(got) != n_columns:
+        return None
+    return got
+
+
+def independent_answers(reads: Sequence[frozenset[str]]) -> int:
+    """How many groups of columns read pairwise-disjoint table sets (columns that share a table, directly or
+    through another column, are one group; columns that read nothing are left out)."""
+    groups: list[set[str]] = []
+    for r in reads:
+        if not r:
+            continue
+        merged = set(r)
+        rest = []
+        for g in groups:
+            if g & merged:
+                merged |= g
+            else:
+                rest.append(g)
+        groups = rest + [merged]
+    return len(groups)
 
 
 # -- nondeterministic golds ----------------------------------------------------------------------

@@ -56,7 +56,8 @@ from sqlglot.tokens import Tokenizer, TokenType
 from ..sql.sandbox import ExecutionResult, SQLiteSandbox
 from ..errors import SQLParseError
 from ..sql.schema import parse_sql
-from .ex_sql import ColumnInfo, _names_key, gold_nondeterminism, limit_ties_query, projection_info
+from .ex_sql import (ColumnInfo, _names_key, column_reads, gold_nondeterminism, independent_answers,
+                     limit_ties_query, projection_info)
 
 #: Verdict statuses of :class:`EXVerdict`.
 STATUSES = ("match", "mismatch", "gold_empty", "gold_error", "gold_nondeterministic", "pred_error", "undetermined")
@@ -472,10 +473,12 @@ def gold_scorability(gold: ExecutionResult, nondeterministic: str | None = None)
 
 def _compare(pred: ExecutionResult, gold: ExecutionResult, ordered: bool, search_budget: int,
              pconst: frozenset[int], gconst: frozenset[int], max_extra: int | None, max_extra_single: int | None,
-             strict: bool, gold_checked: bool = False) -> tuple[EXVerdict, bool]:
+             strict: bool, gold_checked: bool = False, sources=None) -> tuple[EXVerdict, bool]:
     """:func:`compare_results`, plus whether the verdict came from column matching (a mismatch that the
     tie and rounding options may still turn into a match). ``gold_checked``: the caller already found that
-    :func:`_gold_verdict` decides nothing for ``gold`` (it is not checked again)."""
+    :func:`_gold_verdict` decides nothing for ``gold`` (it is not checked again). ``sources``: a callable
+    giving ``(pred reads, gold reads)`` (:func:`~textsql_clarify.rewards.ex_sql.column_reads`, either
+    ``None``) for the independent-answer rule, or ``None``."""
     if not gold_checked:
         early = _gold_verdict(gold)
         if early is not None:
@@ -509,6 +512,13 @@ def _compare(pred: ExecutionResult, gold: ExecutionResult, ordered: bool, search
                 return EXVerdict(0.0, "mismatch", f"prediction has {extra} extra column(s) that could stand for gold "
                                                   f"columns; at most {cap} allowed against a gold of several rows"
                                  ), False
+        if sources is not None:
+            gtypes = {frozenset(Counter(map(_type_class, col)).items()) for col in gcols}
+            other = frozenset(j for j, col in enumerate(pcols)
+                              if frozenset(Counter(map(_type_class, col)).items()) not in gtypes)
+            verdict = _independent_answers_verdict(sources, pconst | other, m)
+            if verdict is not None:
+                return verdict, False
     if k == m and identity_ok and not ordered:  # fast path: the same columns in the same places, rows reordered
         grows = list(zip(*gcols)) if g_changed else gold.rows
         prows = list(zip(*pcols)) if p_changed else pred.rows
@@ -516,6 +526,29 @@ def _compare(pred: ExecutionResult, gold: ExecutionResult, ordered: bool, search
             return EXVerdict(1.0, "match", "bags of rows match", tuple(range(m))), False
     status, mapping, reason = _match_columns(gcols, pcols, ordered, search_budget, pconst, gconst)
     return EXVerdict(1.0 if status == "match" else 0.0, status, reason, mapping), status == "mismatch"
+
+
+def _independent_answers_verdict(sources, pconst: frozenset[int], m: int) -> EXVerdict | None:
+    """The mismatch of a prediction with extra columns whose data columns of a gold column's value types (the
+    columns left out of ``pconst``) answer from more independent queries than the gold's do (:func:`~textsql_clarify.rewards.ex_sql.independent_answers`), else ``None``.
+
+    ABISS App. A tolerates extra columns as auxiliary columns of the answering query (a key, a grouping column,
+    the aggregate a HAVING or ORDER BY uses): they read the same joined sources as the answer. A column read
+    from a source that no predicate joins to the rest (a cross join, an uncorrelated scalar subquery) is
+    another query's answer beside it: ``SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM b)`` is two
+    guesses at a one-row count, ``SELECT * FROM (reading 1), (reading 2)`` two readings of an ambiguous
+    question. Either side unanalysable: no verdict (the width bound alone decides). Source: ours.
+    """
+    preads, greads = sources()
+    if preads is None:
+        return None
+    n_pred = independent_answers([r for j, r in enumerate(preads) if j not in pconst])
+    n_gold = max(1, independent_answers(greads) if greads is not None else m)
+    if n_pred <= n_gold:
+        return None
+    return EXVerdict(0.0, "mismatch", f"prediction's columns answer from {n_pred} independent queries (sources no "
+                                      f"predicate joins), the gold's from {n_gold}: an extra column must be "
+                                      "auxiliary to the answering query, not a second answer")
 
 
 def compare_results(pred: ExecutionResult, gold: ExecutionResult, *, ordered: bool,
@@ -773,10 +806,16 @@ def score_execution(pred: ExecutionResult, gold: ExecutionResult, pred_sql: str,
                     lazy["segs"] = _tie_segments(ext, len(gold.columns), tq.n_keys, tq.offset, gold.row_count)
         return lazy["segs"]
 
+    def sources():
+        if "sources" not in lazy:
+            lazy["sources"] = (column_reads(pred_sql, schema, n_pred),
+                               column_reads(gold_sql, schema, len(gold.columns)))
+        return lazy["sources"]
+
     def run(p: ExecutionResult) -> tuple[EXVerdict, bool]:
         # the gold was checked above (``early``, a superset of _compare's own gold check)
         return _compare(p, gold, ordered, search_budget, pconst, gconst, opts.max_extra_columns,
-                        opts.max_extra_columns_single_row, False, True)
+                        opts.max_extra_columns_single_row, False, True, sources)
 
     verdict, retry = run(pred)
     candidates = [pred]
