@@ -94,7 +94,9 @@ def test_gold_against_each_reading_is_compared_once_per_sample(monkeypatch):
     for _ in range(3):
         assert _play([s], _hedge)[s.id] == (0.0, 0.0)
     gold_vs_reading = [c for c in calls if c[0] == s.gold_sql and c[1] in readings]
-    assert len(gold_vs_reading) == len(readings) >= 1
+    # at most once per reading over three episodes; none when relaxed EX already refuses the cross-joined
+    # readings as independent answers (the hedge rule then has nothing to decide)
+    assert len(gold_vs_reading) <= len(readings) and len(readings) >= 1
 
 
 # -- typed hedges against a one-row gold (relaxed EX's column-superset bound, docs/metrics.md) ------------
@@ -187,4 +189,4 @@ def test_spider_dev_hedges_earn_no_second_guess(spider_root):
             n += info["reward_components"]["ex"] == 1.0
         hits[kind] = n
     env.close()
-    assert hits == {"count_alone": 20, "count_plus_zero": 20, "typed": 0, "two_tables": 24}, hits
+    assert hits == {"count_alone": 20, "count_plus_zero": 20, "typed": 0, "two_tables": 0}, hits
