@@ -214,7 +214,11 @@ def _score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox,
             offered = offered_tables if offered_tables is not None else schema.keys()
             rs = score_retrieval(required, offered)
             comps.update(table_recall=rs.recall, table_precision=rs.precision, spurious_tables=rs.spurious)
-    if (flags["hedged"] or flags.get("retraction_kept")) and comps.get("sql_partial") is not None:
+    # a second answer beside the first (relaxed EX refused it before the hedge rule could read it) is a hedge
+    # too: partial credit for its cells would pay the hedge that EX refuses
+    flags["second_answer"] = bool(verdict.second_answer)
+    if (flags["hedged"] or flags.get("retraction_kept") or flags["second_answer"]) \
+            and comps.get("sql_partial") is not None:
         comps["sql_partial"] = 0.0
     status = "hedged" if flags["hedged"] else "retraction_kept" if flags.get("retraction_kept") else verdict.status
     return SQLTurnScore(comps, _exec_info(pred), gold_status, flags, status)

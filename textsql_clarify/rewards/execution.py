@@ -90,6 +90,9 @@ class EXVerdict:
         status: one of :data:`STATUSES`.
         reason: a human-readable explanation.
         column_mapping: on a match, gold column ``i`` -> prediction column ``column_mapping[i]``.
+        second_answer: the mismatch is a second answer beside the first (extra columns that answer from an
+            independent query, :func:`_independent_answers_verdict`): a hedge, which partial credit must not
+            pay either.
 
     Raises:
         ValueError: unknown ``status``, or a ``score`` that does not fit the status.
@@ -99,6 +102,7 @@ class EXVerdict:
     status: str
     reason: str
     column_mapping: tuple[int, ...] | None = None
+    second_answer: bool = False
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -548,7 +552,8 @@ def _independent_answers_verdict(sources, pconst: frozenset[int], m: int) -> EXV
         return None
     return EXVerdict(0.0, "mismatch", f"prediction's columns answer from {n_pred} independent queries (sources no "
                                       f"predicate joins), the gold's from {n_gold}: an extra column must be "
-                                      "auxiliary to the answering query, not a second answer")
+                                      "auxiliary to the answering query, not a second answer",
+                     second_answer=True)
 
 
 def compare_results(pred: ExecutionResult, gold: ExecutionResult, *, ordered: bool,
