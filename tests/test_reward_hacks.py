@@ -20,7 +20,6 @@ the model recipes over the fake council. A corpus whose data is absent is skippe
 from __future__ import annotations
 
 import importlib.util
-import itertools
 import sys
 from pathlib import Path
 
@@ -221,28 +220,42 @@ def test_verbatim_question_is_rarely_relevant(embedded):
 
 
 def _cover(samples: list, n: int, per_hack: int = 2) -> list:
-    """About ``n`` samples of ``samples`` in source order: first up to ``per_hack`` samples for each hack that
-    has an ``applies`` rule (so that every such hack is played somewhere), then one per group in turn."""
+    """About ``n`` samples of ``samples``, spread evenly over it (deterministic, returned in source order).
+
+    First, for each hack that has an ``applies`` rule, up to ``per_hack`` of the samples it applies to (so that
+    every such hack is played somewhere), evenly spaced over those samples; then the remaining slots shared
+    round-robin among the groups, each group's share evenly spaced over its samples. Taking the first
+    applicable samples instead would hold only a corpus's opening block (AmbiQT's first databases are the
+    simple concert_singer questions), which is no sample of the corpus a residual's ceiling was set on."""
     chosen: list = []
-    for name, cls in HACKS.items():
+    taken: set[int] = set()
+
+    def take(picks: list) -> None:
+        for s in picks:
+            if id(s) not in taken:
+                taken.add(id(s))
+                chosen.append(s)
+
+    for cls in HACKS.values():
         pol = cls()
         if type(pol).applies is HackPolicy.applies:
             continue
         have = sum(pol.applies(s) for s in chosen)
-        fresh = (s for s in samples if s not in chosen and pol.applies(s))
-        chosen += list(itertools.islice(fresh, max(0, per_hack - have)))
+        fresh = [s for s in samples if id(s) not in taken and pol.applies(s)]
+        take(RT.spread(fresh, max(0, per_hack - have)))
     by_group: dict[str, list] = {}
     for s in samples:
-        if s not in chosen:
+        if id(s) not in taken:
             by_group.setdefault(s.group, []).append(s)
-    queues = [iter(v) for v in by_group.values()]
-    while len(chosen) < n and queues:
-        for q in list(queues):
-            nxt = next(q, None)
-            if nxt is None:
-                queues.remove(q)
-            elif len(chosen) < n:
-                chosen.append(nxt)
+    share = dict.fromkeys(by_group, 0)
+    free = max(0, n - len(chosen))
+    while free and any(share[g] < len(v) for g, v in by_group.items()):
+        for g, v in by_group.items():
+            if free and share[g] < len(v):
+                share[g] += 1
+                free -= 1
+    for g, v in by_group.items():
+        take(RT.spread(v, share[g]))
     order = {id(s): k for k, s in enumerate(samples)}
     return sorted(chosen, key=lambda s: order[id(s)])
 
