@@ -141,7 +141,7 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
 def _score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, *, gold_key: str, detailed: bool,
                     offered_tables: Iterable[str] | None, ex_options: EXOptions | None, gold_withheld: bool,
                     other_readings: Sequence[tuple[str, str]],
-                    retracted_gold: tuple[str, str] | None) -> SQLTurnScore:
+                    retracted_gold: tuple[str, str] | None = None) -> SQLTurnScore:
     """:func:`score_sql_turn` inside its analysis scope."""
     pred = sandbox.execute(pred_sql)
     comps: dict[str, Any] = {"ex": None, "ex_strict": None}
