@@ -136,7 +136,7 @@ def test_report_renders_filters_and_keeps_screenshots(built, driver):
     assert _visible(d) == len(trajs["random"]) == 48
     _select(d, "score", "ex:fail")
     want = sum(1 for t in trajs["random"] if t["scores"]["ex"] == 0)
-    assert want == 46 and _visible(d) == want
+    assert want == 45 and _visible(d) == want
     _select(d, "group", "ambiguous")
     want = sum(1 for t in trajs["random"] if t["scores"]["ex"] == 0 and t["group"] == "ambiguous")
     assert want == 24 and _visible(d) == want
@@ -158,7 +158,7 @@ def test_report_renders_filters_and_keeps_screenshots(built, driver):
     assert _visible(d) == 144
     _select(d, "outcome", "feedback")
     want = sum(1 for a in AGENTS for t in trajs[a] if t["outcome"] == "feedback")
-    assert want == 12 + 12 + 25 and _visible(d) == want
+    assert want == 12 + 12 + 26 and _visible(d) == want
     _select(d, "outcome", "")
     _select(d, "run", "r0")
     _select(d, "subcategory", "scope")
