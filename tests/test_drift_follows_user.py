@@ -19,11 +19,9 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
-import sqlglot
-from sqlglot import exp
 
 import textsql_clarify
-from textsql_clarify.baselines.hacks import HackPolicy, make_policy, play
+from textsql_clarify.baselines.hacks import HackPolicy, aggregates_doubled, gold_plus_retracted, make_policy, play
 from textsql_clarify.datasets.drift_check import drift_problems
 from textsql_clarify.envs.scoring import score_sql_turn
 from textsql_clarify.generation.drift_checks import STAGES, check_drift_candidate, pre_gold_problem
@@ -41,56 +39,6 @@ SPIDER_DEV = ROOT.parent / "shared" / "data" / "spider_dev"
 # --------------------------------------------------------------------------------------- the hedging policies
 def _sql(text: str) -> str:
     return f"<sql>{text}</sql>"
-
-
-def _item_text(node: exp.Expression) -> str:
-    inner = node.this if isinstance(node, exp.Alias) else node
-    return inner.sql(dialect="sqlite").lower()
-
-
-def gold_plus_retracted(pre: str, post: str) -> str | None:
-    """The post-drift gold with every SELECT item of the pre-drift gold it lacks appended (``SELECT name, song``
-    after "the song instead of the age", from ``SELECT name, age``, becomes ``SELECT name, song, age``); ``None``
-    when either is not a plain SELECT or nothing was dropped.
-
-    Raises:
-        sqlglot.errors.ParseError: either query does not parse.
-    """
-    a, b = sqlglot.parse_one(pre, read="sqlite"), sqlglot.parse_one(post, read="sqlite")
-    if not (isinstance(a, exp.Select) and isinstance(b, exp.Select)):
-        return None
-    have = {_item_text(e) for e in b.expressions}
-    extra = [e.copy() for e in a.expressions if _item_text(e) not in have and not isinstance(e, exp.Star)]
-    if not extra:
-        return None
-    b = b.copy()
-    b.set("expressions", [*b.expressions, *extra])
-    return b.sql(dialect="sqlite")
-
-
-def aggregates_doubled(sql: str) -> str | None:
-    """``sql`` with each ``MIN(x)`` / ``MAX(x)`` SELECT item replaced by both ``MIN(x), MAX(x)``; ``None`` when it
-    has none.
-
-    Raises:
-        sqlglot.errors.ParseError: ``sql`` does not parse.
-    """
-    tree = sqlglot.parse_one(sql, read="sqlite")
-    if not isinstance(tree, exp.Select):
-        return None
-    out, changed = [], False
-    for e in tree.expressions:
-        inner = e.this if isinstance(e, exp.Alias) else e
-        if isinstance(inner, (exp.Min, exp.Max)):
-            out += [exp.Min(this=inner.this.copy()), exp.Max(this=inner.this.copy())]
-            changed = True
-        else:
-            out.append(e.copy())
-    if not changed:
-        return None
-    tree = tree.copy()
-    tree.set("expressions", out)
-    return tree.sql(dialect="sqlite")
 
 
 class _DriftHedge(HackPolicy):
