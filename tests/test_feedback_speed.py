@@ -122,14 +122,15 @@ def test_judge_many_embeds_all_feedbacks_in_one_call_and_matches_judge(emb, ids)
 def test_judge_embeds_only_when_the_score_decides(emb, ids):
     enc = CountingEncoder()
     j = SemanticFeedbackJudge(model=enc)
-    s = emb["uni-missrel-001"]  # nothing links a professor to the courses they teach
-    named = "There is no table connecting professors to the courses they teach, so no teaching record."
-    blames = "The database has no professors table, and no teaching record."
+    s = emb["uni-missext-002"]  # amounts in euros; no euro to US dollar exchange rate
+    named = "There is no exchange rate table, so salaries cannot be converted to other currencies."
+    blames = "The database has no salary column, and no exchange rate."
     assert j.judge(s, named, ids) is True and j.judge(s, blames, ids) is False
     assert enc.calls == []  # named / contradicting: the verdict does not depend on the score
     assert j.judge_many([s, s], [named, blames], [ids, ids]) == [True, False] and enc.calls == []
     full = j.assess_many([s, s], [named, blames], [ids, ids])
-    assert [(v.correct, v.names_missing, bool(v.contradictions)) for v in full] == [(True, True, False), (False, False, True)]
+    assert [(v.correct, v.names_missing, v.contradictions) for v in full] == [
+        (True, True, ()), (False, True, ("column:salary", "unsupported:salary"))]
     assert len(enc.calls) == 1 and all(v.score is not None for v in full)  # assess gives the score: it embeds
 
 

@@ -595,6 +595,23 @@ class FeedbackQuestionWords(_Feedback):
         return "The database has no column for " + ", no column for ".join(words or ["this"]) + "."
 
 
+class FeedbackLinkEcho(_Feedback):
+    """A refusal that says the question's content words are never linked, read off the question alone: "Nothing
+    links <w1>, <w2>, ...: they are never linked." It attacks the relationship path of the FB judge (a rationale
+    with no word of its own, "nothing links a professor to the courses they teach", is matched through the ends
+    of the link, :func:`~textsql_clarify.rewards.feedback.claims.names_missing_link`): naming every question
+    noun as an end of the missing link must not pay, since it singles out no link (ABISS §3.2)."""
+
+    name = "fb_link_echo"
+    description = "refusal 'Nothing links <question words>: they are never linked.' (reads only the question)"
+
+    def text(self, observation):
+        words = [w for w in re.findall(r"[A-Za-z][A-Za-z'-]+", observation.get("question", ""))
+                 if w.lower() not in FeedbackQuestionWords._STOP]
+        ends = ", ".join(words or ["these"])
+        return f"Nothing links {ends}: they are never linked."
+
+
 class FeedbackNovelWord(_Feedback):
     name, description = ("fb_novel_word", "always refuse, blaming the first question word that names no table or "
                          "column: 'The <w> is not stored anywhere: no table or column holds <w> data.'")
@@ -1416,7 +1433,7 @@ HACKS: dict[str, Callable[[], HackPolicy]] = {c.name: c for c in (
     SelectStarMentioned, SelectStarWidest, SelectStarStats, SelectStarJoin, IntRows, IntGrid, EmptyAnswer,
     NullRow, ZeroCount, DataZero, DataZeroThree, CountMentioned,
     FeedbackGibberish, FeedbackEcho, FeedbackWrapped, FeedbackGeneric, FeedbackGenericMissing, FeedbackNamesTable,
-    FeedbackAllIdentifiers, FeedbackQuestionWords, FeedbackNovelWord,
+    FeedbackAllIdentifiers, FeedbackQuestionWords, FeedbackLinkEcho, FeedbackNovelWord,
     DriftChurn, DriftChurnTables, DriftResubmit, DriftRespell, DriftWrongRevision, DriftDropFilter,
     HedgeReadings, MutDropOrder, MutDuplicateRows, MutNullPad, MutHalfRows, MutExtraConsts, MutExtraStats,
     ClarifyEcho, ClarifyEchoWrapped, ClarifyColumns, ClarifyTables, ClarifyInject, ClarifyGeneric,

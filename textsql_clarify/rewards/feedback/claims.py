@@ -53,6 +53,11 @@ _BWD = re.compile(
     r"\b(?:(?:is|are|was|were)(?: not|n't)(?: (?:currently|actually|even))? (?:stored|recorded|tracked|kept|available|"
     r"present|included|captured|listed|held|modell?ed|represented|known|part of|in|found|given|provided|defined|supplied)|(?:does|do)(?: not|n't) exist|"
     r"(?:is|are) (?:missing|absent|unavailable|not there)|(?:appears?|exists?) nowhere)\b")
+#: a backward relationship cue: "professors and courses are never linked", "the two cannot be joined" (the
+#: subjects before it are the link's ends, ABISS §3.2 "missing relationship")
+_BWD_LINK = re.compile(
+    r"\b(?:(?:is|are|was|were)(?: not|n't| never)|(?:cannot|can't|can not|could not|couldn't) be)"
+    r"(?: (?:currently|actually|even|directly))? (?:linked|connected|related|joined|tied|mapped|associated)\b")
 _DET = frozenset("a an any the such single kind sort of type".split())
 _WH = frozenset("which what where who whom whose when how".split())
 _WH_CLAUSE = _WH - {"which", "what"}
@@ -183,7 +188,8 @@ def missing_claims(text: str) -> list[MissingClaim]:
     Forward cues ("there is no", "has no", "does not store any", "lacks", "missing", "without", "no")
     take the noun phrase after them; after generic words ("no table or column about X", "no data on
     which X") the object X is taken. Backward cues ("is not stored", "are not recorded", "are not in",
-    "does not exist", "is missing") take the noun phrase before them. A scope table is read from
+    "does not exist", "is missing") take the noun phrase before them; "A and B are never linked" (or "cannot
+    be joined") is a relationship claim over the clause before it. A scope table is read from
     "in/of/for the T (table)" after the phrase, "the T table has no ..." before it, "X of T", or a
     possessive ("professors' salaries").
 
@@ -237,6 +243,9 @@ def missing_claims(text: str) -> list[MissingClaim]:
         head, kind, scope = _backward_np(toks, end)
         if head:
             claims.append(MissingClaim(head, kind, scope, _window(toks, end, False)))
+    for m in _BWD_LINK.finditer(joined):
+        if m.start() in at:  # "A and B are never linked": a missing relationship between what precedes
+            claims.append(MissingClaim(("link",), "relationship", None, _window(toks, at[m.start()], False) | {"link"}))
     return claims
 
 
