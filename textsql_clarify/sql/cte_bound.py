@@ -3,8 +3,8 @@
 SQLite copies a CTE's definition once per reference while it prepares a statement, and no progress
 handler or interrupt runs then. A chain in which each CTE reads the previous one twice
 (``WITH a0 AS (...), a1 AS (SELECT * FROM a0 UNION ALL SELECT * FROM a0), ...``) doubles the copies with
-each term: 825 bytes of SQL with 16 terms spent 3.7 s in prepare (issue 12 attacks: a 0.5 s limit
-overrun to 5.4 s, +350 MiB). :func:`cte_copies` counts the copies from the sqlglot AST, and the
+each term: 825 bytes of SQL with 16 terms spent 3.7 s in prepare (measured: a 0.5 s limit overrun
+to 5.4 s, +350 MiB). :func:`cte_copies` counts the copies from the sqlglot AST, and the
 sandbox refuses a statement above :data:`MAX_CTE_COPIES` before preparing it.
 """
 from __future__ import annotations
@@ -29,7 +29,8 @@ def cte_copies(sql: str) -> int:
         sql: one SQL statement.
     Returns:
         int: the estimated number of copies (``0`` .. large; capped at ``10 ** 12``).
-    Source: issue 12 (the CTE-expansion attack); SQLite's ``sqlite3WithAdd`` / ``resolveFromTermToCte``.
+    Source: ``docs/platform.md`` "SQL bounds" (the CTE-expansion case); SQLite's ``sqlite3WithAdd`` /
+    ``resolveFromTermToCte``.
     """
     if "with" not in sql.lower():
         return 0

@@ -37,7 +37,8 @@ On Python < 3.11 ``Connection.setlimit`` does not exist: SQLite's own limits the
 
 Everything here is re-exported by :mod:`textsql_clarify.sql.sandbox`, the public import path.
 
-Sources: issue 12 ("Bounds that hold whatever the SQL"); SQLite's documentation of
+Sources: the bounds contract (no step outlives its limit by more than 10 % plus a small constant, whatever
+the SQL; ``docs/platform.md`` "SQL bounds"); SQLite's documentation of
 ``sqlite3_limit``, ``sqlite3_hard_heap_limit64``, ``sqlite3_memory_used``, ``PRAGMA cache_size``,
 ``PRAGMA temp_store`` and of the built-ins
 guarded (costs measured as noted at each constant and cost function).
@@ -57,7 +58,7 @@ from typing import Any, Callable
 #: single VM instruction that neither the progress handler nor an interrupt can stop; at 256 KiB
 #: the linear ones take under a millisecond, and a row of unguarded operators over such values
 #: (``s || ''`` filling the 10 KB SQL limit) runs ~0.45 s on the loaded 2-core machine (1.85 s
-#: at 1 MiB, the default before issue 12). A stored value over the cap cannot be read either
+#: at 1 MiB). A stored value over the cap cannot be read either
 #: (``runtime`` error), so raise it for databases with larger values (the largest stored value
 #: in ``../shared/data``'s Spider dev and mini-interact databases is 821 bytes).
 MAX_VALUE_BYTES = 256 << 10
@@ -127,7 +128,7 @@ HARD_HEAP_LIMIT_BYTES = 256 << 20
 CACHE_SIZE_KIB = 1024
 
 #: ``PRAGMA temp_store`` of every sandbox connection: ``"MEMORY"`` keeps sorts, temp indices and
-#: materialised views under the heap limit, with no temporary file (issue 12: sorts spilled up to
+#: materialised views under the heap limit, with no temporary file (with the default file store, sorts spilled up to
 #: 832 MB of unlinked temp files in one step). The price, measured: SQLite then sorts in one list
 #: in one step no time check can stop, so a sort whose input finished just before the deadline
 #: overruns it by its sort time (5 M small records under the 256 MiB heap: 5-16 s on the loaded
@@ -595,8 +596,8 @@ def _install_guards(con: sqlite3.Connection, state: list, max_value_bytes: int, 
     Raises:
         sqlite3.Error: the schema of ``con`` cannot be read.
 
-    Source: issue 12 (per-statement budget across all guarded calls; a guard for every
-    superlinear built-in, including the JSON functions).
+    Source: the bounds contract (``docs/platform.md`` "SQL bounds": one per-statement budget across all
+    guarded calls; a guard for every superlinear built-in, including the JSON functions).
     """
     helper = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
     if _HAS_SETLIMIT:  # the same limits (LIKE pattern length ...), which the built-ins check

@@ -30,8 +30,8 @@ sql)``, ``schema``, ``interrupt()``, ``close()``, ``closed``, ``db_path``, ``tim
 Cost: one pipe round trip and a pickle of the rows per statement (``bench/bench_isolation.py``;
 ``docs/platform.md`` "Process isolation" says when to choose which).
 
-Sources: issue 12 item 1 ("an optional process-isolated executor ... killed and replaced at the
-deadline, so that the bound is exact"); Python's ``multiprocessing`` (start methods, ``Connection``)
+Sources: the bounds contract (a worker process is killed and replaced at the deadline, so the time bound is
+exact; ``docs/platform.md`` "Process isolation"); Python's ``multiprocessing`` (start methods, ``Connection``)
 and ``resource`` documentation; ``setrlimit(2)`` (``RLIMIT_AS``, ``RLIMIT_DATA``, ``RLIMIT_CPU``).
 """
 from __future__ import annotations
@@ -60,12 +60,12 @@ __all__ = ["ISOLATION_MODES", "ProcessSandbox", "WorkerPool", "check_isolation",
 ISOLATION_MODES = ("in_process", "process")
 
 #: Default ``max_memory_bytes``: what a worker may map beyond its idle footprint (bytes, ``RLIMIT_AS``
-#: and ``RLIMIT_DATA``). The wide-row attack of issue 12 peaked at 4.1 GB in-process.
+#: and ``RLIMIT_DATA``). The wide-row case (2,000 columns of 1 MB) peaked at 4.1 GB in-process.
 MAX_WORKER_MEMORY_BYTES = 1 << 30
 
 #: Default grace past ``timeout_s`` before the parent kills a worker: ``GRACE_FRACTION * timeout_s +
 #: GRACE_S`` seconds. The worker's own sandbox normally answers a ``timeout`` within the limit; the
-#: grace covers sending the rows back on a loaded machine (issue 12's bar: 10 % plus a small constant).
+#: grace covers sending the rows back on a loaded machine (the bounds contract: 10 % plus a small constant).
 GRACE_FRACTION = 0.05
 GRACE_S = 0.25
 
@@ -90,7 +90,7 @@ def check_isolation(isolation: Any) -> str:
         isolation: one of :data:`ISOLATION_MODES`.
 
     Raises:
-        ValueError: any other value, naming the valid ones (issue 12).
+        ValueError: any other value, naming the valid ones.
     """
     if not isinstance(isolation, str) or isolation not in ISOLATION_MODES:
         raise ValueError(f"isolation must be one of {list(ISOLATION_MODES)}, got {isolation!r}")
@@ -374,12 +374,13 @@ class WorkerPool:
         startup_timeout_s: seconds a new worker may take to report ready (> 0).
         spares: idle workers kept started beyond ``size`` (0..4): with one, the statement after a kill
             (the gold right after a runaway prediction) gets a ready worker instead of waiting for a new
-            one to start (0.05 s idle, up to about 1.3 s on a loaded machine; issue 12 attacks).
+            one to start (0.05 s idle, up to about 1.3 s on a loaded machine; measured).
 
     Raises:
         ValueError: a setting out of range or an unknown start method.
 
-    Source: issue 12 item 1 (a pool of worker processes with memory and CPU limits).
+    Source: ``docs/platform.md`` "Process isolation" (a pool of worker processes with memory and CPU limits);
+    Python's ``multiprocessing`` docs; ``setrlimit(2)``.
     """
 
     def __init__(self, size: int | None = None, *, max_memory_bytes: int = MAX_WORKER_MEMORY_BYTES,
@@ -706,7 +707,7 @@ class ProcessSandbox:
         SandboxClosedError: ``pool`` is closed.
         RuntimeError: no worker process could start.
 
-    Source: issue 12 item 1.
+    Source: ``docs/platform.md`` "Process isolation"; Python's ``multiprocessing`` docs.
     """
 
     def __init__(self, db_path: str | os.PathLike, *, pool: WorkerPool | None = None, grace_s: float | None = None,
@@ -859,7 +860,7 @@ def make_sandbox(db_path: str | os.PathLike, *, isolation: str = "in_process", p
         ValueError: an unknown ``isolation``, or a ``pool`` with ``"in_process"``; otherwise as
         ``get_sandbox`` / :class:`ProcessSandbox`.
 
-    Source: issue 12 item 1.
+    Source: ``docs/platform.md`` "Process isolation" (when to choose which).
     """
     check_isolation(isolation)
     if isolation == "in_process":

@@ -1,4 +1,4 @@
-"""Read-only schema mappings: :class:`ReadOnlySchema`, what a sandbox's ``schema`` is (issue 12 review).
+"""Read-only schema mappings: :class:`ReadOnlySchema`, what a sandbox's ``schema`` is.
 
 The scorers key two caches by a schema's object id (``rewards.ex_sql._names_key``, ``sql.schema._fingerprint_once``)
 so that an env step does not rebuild the key of its database's schema for every lookup. A key kept for an object
@@ -19,7 +19,8 @@ class ReadOnlyDict(dict):
 
     Raises:
         TypeError: on ``d[k] = v``, ``del d[k]``, ``clear``, ``pop``, ``popitem``, ``setdefault``, ``update``, ``|=``.
-    Source: issue 12 review (id-keyed caches went stale when a schema dict was changed in place).
+    Source: ours (id-keyed caches go stale when a schema dict is changed in place); Python's
+    ``collections.abc.Mapping`` docs.
     """
 
     __slots__ = ()

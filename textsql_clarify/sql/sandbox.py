@@ -34,8 +34,9 @@ the sandbox's lifetime, except transient failures. The measured bounds: ``docs/p
 This module is the public import path: it re-exports the limits and guards of
 :mod:`textsql_clarify.sql.guards` and the watchdog of :mod:`textsql_clarify.sql.watchdog`.
 
-Sources: the issue's sandbox requirements; the execution protocol of ABISS §5.3 (EX needs both
-queries executed on the same database) and the cases in ``../shared/cases/execution_cases.json``
+Sources: the contract that agent SQL never changes a database and never runs past its time
+limit; the execution protocol of ABISS §5.3 (EX needs both queries executed on the same
+database) and the cases in ``../shared/cases/execution_cases.json``
 (ex21: a runaway recursive CTE must be interrupted, not waited for); SQLite's documentation of
 ``sqlite3_limit``, ``sqlite3_interrupt`` and ``sqlite3_progress_handler``.
 """
@@ -439,7 +440,7 @@ class SQLiteSandbox:
         if not isinstance(sql, str):
             raise TypeError(f"sql must be a str, got {type(sql).__name__}")
         if _WITH(sql) is not None and len(sql) < self.max_sql_bytes:
-            copies = cte_copies(sql)  # SQLite copies CTEs while preparing, where no limit reaches (issue 12)
+            copies = cte_copies(sql)  # SQLite copies CTEs while preparing, where no limit reaches
             if copies > MAX_CTE_COPIES:
                 return _failure("runtime", f"statement too complex: its common table expressions expand to about "
                                 f"{copies} copies (limit {MAX_CTE_COPIES})", 0.0)
@@ -698,8 +699,8 @@ def release_sandbox(sandbox: SQLiteSandbox) -> None:
 
     The sandbox stays usable, and cached, while anyone still holds it; when the last holder
     lets it go its connection closes (CPython frees it at once). Safe to call twice, and for a
-    sandbox that did not come from :func:`get_sandbox`. Source: issue 12 (``env.close()``
-    releases what the env opened).
+    sandbox that did not come from :func:`get_sandbox`. Source: Gymnasium's ``Env.close`` docs
+    (``env.close()`` releases what the env opened).
     """
     key = getattr(sandbox, "_cache_key", None)
     if key is None:

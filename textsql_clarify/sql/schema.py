@@ -63,7 +63,7 @@ def _reason(what: str, e: BaseException) -> str:
 
 class analysis_errors:  # noqa: N801 - used as a function: ``with analysis_errors(sql, "qualify"):``
     """Context manager: any exception raised inside becomes :class:`SQLParseError` (``sql``, reason). A class, not
-    a generator: it is entered many times per env step (issue 12).
+    a generator: it is entered many times per env step.
 
     The reason reads ``"<what>: <ExceptionType>: <first line of the message>"`` (``"<what>: query nested
     too deeply"`` for a ``RecursionError``). This package's own typed errors (``SQLParseError`` included)
@@ -148,7 +148,7 @@ def parse_for_analysis(sql: str, *, max_chars: int = MAX_ANALYSIS_CHARS, max_nod
 
     Returns:
         The sqlglot AST (a fresh tree, the caller may mutate it). Inside :func:`shared_analysis` (one env step)
-        the text is parsed once and every later call gets a copy of that parse (issue 12).
+        the text is parsed once and every later call gets a copy of that parse.
 
     Raises:
         SQLParseError: everything :func:`parse_sql` raises; and ``"too long to analyse: ..."`` (characters),
@@ -305,7 +305,7 @@ def _safe_sql(tree: exp.Expression) -> str:
 
 
 # ------------------------------------------------------------------------- caching and per-step sharing
-# issue 12, item 2: sqlglot's schema object is built once per database schema, and inside one env step
+# ``docs/platform.md`` "Step cost": sqlglot's schema object is built once per database schema, and inside one env step
 # (``shared_analysis``) the prediction is parsed once and qualified once, whichever scorer asks first.
 
 #: most sqlglot ``MappingSchema`` objects kept (one per distinct database schema seen).
@@ -338,7 +338,7 @@ def _mapping_schema_cached(fp: tuple) -> Any:
 
 def mapping_schema(schema: Mapping | Any | None) -> Any:
     """sqlglot's ``MappingSchema`` for ``{table: {column: type}}``, built once per distinct schema (content and
-    order) and shared: building it normalises every name and was a fifth of a detailed step's cost (issue 12).
+    order) and shared: building it normalises every name and was a fifth of a detailed step's cost.
 
     Args:
         schema: the mapping, ``None`` / empty (returns ``None``: qualify without a schema), or an object that is
@@ -425,7 +425,7 @@ _CROSS_STEP: "OrderedDict[tuple, AnalysisMemo]" = OrderedDict()
 #: ``id(schema) -> (schema, fingerprint)``: the fingerprint of the last sandbox schemas seen, so that a step does not
 #: rebuild its database schema's fingerprint (the schema is held, so its id is not reused). Only a
 #: :class:`~textsql_clarify.sql.readonly.ReadOnlySchema` (a sandbox's) is kept: a plain dict changed in place would
-#: keep a stale fingerprint (issue 12 review).
+#: keep a stale fingerprint.
 _FINGERPRINTS: dict[int, tuple[Any, tuple | None]] = {}
 
 
@@ -471,7 +471,8 @@ class shared_analysis:  # noqa: N801 - used as a function: ``with shared_analysi
         schema: that database's ``{table: {column: type}}`` (its fingerprint, :func:`schema_fingerprint`, is
             part of the key; one that cannot be fingerprinted turns the cross-step cache off for the step).
 
-    Source: issue 12, item 2 (one parse and one qualify of the prediction per step).
+    Source: ``docs/platform.md`` "Step cost" (one parse and one qualify of the prediction per step); sqlglot's
+    ``parse_one`` and ``optimizer.qualify`` docs.
 
     Yields (``as``):
         The step's :class:`AnalysisMemo`.

@@ -1,4 +1,4 @@
-"""The one way to open a database read-only: :func:`ro_uri` (issue 12 review).
+"""The one way to open a database read-only: :func:`ro_uri`.
 
 ``mode=ro`` alone lets SQLite create ``-wal`` and ``-shm`` files beside a WAL-mode database (a reader needs the
 shared-memory index); ``immutable=1`` tells it the file cannot change, so it reads the file alone and writes
@@ -35,7 +35,7 @@ def ro_uri(path: str | os.PathLike) -> str:
         path: the database file (relative paths are resolved; special characters are percent-encoded).
     Returns:
         The URI string.
-    Source: SQLite URI filenames docs (``mode``, ``immutable``); issue 12 review.
+    Source: SQLite URI filenames docs (``mode``, ``immutable``).
     """
     p = Path(path).resolve()
     return p.as_uri() + ("?mode=ro&immutable=1" if is_wal(p) else "?mode=ro")
