@@ -1,4 +1,4 @@
-"""Generation: recipes that turn SQLite databases and gold SQL into validated samples (issue 11).
+"""Generation: recipes that turn SQLite databases and gold SQL into validated samples.
 
 See ``docs/generation.md``. The recipe contract is :mod:`textsql_clarify.generation.base`; anchors come from
 :func:`load_anchors` (:mod:`.anchors`), recipes from the registry (:mod:`.recipes`), and :func:`generate`

@@ -1,7 +1,7 @@
-"""The ABISS recipe: category-aware NLQ generation, SQL grounding and ten validators (issue 11; ABISS §4).
+"""The ABISS recipe: category-aware NLQ generation, SQL grounding and ten validators (ABISS §4).
 
-Per anchor (issue 11 grows every sample from an anchor; ABISS §4.1 generates per database, so the anchor's
-question and SQL serve as the seed, and by default the schema shown is that of the anchor's tables), for
+Per anchor (the pipeline grows every sample from an anchor, TIDE §3.1; ABISS §4.1 generates per database, so the
+anchor's question and SQL serve as the seed, and by default the schema shown is that of the anchor's tables), for
 each of ``per_anchor`` candidates the recipe draws a subcategory, a style (formal, colloquial,
 interrogative) and an SQL difficulty (simple ... highly complex) with the pipeline's ``rng``, then:
 
@@ -252,7 +252,7 @@ class AbissRecipe:
     name = "abiss"
     stages = STAGES
     needs_model = True
-    #: ``--option`` names this recipe reads (module doc; issue 11 follow-up).
+    #: ``--option`` names this recipe reads (module doc).
     options = {
         "per_anchor": OptionSpec("int", "1", "candidates per anchor", minimum=1),
         "subcategories": OptionSpec("list", "all 13", "subcategories to draw from", choices=tuple(SUBCATEGORIES)),

@@ -1,4 +1,4 @@
-"""Anchors: the gold queries that generated samples grow from (TIDE §3.1 "anchor"; issue 11).
+"""Anchors: the gold queries that generated samples grow from (TIDE §3.1 "anchor").
 
 Two sources:
 
@@ -88,7 +88,7 @@ def load_anchors(spec: str | os.PathLike | None = None, *, db: str | os.PathLike
             queries record (each problem with file, line and field); ``limit`` not a positive integer; no
             anchor left.
 
-    Source: issue 11 item 1; TIDE §3.1 (anchors are gold queries that execute and return rows).
+    Source: TIDE §3.1 (anchors are gold queries that execute and return rows).
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise DatasetError(f"limit must be a positive integer or None, got {limit!r}")
@@ -158,7 +158,7 @@ def anchors_from_queries(db: str | os.PathLike, queries: str | os.PathLike) -> A
             bad record (invalid JSON, a missing or empty field, two SQL fields, an unknown field, a duplicate
             id), all listed with file, line and field.
 
-    Source: issue 11 item 1.
+    Source: TIDE §3.1 (anchors); ``docs/generation.md`` "The command".
     """
     dbp = Path(db).resolve()
     _check_database(dbp)
@@ -249,7 +249,8 @@ def anchor_gold(gold_sql: str) -> str:
     Raises:
         TypeError: ``gold_sql`` is not a string.
 
-    Source: issue 11 (the duplicate-gold rule for generated corpora).
+    Source: ABISS §4.2 stage 1 (duplicates); ``docs/datasets.md`` "Validation at load time" (the duplicate-gold
+    rule for generated corpora).
     """
     if not isinstance(gold_sql, str):
         raise TypeError(f"gold_sql must be a string, got {type(gold_sql).__name__}")
@@ -267,7 +268,7 @@ def distinct_gold_anchors(anchors) -> AnchorList:
         the number dropped (absent when none was). Golds are compared as :func:`anchor_gold` digests (whitespace
         aside), on the same ``db_path`` only.
 
-    Source: issue 11 (``generate --distinct-golds``, the strict corpus: one anchor per source query).
+    Source: ``docs/generation.md`` (``generate --distinct-golds``, the strict corpus: one anchor per source query).
     """
     seen: set[tuple[str, str]] = set()
     kept = []

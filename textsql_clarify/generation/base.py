@@ -1,4 +1,4 @@
-"""The contract between the generation pipeline and its recipes (issue 11; TIDE §3.1 anchors).
+"""The contract between the generation pipeline and its recipes (TIDE §3.1 anchors).
 
 A **recipe** (DESIGN.md "Words") turns one **anchor** (a gold SQL over a SQLite database, with its
 question) into zero or more candidate samples, and runs its own checks on each, in a fixed order.
@@ -132,7 +132,7 @@ class Recipe(Protocol):
 
 class OptionError(TextSQLClarifyError, ValueError):
     """A ``--option key=value`` that no selected recipe declares, or whose value does not parse or is out of
-    range (issue 11 follow-up: checked before any unit runs)."""
+    range; checked before any unit runs."""
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,8 @@ class OptionSpec:
         minimum: for ``int`` / ``float``: the smallest value allowed, or ``None``.
         choices: for ``choice`` / ``list``: the allowed values.
         check: an extra parser for ``str`` options; raises ``ValueError`` on a bad value.
-    Source: issue 11 follow-up (the attacker's ``--option max_tries=abc``).
+    Source: ``docs/generation.md`` "The command" (``--option``; a bad value such as ``max_tries=abc`` is refused
+    before the run).
     """
 
     kind: str
@@ -204,7 +205,7 @@ class OptionSpec:
 def read_option(recipe: Any, options: Mapping[str, str], name: str, default: Any) -> Any:
     """The typed value of option ``name`` for ``recipe`` (its :class:`OptionSpec` in ``recipe.options`` parses the
     text), or ``default`` when ``options`` does not set it. The one place a recipe turns ``--option`` text into a
-    value (issue 11 follow-up), so what :func:`check_options` accepts is what the recipe reads.
+    value, so what :func:`check_options` accepts is what the recipe reads.
 
     Raises:
         ValueError: the text does not parse or is out of range; the message names the recipe, the option, the
@@ -236,7 +237,7 @@ def check_options(recipes: Sequence[Any], options: Mapping[str, str] | None) -> 
         OptionError: a name no selected recipe declares (the message lists the ones they accept); a value that
             does not parse or is out of range for a recipe that declares it (names the option, the value, the
             recipe and what is expected).
-    Source: issue 11 follow-up.
+    Source: ``docs/generation.md`` "The command" (``--option``).
     """
     opts = {str(k): str(v) for k, v in (options or {}).items()}
     declared: dict[str, list[tuple[str, OptionSpec]]] = {}

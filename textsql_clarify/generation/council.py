@@ -1,4 +1,4 @@
-"""A council of generation models: one writes, all vote (issue 11; ABISS §4.2, §4.3, §5.2).
+"""A council of generation models: one writes, all vote (ABISS §4.2, §4.3, §5.2).
 
 ABISS generates with one model per candidate and validates with a *council* of models from different
 families, each stage deciding by majority vote (§4.2; Stage 9 asks for a strict majority against each

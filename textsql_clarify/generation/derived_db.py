@@ -1,4 +1,4 @@
-"""Derived databases: a copy of a source SQLite file with one column or one table removed (issue 11).
+"""Derived databases: a copy of a source SQLite file with one column or one table removed.
 
 The missing-schema recipe (:mod:`textsql_clarify.generation.missing_schema`; ABISS §3.2 "missing entities
 or attributes" / "missing relationship", PremiseSQL E3.2 "missing schema premise, by schema perturbation")
@@ -48,7 +48,7 @@ class DerivedDBError(TextSQLClarifyError):
 
 @dataclass(frozen=True)
 class Removal:
-    """What a derived database lacks (issue 11, missing schema).
+    """What a derived database lacks (missing schema, ABISS §3.2).
 
     Attributes:
         table: the table's name as the source schema spells it.
@@ -189,7 +189,7 @@ def drop_element_from_create(sql: str, table: str, removal: Removal) -> tuple[st
         ``(new_sql, changed)``.
     Raises:
         DerivedDBError: the statement has no column list, or removing leaves no column.
-    Source: issue 11 (missing schema); SQLite "CREATE TABLE" syntax.
+    Source: ABISS §3.2 (missing schema); SQLite "CREATE TABLE" syntax.
     """
     toks, open_i, close_i, items = _items(sql)
     own = table.lower() == removal.table.lower() and removal.column is not None
@@ -325,7 +325,7 @@ def _restore_table_order(con: sqlite3.Connection, wanted: list[str]) -> None:
     A rebuilt table is created anew, so it would be listed last (``sqlite_master`` order, which a schema
     listing in creation order follows), a hint of what was removed. Every table from the first one out of
     place on is rebuilt from its own text, in ``wanted`` order, so the order ends as in the source.
-    Source: issue 11 follow-up (a fresh reader's rating: the moved table tells what was removed).
+    Source: ``docs/generation.md`` "Quality: a fresh reader's ratings" (the moved table tells what was removed).
     """
     now = table_order(con)
     wanted = [n for n in wanted if n in now]
@@ -380,7 +380,7 @@ def build_derived(source: str | os.PathLike, removal: Removal, work_dir: str | o
     Raises:
         DerivedDBError: the element is not in the source, removing it leaves nothing, or SQLite refuses a step
             (the message names the source and the element); no partial file is left behind.
-    Source: issue 11 (missing schema; atomic build, source unchanged); SQLite "ALTER TABLE" docs.
+    Source: ABISS §3.2 (missing schema; ours: atomic build, source unchanged); SQLite "ALTER TABLE" docs.
     """
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""The model-free drift recipe: post-drift golds by sqlglot AST edits of an anchor (issue 11; TIDE §2.2, §3.2).
+"""The model-free drift recipe: post-drift golds by sqlglot AST edits of an anchor (TIDE §2.2, §3.2).
 
 From one anchor (a gold SQL over a SQLite database) the recipe builds candidate post-drift golds of
 each TIDE subtype, by editing the anchor's AST (never its text):
@@ -57,9 +57,9 @@ __all__ = ["DriftCandidate", "DriftRecipe", "SUBTYPES", "DEFAULT_PER_SUBTYPE", "
 SUBTYPES: tuple[str, ...] = ("value", "constraint", "projection")
 #: most accepted samples per anchor and subtype (option ``drift_per_subtype``: one number, or
 #: ``value=3,constraint=8,projection=1``). TIDE keeps one drift per anchor (``drift_per_subtype=1``,
-#: ``drift_per_anchor=0``); the defaults grow a corpus whose subtypes are balanced on Spider dev (issue 11:
-#: each 25-40 %), where filters are rarer than outputs: 300 of the 1,034 golds give a value drift and 332
-#: a constraint drift, 592 a projection drift.
+#: ``drift_per_anchor=0``); the defaults grow a corpus whose subtypes are balanced on Spider dev (each 25-40 %,
+#: ``docs/generation.md``), where filters are rarer than outputs: 300 of the 1,034 golds give a value drift and
+#: 332 a constraint drift, 592 a projection drift.
 DEFAULT_PER_SUBTYPE: Mapping[str, int] = {"value": 3, "constraint": 8, "projection": 1}
 #: most projection samples of an anchor that gave no value and no constraint sample (option
 #: ``drift_projection_fill``): such anchors have no filter to drift on
@@ -266,7 +266,8 @@ def _said(op: str, value: Any, column: str) -> str:
 def _excluded_words(c: exp.Expression, column: str) -> str | None:
     """What an exclusion filter leaves out, in the user's words: ``name != 'Jessie Alloway'`` and ``NOT name =
     'Jessie Alloway'`` -> ``Jessie Alloway``; ``NOT x IN ('a', 'b')`` -> ``a and b``; ``None`` for any other
-    filter (issue 11 follow-up: "not just other than Jessie Alloway" named nothing)."""
+    filter ("not just other than Jessie Alloway" would name nothing; ``docs/generation.md`` "Quality: a fresh
+    reader's ratings")."""
     neg = isinstance(c, exp.Not)
     node = _strip(c.this) if neg else c
     if isinstance(node, (exp.NEQ, exp.EQ)) and (neg != isinstance(node, exp.NEQ)):
@@ -305,7 +306,7 @@ _MARKUP = "'\"`_=<>*%\\;[]{}|^~"
 def _clean_value(v: Any) -> bool:
     """A replacement value the user can say: short text without quoting, markup or code-like characters
     (:data:`_MARKUP`: brackets, braces, pipes ...), control characters, padding or runs of spaces; any
-    number (issue 11; the fresh reader's samples 45, 47: ``[South]Mande``)."""
+    number (the fresh reader's samples 45, 47: ``[South]Mande``)."""
     if v is None or isinstance(v, (bytes, bool)):
         return False
     if isinstance(v, (int, float)):
@@ -316,7 +317,7 @@ def _clean_value(v: Any) -> bool:
 
 
 class DriftRecipe:
-    """The model-free drift recipe (issue 11; TIDE §2.2 subtypes, §3.2 drift injection, App. B Table 7).
+    """The model-free drift recipe (TIDE §2.2 subtypes, §3.2 drift injection, App. B Table 7).
 
     Per anchor, value candidates are checked first, then constraint, then projection; each subtype
     stops at its cap or after :attr:`tries` candidates. Projection samples are capped by
@@ -653,7 +654,7 @@ class DriftRecipe:
         """The slots ``col``, ``cond``, ``col2``, ``cond2`` of an OR of two one-column filters on two different
         columns (``FullName = 'General Motors' OR weight > 3500``), for the ``remove_either`` utterance; ``None``
         for any other condition (a negated OR, three disjuncts, one column: :meth:`_describe_condition`).
-        TIDE Alg. 1 keeps the OR whole as one W unit, so removing it is a constraint drift (issue 11)."""
+        TIDE Alg. 1 keeps the OR whole as one W unit, so removing it is a constraint drift."""
         c = _strip(c)
         if not isinstance(c, exp.Or):
             return None
@@ -669,7 +670,7 @@ class DriftRecipe:
     def _shared_filter_removals(self, q: _Query, sandbox: SQLiteSandbox,
                                 said: Mapping[tuple[str, str], int]) -> list[tuple]:
         """Edits removing one filter that both branches of a root UNION / INTERSECT / EXCEPT hold identically
-        (the same column and condition words), from both branches at once (issue 11; TIDE Alg. 1: both W
+        (the same column and condition words), from both branches at once (TIDE Alg. 1: both W
         units go, O unchanged). The filter's words occur in those two places only (:meth:`_filter_words`),
         so the utterance names one requirement and withdraws it everywhere: ``... WHERE IsOfficial = 'T'
         AND Language = 'English' UNION ... WHERE IsOfficial = 'T' AND Language = 'Dutch'`` -> without the
@@ -728,7 +729,7 @@ class DriftRecipe:
 
         A disjunction of such filters on one column (``year = 2014 OR year = 2015``) is one filter too, its
         words joined by "or" (``2014 or 2015``): TIDE Alg. 1 keeps an OR subtree whole as one W unit, so
-        removing it is a constraint drift (issue 11). Not a negated OR, nor a disjunct that is itself negated.
+        removing it is a constraint drift. Not a negated OR, nor a disjunct that is itself negated.
         """
         neg = False
         if isinstance(c, exp.Not):
@@ -1050,7 +1051,7 @@ def _check_per_subtype(raw: str) -> None:
     DriftRecipe._per_subtype(raw)
 
 
-#: the options the drift recipe reads (``--option key=value``; issue 11 follow-up), also read by ``tide_drift``
+#: the options the drift recipe reads (``--option key=value``), also read by ``tide_drift``
 #: and ``tide_triplets`` with the ``rules`` source.
 DRIFT_OPTIONS: dict[str, OptionSpec] = {
     "drift_per_subtype": OptionSpec("str", "value=3,constraint=8,projection=1",

@@ -1,4 +1,4 @@
-"""The sequential checks of a drift candidate (TIDE App. B, Table 7), as reusable functions (issue 11).
+"""The sequential checks of a drift candidate (TIDE App. B, Table 7), as reusable functions.
 
 A drift candidate is a pair (anchor gold SQL, post-drift gold SQL) with an assigned subtype and a
 drift utterance. Its checks run in the order of :data:`STAGES`; the first that fails rejects it:
@@ -190,7 +190,7 @@ _QUOTED = re.compile(r"(?:(?<=^)|(?<=[\s(\[,:;]))(['\"`])[^'\"`]*\1(?=$|[\s)\].,
 
 
 def utterance_problem(text: str, identifiers: Iterable[str] = ()) -> str | None:
-    """Stage ``utterance``: the drift utterance is in the user's words, not SQL (issue 11).
+    """Stage ``utterance``: the drift utterance is in the user's words, not SQL.
 
     Rejected: SQL as code (a clause keyword in capitals, an aggregate call ``count(``, a comparison
     operator, ``*``); an identifier with an underscore (``first_name``); a ``table.column`` reference;

@@ -1,4 +1,4 @@
-"""A deterministic fake generation model for tests and ``--model fake`` runs (issue 11).
+"""A deterministic fake generation model for tests and ``--model fake`` runs.
 
 :class:`FakeModel` implements :class:`textsql_clarify.simulators.hf_models.GenerationBackend` (``name``,
 ``chat``, ``generate``, ``score``, ``render_chat``) with rules instead of weights. Every prompt of the

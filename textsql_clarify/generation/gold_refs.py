@@ -1,4 +1,4 @@
-"""What a gold SQL reads: its tables, its columns and its join keys, resolved to the source schema (issue 11).
+"""What a gold SQL reads: its tables, its columns and its join keys, resolved to the source schema.
 
 Shared by the missing-schema and lexical-overlap recipes. The gold is parsed and qualified with sqlglot
 (:func:`textsql_clarify.sql.schema.qualify_sql`, stars left unexpanded so a ``*`` names no column), then each
@@ -124,7 +124,7 @@ def gold_refs(sql: str, schema: SourceSchema) -> GoldRefs:
         schema: its database (:func:`source_schema`).
     Raises:
         textsql_clarify.errors.SQLParseError: the SQL cannot be parsed or qualified.
-    Source: issue 11; sqlglot ``qualify`` and ``traverse_scope``.
+    Source: sqlglot ``qualify`` and ``traverse_scope`` docs.
     """
     from sqlglot.optimizer.scope import traverse_scope
 

@@ -1,4 +1,4 @@
-"""The lexical-overlap recipe (issue 11): a second reading that swaps a gold column for a look-alike one.
+"""The lexical-overlap recipe: a second reading that swaps a gold column for a look-alike one.
 
 Source: ABISS §3.2 "lexical overlap" (two schema attributes share similar or identical forms: "emails" for
 ``students.personal_email`` or ``students.institutional_email``); PremiseSQL E1.1 (ambiguous expression: a
@@ -141,7 +141,7 @@ def overlap_pairs(sql: str, schema: SourceSchema) -> list[Pair]:
         schema: its database (:func:`~textsql_clarify.generation.gold_refs.source_schema`).
     Raises:
         textsql_clarify.errors.SQLParseError: the gold cannot be parsed or qualified.
-    Source: ABISS §3.2 (lexical overlap); issue 11.
+    Source: ABISS §3.2 (lexical overlap).
     """
     refs = gold_refs(sql, schema)
     keys = _keys(schema, refs.join_keys)
@@ -210,7 +210,7 @@ def swap_column(sql: str, pair: Pair, schema: SourceSchema) -> str:
     Raises:
         textsql_clarify.errors.SQLParseError: the SQL cannot be parsed.
         ValueError: a reference's scope has no source for the other table, or the gold has no reference.
-    Source: issue 11 (the swap by sqlglot AST edit).
+    Source: ABISS §3.2 (lexical overlap); sqlglot's ``traverse_scope`` docs (the swap by AST edit).
     """
     from sqlglot.optimizer.scope import traverse_scope
 
@@ -286,7 +286,7 @@ class LexicalOverlapRecipe:
     name = "lexical_overlap"
     stages = ("pair_found", "question_fits_both", "swap_executes", "swap_nonempty", "results_differ")
     needs_model = False
-    #: ``--option`` names this recipe reads (issue 11 follow-up).
+    #: ``--option`` names this recipe reads.
     options = {"max_tries": OptionSpec("int", "3", "most pairs tried per anchor", minimum=1)}
 
     def __init__(self, max_tries: int = 3) -> None:

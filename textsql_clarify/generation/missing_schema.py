@@ -1,4 +1,4 @@
-"""The missing-schema recipe (issue 11): the question stays, what its gold needs is removed from the database.
+"""The missing-schema recipe: the question stays, what its gold needs is removed from the database.
 
 Sources: ABISS §3.2 "missing entities or attributes" (no table or column for what is asked) and "missing
 relationship" (both entities exist, nothing links them); PremiseSQL §3 E3.2 "missing schema premise", built
@@ -94,7 +94,7 @@ def eligible_elements(refs: GoldRefs, schema: SourceSchema) -> list[Element]:
     Args:
         refs: the gold's references (:func:`~textsql_clarify.generation.gold_refs.gold_refs`).
         schema: the source schema.
-    Source: ABISS §3.2 (the two missing-schema subcategories); issue 11.
+    Source: ABISS §3.2 (the two missing-schema subcategories).
     """
     out: dict[tuple[str, str | None], Element] = {}
     keys = refs.join_keys
@@ -149,7 +149,7 @@ def substitute(element: Element, refs: GoldRefs, derived: SourceSchema) -> str |
         element: the removed element.
         refs: the gold's references on the source.
         derived: the derived database's schema.
-    Source: issue 11 ("no_substitute").
+    Source: ABISS §3.2 (a missing-schema question has no substitute in the schema).
     """
     r = element.removal
     t_low = r.table.lower()
@@ -401,7 +401,7 @@ def hidden_knowledge_options(element: Element, schema: SourceSchema, refs: GoldR
             the element's own name stands in.
         db_path: the source database (the data that went with the element, :func:`element_facts`); ``None``:
             no such sentence.
-    Source: issue 11 (hidden knowledge names what is missing; ABISS §3.2's examples).
+    Source: ABISS §3.2's examples (hidden knowledge names what is missing).
     """
     r = element.removal
     table = words(r.table)
@@ -432,7 +432,7 @@ def judged_hidden_knowledge(sample: Sample, db_path: str, options: Sequence[str]
     and MiniLM) on a feedback identical to the hidden knowledge, here with the templates' fixed words stripped
     (:func:`template_stock`). The stock phrases of the whole written file, which no single anchor sees, are
     judged by the pipeline's ``oracle_fb`` check (:mod:`~textsql_clarify.generation.oracle_fb`).
-    Source: issue 11 (the oracle scores FB 1.0 on every generated file).
+    Source: ABISS §5.3 (FB); ``docs/generation.md`` (the oracle scores FB 1.0 on every generated file).
     """
     import dataclasses
 
@@ -480,7 +480,7 @@ class MissingSchemaRecipe:
     stages = ("element_chosen", "derived_built", "gold_fails_on_derived", "no_substitute", "original_nonempty",
               "hidden_knowledge_judged")
     needs_model = False
-    #: ``--option`` names this recipe reads (issue 11 follow-up).
+    #: ``--option`` names this recipe reads.
     options = {"max_tries": OptionSpec("int", "3", "most eligible elements tried per anchor", minimum=1)}
 
     def __init__(self, max_tries: int = 3) -> None:

@@ -1,4 +1,4 @@
-"""The generation pipeline: anchors x recipes -> validated samples, resumable and deterministic (issue 11).
+"""The generation pipeline: anchors x recipes -> validated samples, resumable and deterministic.
 
 :func:`generate` runs every recipe on every anchor (recipe by recipe, anchors in order), each *unit*
 (recipe, anchor) with its own RNG seeded from ``(seed, recipe, anchor id)`` by SHA-256 (:func:`unit_seed`;
@@ -508,7 +508,7 @@ def generate(anchors: Sequence[Anchor], recipes: Sequence[Recipe | str], out_dir
             (:func:`~.base.check_options`, before any unit runs).
         KeyboardInterrupt: passed on; the journal keeps every unit finished before it.
 
-    Source: issue 11 item 1; ABISS App. B (the rejection table); TIDE §3.1 (anchors).
+    Source: ``docs/generation.md``; ABISS App. B (the rejection table); TIDE §3.1 (anchors).
     """
     anchors_list = list(anchors)
     if not anchors_list:

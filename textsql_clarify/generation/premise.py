@@ -1,5 +1,5 @@
 """The PremiseSQL recipe: one controlled premise flaw per source question and subcategory, reviewed, with its
-paired original (issue 11; PremiseSQL §3, §A.2, §A.3).
+paired original (PremiseSQL §3, §A.2, §A.3).
 
 Per anchor (a source question with its gold SQL), for each subcategory that PremiseSQL builds by rewriting the
 question (:data:`~.premise_prompts.REWRITE_FLAWS`: eight of the nine; E3.2 perturbs the schema and is the
@@ -116,7 +116,7 @@ class PremiseRecipe:
     name = "premise"
     stages = PREMISE_STAGES
     needs_model = True
-    #: ``--option`` names this recipe reads (issue 11 follow-up).
+    #: ``--option`` names this recipe reads.
     options = {
         "premise_flaws": OptionSpec("str", "all eight rewriting flaws", "comma list of rewriting flaw names or codes",
                                     check=lambda raw: _flaw_names(raw) if raw else None),

@@ -1,4 +1,4 @@
-"""Prompts of the PremiseSQL recipe: flaw generation, review, type check (issue 11; PremiseSQL §3, §A.3).
+"""Prompts of the PremiseSQL recipe: flaw generation, review, type check (PremiseSQL §3, §A.3).
 
 PremiseSQL builds each flawed query in two prompt stages (§A.3): a generation stage that puts one
 controlled premise flaw into a source text-to-SQL instance, and a review stage that checks the candidate

@@ -1,4 +1,4 @@
-"""Prompts of the ABISS recipe (issue 11; ABISS §4.1 generation, §4.2 validation), in our words.
+"""Prompts of the ABISS recipe (ABISS §4.1 generation, §4.2 validation), in our words.
 
 Each builder returns a chat message list (``[system, user]``) for
 :class:`textsql_clarify.generation.council.Council`. The system message is the task's fixed instruction
@@ -138,7 +138,7 @@ _NLQ_SYSTEM = (
 def nlq_messages(*, db_id: str, schema: str, subcategory: str, style: str, difficulty: str,
                  seed_question: str, seed_sql: str) -> list[dict]:
     """Step 1 of ABISS §4.1: the NLQ object (question, evidence, hidden knowledge) for one subcategory,
-    style and difficulty, with the schema and sample rows; the anchor is the seed (issue 11: per anchor)."""
+    style and difficulty, with the schema and sample rows; the anchor is the seed (TIDE §3.1)."""
     group = SUBCATEGORIES[subcategory].group
     return _msgs(_NLQ_SYSTEM, MARKERS["nlq"], [
         f"Database: {db_id}", "Schema and sample rows:", schema,

@@ -1,4 +1,4 @@
-"""The recipe registry: a recipe's name -> the class that implements it, imported only when used (issue 11).
+"""The recipe registry: a recipe's name -> the class that implements it, imported only when used.
 
 The model-free recipes (``drift``, ``missing_schema``, ``lexical_overlap``) need no council; the others
 (``abiss``, ``tide_chain``, ``tide_drift``, ``tide_triplets``, ``premise``) need one (``--model``).
@@ -25,7 +25,7 @@ RECIPES: dict[str, str] = {
     "tide_triplets": "tide:TideTripletRecipe",
     "premise": "premise:PremiseRecipe",
 }
-#: The recipes that need no model, exact by construction and checked by execution (issue 11 item 2).
+#: The recipes that need no model, exact by construction and checked by execution.
 MODEL_FREE = ("drift", "missing_schema", "lexical_overlap")
 #: What ``textsql-clarify generate`` runs without ``--recipes``.
 DEFAULT_RECIPES = MODEL_FREE
@@ -54,7 +54,7 @@ def make_recipe(name: str, options: dict[str, str] | None = None) -> Recipe:
         RecipeError: an unknown name (the message lists the valid ones); its module is not there (yet) or
             fails to import; the class is missing or does not have ``name``, ``stages``, ``needs_model``
             and ``run``; its ``name`` differs from the registry's.
-    Source: issue 11 item 1 (the recipes), ``generation/base.py`` (the contract).
+    Source: ``docs/generation.md`` (the recipes), ``generation/base.py`` (the contract).
     """
     del options
     if not isinstance(name, str) or name.strip() not in RECIPES:

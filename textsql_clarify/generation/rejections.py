@@ -1,4 +1,4 @@
-"""The per-stage rejection table of a generation run (ABISS App. B, Table 7; issue 11).
+"""The per-stage rejection table of a generation run (ABISS App. B, Table 7).
 
 Per recipe, every candidate enters the first stage; each stage removes the candidates it rejects, and the
 rest enter the next one. A stage's rate is the share of the candidates *entering it* that it removes, as in

@@ -1,4 +1,4 @@
-"""TIDE-Bench's model recipes: chain injection, drift cross-validation, triplet assembly (issue 11; TIDE §3, App. B).
+"""TIDE-Bench's model recipes: chain injection, drift cross-validation, triplet assembly (TIDE §3, App. B).
 
 Three recipes, each a :class:`textsql_clarify.generation.base.Recipe` over a council of models
 (:class:`textsql_clarify.generation.council.Council`):
@@ -58,7 +58,7 @@ DRIFT_SOURCES = ("rules", "model")
 _AMBIGUOUS = tuple(n for n, s in SUBCATEGORIES.items() if s.group == "ambiguous")
 
 
-#: ``--option`` names the chain recipe reads (issue 11 follow-up).
+#: ``--option`` names the chain recipe reads.
 CHAIN_OPTIONS: dict[str, OptionSpec] = {
     "tide_min_commitments": OptionSpec("int", "2", "fewest commitments an anchor needs", minimum=0),
     "max_new_tokens": OptionSpec("int", "320", "most tokens per generation", minimum=1),

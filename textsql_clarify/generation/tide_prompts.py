@@ -1,4 +1,4 @@
-"""Prompts of the TIDE model recipes, and the parsing of their replies (issue 11; TIDE §3.2, App. B).
+"""Prompts of the TIDE model recipes, and the parsing of their replies (TIDE §3.2, App. B).
 
 The prompts are ours, written from the paper's description of each stage (TIDE App. B: B.1 chain
 injection and its judging rubric, Table 6; B.2 drift cross-validation; B.3 evidence rewriting); none

@@ -1,4 +1,4 @@
-"""Drift utterances in the user's words: style templates and the words for schema elements (issue 11).
+"""Drift utterances in the user's words: style templates and the words for schema elements.
 
 A drift utterance (TIDE §2.2, DESIGN.md "Words") names what the user retracts and what replaces it,
 never in SQL. This module holds
@@ -7,8 +7,8 @@ never in SQL. This module holds
   ``Hometown`` -> ``hometown``, ``LName`` -> ``last name``), :func:`table_words` (singular or plural,
   as the question spells it where it can), :func:`value_words` (a value as written in the data, no
   SQL quoting) and :func:`condition_words` (``> 30`` -> ``more than 30``);
-* the style templates: :data:`TEMPLATES`, per edit kind and per style (ABISS §4.1's linguistic
-  styles, reduced to the three the issue names: ``formal``, ``colloquial``, ``interrogative``),
+* the style templates: :data:`TEMPLATES`, per edit kind and per style (ABISS §4.1's three linguistic
+  styles: ``formal``, ``colloquial``, ``interrogative``),
   several per style; :func:`render_utterance` picks a style and a template with the caller's rng.
 
 Nothing here reads SQL text; the recipe (:mod:`textsql_clarify.generation.drift`) gives the slots.
@@ -25,7 +25,7 @@ __all__ = [
     "aggregate_words", "attribute_words", "entity_words", "Utterance", "render_utterance",
 ]
 
-#: the three styles of the drift utterances (ABISS §4.1 styles; issue 11)
+#: the three styles of the drift utterances (ABISS §4.1 styles)
 STYLES: tuple[str, ...] = ("formal", "colloquial", "interrogative")
 
 #: whole identifiers (lower case, separators removed) with a known reading
@@ -53,7 +53,7 @@ def column_words(name: str) -> str:
         name: the identifier as written in the schema.
     Returns:
         A phrase without underscores or dots (``"value"`` for an identifier with no letters).
-    Source: issue 11 ("column ``first_name`` -> 'first name'").
+    Source: ours (schema elements in the user's words: column ``first_name`` -> 'first name').
     """
     flat = re.sub(r"[^A-Za-z0-9]", "", name).lower()
     if flat in _WHOLE:
@@ -92,7 +92,7 @@ def attribute_words(words: str, sql_type: str = "") -> str:
     Args:
         words: the column's words (:func:`column_words`).
         sql_type: its declared SQL type (``INT``, ``TEXT``, ``DATETIME`` ...; any case).
-    Source: issue 11 follow-up (a fresh reader's rating, sample 21).
+    Source: ``docs/generation.md`` "Quality: a fresh reader's ratings" (sample 21).
     """
     parts = words.split()
     if len(parts) >= 3 and parts[-2] == "of" and _participle(parts[-1]):
@@ -127,7 +127,7 @@ def relation_words(table: str, main: str) -> str:
     Args:
         table: the joined table's name.
         main: the name of the table it filters.
-    Source: issue 11 (schema elements in the user's words).
+    Source: ours (schema elements in the user's words).
     """
     words = column_words(table).lower().split()
     main_words = column_words(main).lower().split()
@@ -157,7 +157,7 @@ def entity_words(table: str, other: str, question: str = "", *, plural: bool = F
         other: the table on the other side of the link.
         question: the anchor's question (its spelling is preferred for a plain table).
         plural: the plural form.
-    Source: issue 11 follow-up (a fresh reader's rating, sample 12).
+    Source: ``docs/generation.md`` "Quality: a fresh reader's ratings" (sample 12).
     """
     if not set(column_words(table).lower().split()) & _LINKING:
         return table_words(table, question, plural=plural)
@@ -186,7 +186,7 @@ def table_words(name: str, question: str = "", *, plural: bool = False) -> str:
         name: the table name as written in the schema.
         question: the anchor's question (its wording is preferred).
         plural: the plural form.
-    Source: issue 11 ("table names singular/plural as in the question where possible").
+    Source: ours (table names singular or plural as in the question where possible).
     """
     base = column_words(name).lower()
     if plural:
@@ -209,7 +209,7 @@ def value_words(value: Any) -> str:
 
     Args:
         value: a Python value from a result row (``str``, ``int``, ``float``).
-    Source: issue 11 ("values as written in the data").
+    Source: ours (values as written in the data).
     """
     if isinstance(value, bool):
         return "yes" if value else "no"
@@ -525,7 +525,7 @@ def render_utterance(kind: str, slots: Mapping[str, str], rng: random.Random) ->
         rng: the recipe's random generator (two draws).
     Raises:
         KeyError: an unknown ``kind``, or a slot the picked template needs is missing.
-    Source: issue 11 (style templates, ABISS §4.1 styles).
+    Source: ABISS §4.1 (linguistic styles); the templates are ours.
     """
     by_style = TEMPLATES[kind]
     style = rng.choice(STYLES)
