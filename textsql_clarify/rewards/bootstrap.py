@@ -1,4 +1,4 @@
-"""Bootstrap confidence intervals over samples, and the paired bootstrap of two runs (issue 13).
+"""Bootstrap confidence intervals over samples, and the paired bootstrap of two runs.
 
 PremiseSQL (the appendix paragraph on uncertainty, before its Table 9) resamples the benchmark's queries
 with replacement, keeps the pairing of two runs over the same queries, and reports percentile 95 %
@@ -49,7 +49,7 @@ class BootstrapError(TextSQLClarifyError, ValueError):
 
 def bootstrap_settings(*, n_resamples: int = DEFAULT_RESAMPLES, level: float = DEFAULT_LEVEL,
                        seed: int = DEFAULT_SEED) -> dict:
-    """The settings block written at the top of ``metrics.json`` (issue 13).
+    """The settings block written at the top of ``metrics.json``.
 
     Returns:
         ``{"seed": seed, "n_resamples": n_resamples, "level": level, "unit": "sample", "method": "percentile"}``.

@@ -10,7 +10,7 @@ Pipeline (each step cites the article, ``002_839439527a6c50bd.txt``):
 1. Pair the columns (article: "Pairing the columns"). First by origin: the same resolved
    ``table.column`` on both sides is proof and pairs with no threshold (precision = recall = 1.0). When an
    origin names several columns (a table read twice in a self-join), which is which is decided by values:
-   the one-to-one assignment maximising multiset value overlap (``linear_sum_assignment``; ours, issue 8).
+   the one-to-one assignment maximising multiset value overlap (``linear_sum_assignment``, scipy docs; ours).
    Then, among what is left, by the overlap of distinct values, best ``min(P, R)`` first. Two guards
    apply to this inferred step only: the threshold is on ``min(P, R)``, not F1, and a reference column
    needs at least two distinct values. Our extension to the second guard: a reference column below it
@@ -175,7 +175,7 @@ def column_origins(sql: str, schema: Schema | dict | None) -> tuple[str | None, 
 
 def _column_origins(sql: str, schema: Schema | dict | None) -> tuple[str | None, ...]:
     """:func:`column_origins` without the step memo of its answer."""
-    # parsed and qualified once per env step, shared with the other scorers (read only here; issue 12)
+    # parsed and qualified once per env step, shared with the other scorers (read only here)
     tree = qualified_for_analysis(sql, schema)
     if not isinstance(tree, exp.Query):
         raise SQLParseError(sql, f"not a query: {type(tree).__name__}")

@@ -1,8 +1,9 @@
 """Dense SQL reward: partial credit that ranks honest near-misses above hacks (component ``sql_partial``).
 
 The article's output scores (:mod:`.cells`) measure how much of the gold's result came back; as a reward they
-can be gamed (issue 8, measured on Spider dev with ``cell_f1 x column_recall``: dropping a required ORDER BY
-earned 0.917, duplicating every row 0.586, returning half the rows 0.516, all with EX 0; width hacks 0.337).
+can be gamed (the red-team contract, ``docs/rewards.md``; measured on Spider dev with ``cell_f1 x column_recall``:
+dropping a required ORDER BY earned 0.917, duplicating every row 0.586, returning half the rows 0.516, all with EX 0;
+width hacks 0.337).
 ``sql_partial`` keeps the article's scores as ingredients and adds what a reward needs:
 
 * an exact answer scores 1 (same number of columns, same bag of rows, or the same sequence when the gold is
@@ -40,7 +41,7 @@ back (``rows`` and ``content`` fall, nothing gates), an extra column costs colum
 Measured on Spider dev by ``bench/bench_dense_ranking.py`` (table in ``docs/rewards.md``).
 
 Sources: the article ("Output: columns and cells", "Component: where the SQL went wrong") for the
-ingredients; ABISS App. A for the ordered / bag comparison; the gates and the product are ours (issue 8).
+ingredients; ABISS App. A for the ordered / bag comparison; the gates and the product are ours.
 """
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ GATES: tuple[str, ...] = ("width", "unanalysable", "row_window", "set_operation"
 
 @dataclass(frozen=True)
 class PartialPolicy:
-    """Every threshold of :func:`score_partial`, named (ours, issue 8).
+    """Every threshold of :func:`score_partial`, named (ours).
 
     Attributes:
         max_extra_columns: most candidate columns that may pair with no gold column before the ``width`` gate
@@ -169,7 +170,7 @@ def _lis(seq: list[int]) -> int:
 
 
 def order_agreement(cand_rows: list[tuple], ref_rows: list[tuple]) -> float:
-    """Share of the matched rows that come in the reference's order: LCS / matched (ours, issue 8).
+    """Share of the matched rows that come in the reference's order: LCS / matched (ours).
 
     Each candidate row, in candidate order, takes the earliest unused reference row with equal values; the
     longest common subsequence of the two orders is then the longest increasing run of the reference indices

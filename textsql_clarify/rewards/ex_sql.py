@@ -25,8 +25,8 @@ that no value makes true (``WHERE 0``, ``WHERE id <> id``) reads no row and is c
 cannot see is a filter true of no row of this database only (``WHERE name = 'zzz'``): that is data, and
 only test-suite EX over several database instances (Zhong et al. 2020) tells it from a guess. The rule is
 the second defence against width; the bound on extra columns (:mod:`.execution`) is the first. Source:
-ours, for issue 8 ("Execution accuracy that cannot be hit by width") on top of ABISS App. A's
-column-superset tolerance.
+ours (execution accuracy that cannot be hit by width: the red-team contract, ``docs/rewards.md``) on top
+of ABISS App. A's column-superset tolerance.
 """
 from __future__ import annotations
 
@@ -472,9 +472,9 @@ def projection_info(sql: str, schema: Mapping[str, Mapping[str, str]] | None = N
 
 
 #: ``id(schema) -> (schema, key)``: the last sandbox schemas' table and column names, so that an env step does not
-#: rebuild the key of its database's schema for every lookup (issue 12). The schema is held, so its id is not
+#: rebuild the key of its database's schema for every lookup. The schema is held, so its id is not
 #: reused; only a :class:`~textsql_clarify.sql.readonly.ReadOnlySchema` (a sandbox's) is kept: it cannot change,
-#: where a plain dict changed in place would keep a stale key (issue 12 review).
+#: where a plain dict changed in place would keep a stale key.
 _NAMES_KEYS: dict[int, tuple[Mapping, tuple]] = {}
 
 

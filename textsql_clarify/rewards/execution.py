@@ -728,7 +728,7 @@ def _sql_side(pred_sql: str, gold_sql: str, schema: Mapping | None, n_pred: int 
     projection info, gold projection info, pred constant columns, gold constant columns)``, ``ordered`` being
     the reason text when the gold's ordering cannot be read. Each part is a pure function of the texts, the
     schema's names, the column counts and the options (each was cached on its own already); one lookup per
-    step instead of six (issue 12, item 2: the EX-only step's fixed cost)."""
+    step instead of six (``docs/platform.md`` "Step cost": the EX-only step's fixed cost)."""
     try:
         key = (pred_sql, gold_sql, None if schema is None else _names_key(schema), n_pred, n_gold,
                opts.exclude_nondeterministic_gold, opts.constant_columns)

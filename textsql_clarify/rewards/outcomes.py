@@ -1,4 +1,4 @@
-"""How each episode ended, and the shares of a run's endings with their intervals (issue 13).
+"""How each episode ended, and the shares of a run's endings with their intervals.
 
 A run that scores 0 everywhere may have answered wrongly or never emitted a valid action; the outcome
 shares say which. Each episode gets exactly one of :data:`OUTCOMES`, read from its
@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 from ..trajectory import Trajectory
 from .bootstrap import DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_cis
 
-#: episode endings, in report order (issue 13).
+#: episode endings, in report order.
 OUTCOMES = ("sql", "feedback", "budget_spent", "malformed", "truncated")
 #: the per-episode counts :func:`outcome_summary` averages next to the shares.
 COUNTS = ("turns", "clarifications")

@@ -350,7 +350,7 @@ def prepared_for_analysis(sql: str, schema: Mapping | None = None) -> PreparedQu
     (:func:`~textsql_clarify.sql.schema.shared_analysis`), where the result is shared: the caller must not
     mutate its tree (copy it first, as :func:`prepare_sql` does). Outside a step, a fresh preparation.
 
-    Source: issue 12, item 2 (components, the dense reward and commitments share one preparation).
+    Source: ``docs/platform.md`` "Step cost" (components, the dense reward and commitments share one preparation).
 
     Raises:
         SQLParseError, TypeError: as :func:`prepare_sql`.

@@ -14,7 +14,8 @@ names: the missing table, column or relationship). This module gives three judge
   a tie fails (ABISS §5.2-5.3 council practice).
 
 The rule of the offline judges, for a sample **with** a stated rationale (hidden knowledge), judges only
-what the feedback adds beyond the question (issue 8: an echo of the question must not pass)::
+what the feedback adds beyond the question (an echo of the question must not pass: the red-team contract, no
+policy earns more than the random agent, ``docs/rewards.md``)::
 
     correct  iff  feedback is a non-empty explanation (not SQL)
              and  (score >= threshold  OR  it names the missing element  OR  it singles it out)

@@ -136,7 +136,7 @@ class CouncilFeedbackJudge:
             TypeError: ``sample`` is not a Sample or ``feedback`` not a string.
         """
         _check_args(sample, feedback)
-        feedback = valid_unicode(feedback)  # lone surrogates become U+FFFD (issue 12)
+        feedback = valid_unicode(feedback)  # lone surrogates become U+FFFD
         return [bool(v.vote(sample, feedback)) for v in self.voters]
 
     def assess(self, sample: Sample, feedback: str, schema_identifiers: Iterable[str] = ()) -> FeedbackVerdict:

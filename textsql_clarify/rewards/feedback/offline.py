@@ -5,7 +5,7 @@ cosine similarity (falling back to the lexical judge when MiniLM cannot load). B
 out in :mod:`textsql_clarify.rewards.feedback`, with the thresholds calibrated on
 ``tests/fixtures/probe_feedback.jsonl`` (``docs/simulator.md``, "Feedback judge").
 
-Speed (issue 12, ``docs/platform.md`` "Feedback judge speed"): what does not depend on the feedback is
+Speed (``docs/platform.md`` "Feedback judge speed"): what does not depend on the feedback is
 computed once and kept in bounded LRU caches shared by every judge of the process: the database's
 structure per (file, identifiers), the hidden knowledge's missing-claims and residual text per (hidden
 knowledge, question, schema words), and, per encoder, the embedding of each hidden-knowledge residual
@@ -46,7 +46,7 @@ MINILM_THRESHOLD = 0.35
 #: Content-word recall threshold of :class:`LexicalFeedbackJudge`, calibrated the same way.
 LEXICAL_THRESHOLD = 0.225
 
-#: Entries each LRU cache keeps (issue 12): database structures, hidden-knowledge sides, and per encoder
+#: Entries each LRU cache keeps: database structures, hidden-knowledge sides, and per encoder
 #: the hidden-knowledge and the feedback embeddings (384 float32 each: 8,192 embeddings are about 12 MB).
 CACHE_SIZES = {"structure": 256, "hidden_knowledge": 4096, "hk_embedding": 4096, "feedback_embedding": 4096}
 
@@ -116,9 +116,9 @@ _LOAD = [float("-inf"), None]  # [when read (monotonic s), the thread count auto
 def auto_threads() -> int | None:
     """The torch thread count of ``num_threads="auto"``: ``1`` while the machine is busy (its 1-minute
     load average, read at most once a second, is at or above the number of CPUs this process may use),
-    else ``None`` (torch's own setting). ``1`` where the load average cannot be read. Source: issue 12
-    (``bench/bench_feedback_judge.py``: on 2 cores at load ~6 one thread took 15 ms per judgement and
-    two 100 ms; at load ~1.7 one thread took 5.4 ms and two 3.8 ms).
+    else ``None`` (torch's own setting). ``1`` where the load average cannot be read. Source:
+    ``docs/platform.md`` "Feedback judge speed" (``bench/bench_feedback_judge.py``: on 2 cores at load ~6 one
+    thread took 15 ms per judgement and two 100 ms; at load ~1.7 one thread took 5.4 ms and two 3.8 ms).
     """
     now = time.monotonic()
     if now - _LOAD[0] >= 1.0:
@@ -220,7 +220,7 @@ def _partial(sample: Sample, feedback: str, schema_identifiers: Iterable[str], j
         TypeError: ``sample`` is not a Sample or ``feedback`` not a string.
     """
     _check_args(sample, feedback)
-    feedback = valid_unicode(feedback)  # a caller's lone surrogate is judged as U+FFFD, not a crash (issue 12)
+    feedback = valid_unicode(feedback)  # a caller's lone surrogate is judged as U+FFFD, not a crash
     if not feedback.strip():
         return FeedbackVerdict(False, judge, "empty")
     if _is_sql(feedback):
@@ -326,7 +326,7 @@ def _check_batch(samples: Sequence[Sample], feedbacks: Sequence[str],
 
 def judge_many(judge: Any, samples: Sequence[Sample], feedbacks: Sequence[str],
                schema_identifiers_list: Sequence[Iterable[str]] | None = None) -> list[bool]:
-    """``judge.judge_many(...)`` when the judge has one, else one ``judge.judge(...)`` per item (issue 12).
+    """``judge.judge_many(...)`` when the judge has one, else one ``judge.judge(...)`` per item.
 
     Args:
         judge: any :class:`~textsql_clarify.rewards.feedback.FeedbackJudge`.
@@ -377,7 +377,7 @@ _CORPUS_DOC = """Learn the stock phrases of a dataset (:mod:`~textsql_clarify.re
         """
 
 
-_MANY_DOC = """{what} for many judgements at once (issue 12: the vector env's step judges the feedback of all its
+_MANY_DOC = """{what} for many judgements at once (the vector env's step judges the feedback of all its
         sub-envs in one call).
 
         Contract: item ``k`` of the result is exactly ``{single}(samples[k], feedbacks[k],
@@ -509,8 +509,8 @@ class SemanticFeedbackJudge:
             normalize_embeddings=True, show_progress_bar=False)`` returning unit vectors); ``None`` loads MiniLM.
         fallback: the judge used when MiniLM is unavailable.
         cache: keep the hidden knowledge's side (structure, claims, embedding) and recent feedback
-            embeddings in the process's LRU caches and embed only what is not there (issue 12). ``False``
-            is the path before issue 12: every judgement parses both sides and embeds the pair in one
+            embeddings in the process's LRU caches and embed only what is not there. ``False``
+            is the uncached path: every judgement parses both sides and embeds the pair in one
             encode call.
         num_threads: torch threads for each encode call (:func:`~textsql_clarify.minilm.torch_threads`:
             set for the call, restored after it; process-wide while it runs). ``1`` (the default): fast for
@@ -561,7 +561,7 @@ class SemanticFeedbackJudge:
         return self.model if self.used == "minilm" else None
 
     def _encode(self, texts: list[str]):
-        texts = [valid_unicode(t) for t in texts]  # the tokenizer refuses lone surrogates (issue 12)
+        texts = [valid_unicode(t) for t in texts]  # the tokenizer refuses lone surrogates
         with torch_threads(auto_threads() if self.num_threads == "auto" else self.num_threads):
             lean = _lean_for(self.model) if self.cache and self.lean else None
             if lean is not None:
