@@ -82,7 +82,7 @@ class UserRequest:
 def valid_request(req: UserRequest) -> UserRequest:
     """``req`` with surrogate code points in its clarification and history replaced by U+FFFD
     (:func:`textsql_clarify.text.valid_unicode`); ``req`` itself when its text is valid. The users apply it
-    on entry, so a caller's ``"Sorry \\ud83d"`` is answered instead of crashing a tokenizer (issue 12).
+    on entry, so a caller's ``"Sorry \\ud83d"`` is answered instead of crashing a tokenizer.
     A non-string clarification is left for the user's own type check."""
     clar = req.clarification
     fixed = valid_unicode(clar) if isinstance(clar, str) else clar

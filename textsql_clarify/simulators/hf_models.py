@@ -302,7 +302,7 @@ def load_causal_lm(spec: str | os.PathLike = DEFAULT_MODEL, *, device: str | Non
         quiet_hf_progress()  # no "Loading weights" / GGUF conversion bars in CLI output
         from ..progress import announce
 
-        announce(f"loading the language model {src.name} on {dev} ...")  # one line above any bar (issue 13)
+        announce(f"loading the language model {src.name} on {dev} ...")  # one line above any bar
         kw: dict[str, Any] = {"local_files_only": True}
         if src.gguf_file:
             kw["gguf_file"] = src.gguf_file
@@ -529,7 +529,7 @@ class HFBackend:
     def _encode(self, text: str, first: bool) -> list[int]:
         tok = self.lm.tokenizer
         bos = tok.bos_token
-        text = valid_unicode(text)  # the tokenizer raises TypeError on a lone surrogate (issue 12)
+        text = valid_unicode(text)  # the tokenizer raises TypeError on a lone surrogate
         add = first and not (bos and text.startswith(bos))
         return list(tok(text, add_special_tokens=add).input_ids)
 

@@ -16,14 +16,14 @@ A reply is checked for three kinds of leak, each reported as a reason string:
 * ``"value:<v>"``: a literal that the gold query compares (``WHERE city = 'Bologna'``) appears in the
   reply and was not licensed either.
 
-**What licenses a name** (issue 8, "a clarification cannot milk"): the question and the hidden
-knowledge always do (the user knows both). The agent's clarification does too, but only when it names
-at most :data:`LICENSE_LIMIT` (one) schema identifier that the question and the hidden knowledge do not
-already contain (:func:`named_identifiers`): a clarification that lists candidates licenses none of
-them, so no reply can confirm which of the listed names the gold uses. A clarification that names
-more than :data:`PROBE_LIMIT` (two) such identifiers is an **identifier probe**
-(:func:`is_identifier_probe`, e.g. "which of these columns: a, b, c, d?"); the simulated users label it
-``irrelevant`` and refuse it.
+**What licenses a name** (a clarification cannot milk the user; the red-team contract,
+``docs/rewards.md``): the question and the hidden knowledge always do (the user knows both). The agent's
+clarification does too, but only when it names at most :data:`LICENSE_LIMIT` (one) schema identifier
+that the question and the hidden knowledge do not already contain (:func:`named_identifiers`): a
+clarification that lists candidates licenses none of them, so no reply can confirm which of the listed
+names the gold uses. A clarification that names more than :data:`PROBE_LIMIT` (two) such identifiers is
+an **identifier probe** (:func:`is_identifier_probe`, e.g. "which of these columns: a, b, c, d?"); the
+simulated users label it ``irrelevant`` and refuse it.
 
 :func:`gold_leaks` is the leak *measure* used by ``scripts/measure_simulators.py``: the gold output
 columns, tables and condition values a reply names that neither the question nor the hidden knowledge
@@ -161,7 +161,7 @@ def _split_words(identifier: str) -> list[str]:
     s = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", identifier)
     # a space before the last capital of a run that a lower-case letter follows ("HTMLParser" -> "HTML Parser"), by
     # lookaround: the former ``([A-Z]+)([A-Z][a-z])`` retried the run from each capital, quadratic on "A" * n (a
-    # clarification is agent text; issue 12 review)
+    # clarification is agent text)
     s = _CAPS_RUN_END.sub(" ", s)
     return [w for w in re.split(r"[^0-9A-Za-z]+", s.lower()) if w]
 
@@ -258,7 +258,7 @@ def _named_cached(text: str, schema_identifiers: frozenset[str], known: str) -> 
 
 def is_identifier_probe(clarification: str, *, question: str, hidden_knowledge: str = "",
                         schema_identifiers: Iterable[str], limit: int = PROBE_LIMIT) -> bool:
-    """True when a clarification enumerates schema identifiers (issue 8): it names more than ``limit``
+    """True when a clarification enumerates schema identifiers: it names more than ``limit``
     identifiers (:func:`named_identifiers`) that neither the question nor the hidden knowledge contains.
 
     Such a clarification licenses no name in the reply (:func:`leakage_reasons`), and the simulated
@@ -278,7 +278,7 @@ def is_identifier_probe(clarification: str, *, question: str, hidden_knowledge: 
 
 def leakage_reasons(reply: str, *, question: str, clarification: str, schema_identifiers: Iterable[str],
                     gold_sql: str | None, hidden_knowledge: str = "", license_limit: int = LICENSE_LIMIT) -> list[str]:
-    """Why a simulated-user reply leaks, or ``[]`` when it is clean (TIDE App. E validator; issue 8).
+    """Why a simulated-user reply leaks, or ``[]`` when it is clean (TIDE App. E validator).
 
     Args:
         reply: the candidate user reply.

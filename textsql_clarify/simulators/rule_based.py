@@ -13,7 +13,7 @@ It follows the two-stage protocol of ABISS §5.2 with rules in place of the mode
    So is an identifier probe (more than two schema names the question and the hidden knowledge lack,
    :func:`~.leakage.is_identifier_probe`) and an echo of the question (:func:`specificity`: it covers
    the question and adds nothing but stock words); an ``unfocused`` clarification (covers the question,
-   adds words) is judged on the words it adds only (issue 8).
+   adds words) is judged on the words it adds only (the red-team contract, ``docs/rewards.md``).
 2. **Answer.** Relevant answers state the hidden knowledge (or the chosen chain layer's answer);
    technical answers state one atomic gold-SQL fragment in words (TIDE App. E, :mod:`.fragments`; on a
    sample whose gold is withheld, ``Sample.gold_withheld``, there is none, so the user leaves the detail to
@@ -282,8 +282,8 @@ def is_content_free(clarification: str) -> bool:
 
 
 def specificity(clarification: str, question: str) -> str:
-    """What a clarification adds beyond the question (issue 8: a clarification that only repeats the
-    question cannot earn the hidden knowledge).
+    """What a clarification adds beyond the question (a clarification that only repeats the
+    question cannot earn the hidden knowledge: the red-team contract, ``docs/rewards.md``).
 
     The clarification *covers* the question when its content stems (stock words of :data:`STOCK_STEMS`
     dropped) contain the question's content stems in order, or at least :data:`COVER_SHARE` of them and
@@ -633,7 +633,7 @@ class RuleBasedUser:
             if not isinstance(req.clarification, str):
                 raise TypeError(f"respond: batch[{i}].clarification must be a string, "
                                 f"got {type(req.clarification).__name__}")
-            out.append(self._one(valid_request(req)))  # lone surrogates become U+FFFD (issue 12)
+            out.append(self._one(valid_request(req)))  # lone surrogates become U+FFFD
         return out
 
     # -- stage 1 + 2 for one request

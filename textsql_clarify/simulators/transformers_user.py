@@ -244,7 +244,7 @@ class TransformersUserSimulator:
             if r.sample.group not in ALLOWED_LABELS:
                 raise ValueError(f"batch[{k}]: sample {r.sample.id!r} has group {r.sample.group!r}; "
                                  f"expected one of {list(ALLOWED_LABELS)}")
-            batch[k] = valid_request(r)  # lone surrogates become U+FFFD: tokenizers refuse them (issue 12)
+            batch[k] = valid_request(r)  # lone surrogates become U+FFFD: tokenizers refuse them
         works = [self._prepare(k, r) for k, r in enumerate(batch)]
         for w in works:
             if w.req.sample.group == "unanswerable":
