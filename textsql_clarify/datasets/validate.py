@@ -30,7 +30,7 @@ errors, non-empty result sets, runtime failures and within a time limit"; the st
   value-masked gold (:func:`.gold_masking.mask_values`, given the database's column names so that a
   double-quoted value such as ``"France"`` is masked as ``'France'`` is) equals an earlier one's over the same database,
   unless it is another reading of the same question (same question text, or its gold is one of the earlier
-  sample's interpretations), or both were generated (issue 11) from the same anchor or from anchors with the same
+  sample's interpretations), or both were generated from the same anchor or from anchors with the same
   gold SQL text (``provenance["anchor_gold"]``: one source query asked in two phrasings, Spider's paraphrase
   pairs; each generated sample keeps its own anchor's question, so the episodes differ); the first keeps no flag.
   Golds that are equal only once values are masked come from different source queries and are still flagged,
@@ -43,7 +43,7 @@ Each distinct SQL runs once per database, in the read-only sandbox shared with t
 (:func:`~textsql_clarify.sql.sandbox.get_sandbox` with the env's default limits). Results are cached per dataset
 on disk (:mod:`.validation_cache`), except a run in which something timed out, found the database locked by
 another connection (retried at once, as the sandbox retries golds) or hit SQLite's heap limit: a busy machine or
-a lock causes these, not the gold, so they are retried on the next load (issue 12).
+a lock causes these, not the gold, so they are retried on the next load.
 """
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ class _Runner:
         if hit is None:
             sandbox = self.sandbox(db_path)
             hit = sandbox.execute(sql)
-            for _ in range(GOLD_RETRIES):  # another connection held a lock: it may pass by itself (issue 12)
+            for _ in range(GOLD_RETRIES):  # another connection held a lock: it may pass by itself
                 if not _is_transient(hit):
                     break
                 time.sleep(GOLD_RETRY_WAIT_S)
@@ -277,11 +277,11 @@ def _same_question(a: Sample, b: Sample) -> bool:
     (case and spacing aside), or ``b``'s gold is one of ``a``'s interpretations (ABISS writes each reading of
     an ambiguous question as its own record; readings that differ only in a value, ``Age > 40`` /
     ``Age > 50``, mask alike), or both were generated from the same anchor (``provenance`` ``source`` is
-    ``"generated"`` and ``anchor_id`` is the same: the recipes of issue 11 grow several episodes from one gold on
+    ``"generated"`` and ``anchor_id`` is the same: the generation recipes grow several episodes from one gold on
     purpose, e.g. TIDE's chain-only / drift-only / joint triplets over one anchor, a PremiseSQL flaw and its paired
     original), or both were generated from anchors with the same gold SQL text (the same ``anchor_gold``,
     :func:`textsql_clarify.generation.anchors.anchor_gold`: one source query asked in another phrasing, Spider's
-    paraphrase pairs; issue 11). Samples that are not generated (Spider dev's own paraphrase pairs) are not
+    paraphrase pairs). Samples that are not generated (Spider dev's own paraphrase pairs) are not
     exempted by either rule, and anchors whose golds differ in a value have different ``anchor_gold``s."""
     if " ".join(a.question.lower().split()) == " ".join(b.question.lower().split()):
         return True
