@@ -8,10 +8,10 @@ trainable SmolLM2 checkpoint once; ``models path smollm2`` prints its folder. ``
 every load-time validation problem with its sample id (exit 0: none flagged, 1: some flagged, 2: the dataset
 cannot be loaded); ``data stats SPEC`` counts samples per group, subcategory, difficulty and gold status.
 ``generate --anchors SPEC | --db FILE --queries FILE.jsonl --out DIR`` grows validated samples from gold queries
-with the recipes of :mod:`textsql_clarify.generation` and prints the per-stage rejection table (issue 11,
+with the recipes of :mod:`textsql_clarify.generation` and prints the per-stage rejection table (ABISS App. B,
 ``docs/generation.md``). ``report RUN_DIR [RUN_DIR ...]`` writes one self-contained HTML report of eval run
 folders (leaderboard with paired differences, outcomes, charts with intervals, dialogue browser), or with
-``--format md|csv|json`` their tables alone (issue 13, :mod:`textsql_clarify.reports`, ``docs/metrics.md``).
+``--format md|csv|json`` their tables alone (:mod:`textsql_clarify.reports`, ``docs/metrics.md``).
 """
 from __future__ import annotations
 
@@ -245,7 +245,7 @@ def _eval(args: argparse.Namespace) -> int:
                   + (f", {agent.generate_calls} generate calls" if hasattr(agent, "generate_calls") else ""))
         wrote = (Path(args.out) / "trajectories.jsonl", Path(args.out) / "metrics.json")
         line = f"wrote {wrote[0]} and {wrote[1]}"
-        print(line if len(line) <= 100 else f"wrote {wrote[0]}\n  and {wrote[1]}")  # the tables' width (issue 13)
+        print(line if len(line) <= 100 else f"wrote {wrote[0]}\n  and {wrote[1]}")  # the tables' width
     return 0
 
 
@@ -319,7 +319,7 @@ def _data(args: argparse.Namespace) -> int:
 
 def _generate(args: argparse.Namespace) -> int:
     """``generate``: anchors (:func:`~textsql_clarify.generation.anchors.load_anchors`) x recipes ->
-    :func:`~textsql_clarify.generation.pipeline.generate`; prints the rejection table and the counts (issue 11)."""
+    :func:`~textsql_clarify.generation.pipeline.generate`; prints the rejection table and the counts."""
     from .generation.anchors import load_anchors
     from .generation.base import check_options
     from .generation.pipeline import generate
@@ -367,7 +367,7 @@ def _plural(n: int, word: str) -> str:
 
 def generate_summary(counts: dict, samples_path: Path | str, resumed: int, units: int,
                      width: int = 100) -> list[str]:
-    """The lines ``generate`` prints after its rejection table (issue 11), each at most ``width`` columns
+    """The lines ``generate`` prints after its rejection table, each at most ``width`` columns
     (a path longer than that is the only thing on its line).
 
     Args:
@@ -432,7 +432,7 @@ def _report(args: argparse.Namespace) -> int:
     runs = load_runs(args.runs)
     from .reports.leaderboard import sample_overlaps
 
-    for o in sample_overlaps(runs):  # the paired row is all "—" without shared samples: say so (issue 13)
+    for o in sample_overlaps(runs):  # the paired row is all "—" without shared samples: say so
         print(f"warning: run {o['run']} shares {o['shared']} of its {o['n']} sample ids with the reference run "
               f"{o['reference']} ({o['reference_n']} ids); its paired differences are over those {o['shared']}"
               + (" (all undefined)" if o["shared"] == 0 else ""), file=sys.stderr)

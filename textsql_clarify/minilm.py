@@ -2,7 +2,8 @@
 process and device, offline. Shared by the simulator's grounding and the FB judge (DESIGN "Offline").
 :func:`torch_threads` runs an encode with a given torch thread count (one, for the FB judge's short
 sentences) and restores torch's own setting after it; :func:`lean_encoder` is the same encode with less
-overhead per call, checked against ``model.encode`` before use (issue 12).
+overhead per call, checked against ``model.encode`` before use
+(``docs/platform.md`` "Feedback judge speed").
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def load_minilm(device: str = "cpu", purpose: str | None = None):
 
     Nothing is fetched (``local_files_only``). The first load on a device writes one line such as
     ``loading the feedback judge's sentence encoder (all-MiniLM-L6-v2) on cpu ...`` to stderr, above any
-    progress bar (:func:`textsql_clarify.progress.announce`; issue 13), before the few seconds it takes.
+    progress bar (:func:`textsql_clarify.progress.announce`), before the few seconds it takes.
 
     Args:
         device: ``"cpu"`` or ``"cuda"``.
@@ -81,7 +82,7 @@ def torch_threads(num_threads: int | None) -> Iterator[None]:
 
     For one or a few short sentences MiniLM is fastest on one thread: the matrices are too small to
     share out, and on a loaded machine a second thread that the OS has descheduled makes every
-    matrix product wait for it (issue 12 measured 0.69 s per judgement on two shared cores at torch's
+    matrix product wait for it (measured: 0.69 s per judgement on two shared cores at torch's
     default of one thread per core, about 9 ms on one thread).
 
     ``torch.set_num_threads`` is process-wide: torch has no per-call setting. So the count is changed
@@ -107,7 +108,7 @@ def torch_threads(num_threads: int | None) -> Iterator[None]:
         yield
         return
     # One block at a time: the setting is process-wide, so two threads interleaving set/restore could leave
-    # torch at the wrong count for the rest of the process (issue 12 review).
+    # torch at the wrong count for the rest of the process (torch ``set_num_threads`` docs).
     with _THREADS_LOCK:
         old = torch.get_num_threads()
         if old == num_threads:
@@ -129,7 +130,7 @@ def lean_encoder(model: Any, tolerance: float = 1e-6) -> Callable[[list[str]], A
     """A leaner ``encode(texts, normalize_embeddings=True)`` for all-MiniLM-L6-v2, or ``None``.
 
     ``SentenceTransformer.encode`` spends about 40 % of a one-sentence call outside the matrix products
-    (module dispatch, argument checks, mask utilities; measured for issue 12). This runs the same
+    (module dispatch, argument checks, mask utilities; measured). This runs the same
     operations of the same modules (BERT embeddings, the six encoder layers with ``F.linear``,
     ``F.layer_norm``, ``F.gelu`` and ``F.scaled_dot_product_attention``, mean pooling, L2 normalisation,
     twice as ``encode`` does) on the features of ``model.preprocess``, in one ``torch.inference_mode``.

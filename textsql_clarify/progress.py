@@ -1,4 +1,4 @@
-"""Status lines that do not break a progress bar (issue 13: "model loading says what it loads").
+"""Status lines that do not break a progress bar (model loading says what it loads).
 
 :func:`announce` writes one line to stderr through ``tqdm.write``, which lifts every active tqdm bar
 on that stream, prints the line and redraws the bars below it; with no bar active it is a plain

@@ -27,7 +27,8 @@ def valid_unicode(text: str) -> str:
 
     The simulated users and the feedback judge pass what callers give them through this, so a direct call
     with ``"Sorry \\ud83d"`` is answered, not a crash; the env itself refuses such actions as malformed
-    (:func:`textsql_clarify.envs.actions.text_problem`). Source: issue 12.
+    (:func:`textsql_clarify.envs.actions.text_problem`). Source: Python's ``str.encode`` docs (a lone
+    surrogate raises ``UnicodeEncodeError``).
 
     Args:
         text: any string.

@@ -69,7 +69,7 @@ class Trajectory:
         flags: the sample's load-time validation flags (``Sample.flags``,
             :data:`~textsql_clarify.samples.SAMPLE_FLAGS`); metrics count them and, unless asked, leave
             ``indistinguishable`` trajectories out of every mean (``docs/metrics.md``).
-        question: the sample's question (issue 13: the report's dialogue browser shows it);
+        question: the sample's question (the report's dialogue browser shows it);
             ``""`` in records written before it existed.
     """
 

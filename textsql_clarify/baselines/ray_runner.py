@@ -1,4 +1,4 @@
-"""Ray backend of :func:`~textsql_clarify.baselines.rollout.evaluate` (issue 12 item 3).
+"""Ray backend of :func:`~textsql_clarify.baselines.rollout.evaluate` (``docs/platform.md`` "Ray").
 
 A pool of Ray actors, each holding its envs, one simulated user and one feedback judge, plays episodes
 fed to it by sample index (with the sample's id as a check) and returns their trajectories; the driver
@@ -36,7 +36,7 @@ MAX_CHUNK = 64
 
 
 class RayUnavailableError(TextSQLClarifyError, ImportError):
-    """``backend="ray"`` was asked for but Ray cannot be imported (issue 12 item 3)."""
+    """``backend="ray"`` was asked for but Ray cannot be imported."""
 
 
 class RayEpisodeError(TextSQLClarifyError, RuntimeError):
@@ -164,7 +164,7 @@ def _relocate(samples: list[Sample], driver_root: str) -> list[Sample]:
 
 
 class EpisodeWorker:
-    """The body of one Ray actor: its envs, one simulated user and one feedback judge (issue 12 item 3).
+    """The body of one Ray actor: its envs, one simulated user and one feedback judge (Ray actors docs).
 
     Built once per actor from the sample list and the agent (object-store references, resolved once), then
     fed chunks of ``(index, sample_id)`` pairs by :meth:`run`.

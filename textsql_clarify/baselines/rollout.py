@@ -187,7 +187,7 @@ def paired_original_ids(samples: Sequence[Sample]) -> set[str] | None:
         The set of those ids, or ``None`` when there is none (``aggregate`` then falls back to the answerable
         samples without a flaw).
 
-    Source: PremiseSQL §4 (GEN, VAL over the originals), §A.3 (paired originals); issue 11.
+    Source: PremiseSQL §4 (GEN, VAL over the originals), §A.3 (paired originals).
     """
     ids = {s.id for s in samples if s.provenance.get("paired_with")}
     return ids or None
@@ -221,7 +221,7 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
         backend: ``"local"`` (this process) or ``"ray"``: a pool of Ray actors plays the episodes
             (:func:`~textsql_clarify.baselines.ray_runner.run_ray`; ``num_envs`` then counts envs per actor);
             the trajectories come back in sample order and the metrics are computed here, the same as the
-            local runner's for a deterministic agent (issue 12; ``docs/platform.md``, section Ray).
+            local runner's for a deterministic agent (``docs/platform.md``, section Ray).
         ray_address: ``backend="ray"``: ``"local"``, ``"auto"``, ``"host:port"`` or ``"ray://host:10001"``
             (``None``: ``RAY_ADDRESS``, else a new local instance); unused when Ray is already initialised.
         ray_actors: ``backend="ray"``: actors in the pool (``None``: one per cluster CPU).
@@ -323,7 +323,7 @@ def _spec_name(value: Any) -> Any:
 
 def run_info(run: dict, *, dataset: str | None, seed: int, backend: str, num_envs: int, n_samples: int,
              env_kwargs: dict) -> dict[str, Any]:
-    """What a run was (issue 13): the ``run.json`` that :func:`evaluate` writes next to ``metrics.json``, so
+    """What a run was: the ``run.json`` that :func:`evaluate` writes next to ``metrics.json``, so
     that ``textsql-clarify report`` can name and compare runs.
 
     Args:

@@ -13,7 +13,7 @@ the agent: empty input, no action, two actions, an action nested in another, an 
 JSON, an unknown type, text that is not valid Unicode (a lone surrogate, raw or written as a JSON
 ``\\ud83d`` escape, in the content or in any other string of the JSON object), a NUL character, or input
 longer than ``max_chars``. The parser never raises anything else, and it takes time linear in the input's
-length whatever the input (issue 12: unclosed ``<think>`` tags and unclosed code fences were quadratic).
+length whatever the input (unclosed ``<think>`` tags and unclosed code fences must not be quadratic).
 
 Invalid text is refused, not repaired: a repaired content would not be what the agent sent, and the
 refusal follows the malformed-action contract (error observation, ``format`` component, one retry, then
@@ -41,7 +41,7 @@ _KIND_TO_TAG = {v: k for k, v in _TAG_TO_KIND.items()}
 MAX_ACTION_CHARS = 65_536
 
 #: ``(?:(/)\s*)?``, not ``(/?)\s*``: two adjacent ``\s*`` split a run of spaces every way, quadratic on ``<`` and
-#: spaces (issue 12 review: 6.7 s at 16,000); group 1 is ``"/"`` on a closing tag, else ``None``.
+#: spaces (measured: 6.7 s at 16,000); group 1 is ``"/"`` on a closing tag, else ``None``.
 _OPEN_OR_CLOSE = re.compile(r"<\s*(?:(/)\s*)?(sql|clarify|feedback|category)\s*>", re.IGNORECASE)
 #: the ``<think>`` and ``</think>`` tags; :func:`strip_think` pairs them in one forward pass.
 _THINK_OPEN = re.compile(r"<\s*think\s*>", re.IGNORECASE)
@@ -94,7 +94,8 @@ def strip_think(text: str) -> str:
     Returns:
         ``text`` without its closed think blocks.
 
-    Source: issue 12 (the former ``<think>.*?</think>`` regex took 9.1 s on ``"<think>" * 9362``).
+    Source: ``docs/platform.md`` "Action strings and episode state" (a lazy ``<think>.*?</think>`` regex takes
+    9.1 s on ``"<think>" * 9362``).
     """
     out: list[str] = []
     pos = 0                                  # text[pos:] is not yet copied to ``out``
@@ -123,7 +124,8 @@ def text_problem(text: str) -> str | None:
     Returns:
         a short reason naming the first bad character and its position, or ``None``.
 
-    Source: issue 12 (``{"type": "feedback", "content": "Sorry \\ud83d"}`` crashed ``step()``).
+    Source: ``docs/platform.md`` "Action strings and episode state" (``{"type": "feedback", "content":
+    "Sorry \\ud83d"}`` must not crash ``step()``).
     """
     nul = text.find("\x00")
     try:
@@ -237,7 +239,7 @@ def parse_action(raw: object, *, max_chars: int = MAX_ACTION_CHARS) -> Action:
     if raw.startswith("<sql>") and raw.endswith("</sql>") and len(raw) >= 11 and "<" not in raw[5:-6]:
         # the plain ``<sql>…</sql>`` of an RL completion, without reasoning around it: no other ``<`` means no
         # think block, no BOM, nothing to strip and exactly these two tags, so the general path below would
-        # read the same body (issue 12: the EX-only step's fixed cost)
+        # read the same body (``docs/platform.md`` "Step cost": the EX-only step's fixed cost)
         body = _clean_body("sql", raw[5:-6])
         if not body:
             raise ActionError("empty <sql> action")

@@ -1,5 +1,6 @@
 """A compact async vector env: Gymnasium's ``AsyncVectorEnv`` with a worker that sends each step's info as
-arrays and a parent that merges them by plan, not key by key (issue 12).
+arrays and a parent that merges them by plan, not key by key
+(``docs/platform.md`` "Compact async").
 
 Gymnasium's ``AsyncVectorEnv`` pickles each sub-env's whole ``info`` dict, then merges it key by key in the
 parent (``VectorEnv._add_info``: a new array and mask per key and sub-env, recursing into nested dicts), and

@@ -10,7 +10,7 @@ Gymnasium's shared-memory helpers (``gymnasium.vector.utils.create_shared_memory
 the default) store a ``Text`` as indices into its charset, so any character outside the sampling charset
 raises ``KeyError`` (Spider dev has ``'？'`` and ``'‘'``), and they decode the buffer once, when the vector
 env is built, so the observations they return never change. This module registers :class:`UnicodeText`
-with all three (``functools.singledispatch``, issue 12): one ``int32`` row of ``max_length + 1`` slots per
+with all three (``functools.singledispatch``): one ``int32`` row of ``max_length + 1`` slots per
 sub-env, the string's length then its code points (UTF-32, lone surrogates and NUL included), and a
 live :class:`SharedTextBatch` view that decodes on access (a ``deepcopy``, which ``AsyncVectorEnv``
 makes when ``copy=True``, gives a plain ``tuple`` of ``str``). A step writes only the characters of each
@@ -65,7 +65,8 @@ class SharedTextBatch(Sequence):
 
     Row ``i`` holds sub-env ``i``'s string: its length in slot 0, then its code points. ``batch[i]`` is a
     ``str``; ``tuple(batch)``, ``copy.deepcopy(batch)`` and ``pickle`` give a ``tuple`` of ``str``, a
-    snapshot. Equality compares with any sequence of strings. Source: issue 12 (async vector envs).
+    snapshot. Equality compares with any sequence of strings. Source: Gymnasium's vector
+    ``batch_space`` / ``concatenate`` docs (async vector envs).
 
     Args:
         space: the sub-envs' :class:`UnicodeText` space.

@@ -19,7 +19,7 @@ Seeding (``reset(seed=s)`` seeds sub-env ``i`` with ``s + i``), spaces and the t
 each counter an ``int64`` array, infos merged per key with the ``_key`` masks. With a deterministic
 simulator the trajectories are those of ``SyncVectorEnv`` over the same sub-envs.
 
-What makes it no slower than a loop over one env (issue 12, ``bench/bench_vector_env.py``): the sub-envs
+What makes it no slower than a loop over one env (``bench/bench_vector_env.py``): the sub-envs
 share the samples, the simulator, the judge and the static per-sample cache (question, schema text,
 sandbox, system prompt: built once per sample, not once per sample and sub-env); observations are
 batched field by field without Gymnasium's ``concatenate`` and never deep-copied (the strings are
@@ -242,7 +242,7 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
                 self._terminations[i] = self._truncations[i] = self._autoreset_envs[i] = False
                 entries.append((i, info))
         except BaseException:
-            # all or nothing, as a single env's reset (issue 12): a sample whose database is missing puts
+            # all or nothing, as a single env's reset: a sample whose database is missing puts
             # back the sub-envs already reset, episode and RNG
             for i, snap, obs, term, trunc, auto in undo:
                 self.envs[i].restore(snap)
@@ -341,7 +341,7 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
                         snaps.append((env, env.snapshot(rng=False)))
                     results[i] = env.begin_step(acts[i])
             # 4. same-step autoresets, inside the try: a reset that fails (a sample whose database is missing)
-            # puts back every sub-env, those that already stepped too (issue 12 review)
+            # puts back every sub-env, those that already stepped too
             for i, res in enumerate(results) if same_step else ():
                 if res[2] or res[3]:
                     snaps.append((envs[i], envs[i].snapshot(rng=True)))
@@ -485,7 +485,7 @@ _SCALARS = (int, float, bool)
 def merge_infos(entries: Sequence[tuple[int, dict]], num_envs: int) -> dict[str, Any]:
     """The vector info of sub-env infos, in Gymnasium's layout: ``infos[key]`` an array of ``num_envs``
     values and ``infos["_key"]`` the bool mask of the sub-envs that reported ``key``; a dict value merged
-    recursively. One pass per key over the sub-envs (issue 12: Gymnasium's ``_add_info`` types and fills
+    recursively. One pass per key over the sub-envs (Gymnasium's ``_add_info`` types and fills
     value by value).
 
     Types, as :meth:`TextSQLClarifyVectorEnv._add_info` gives them sub-env by sub-env: the first reported

@@ -1,4 +1,4 @@
-"""Reports a researcher reads (issue 13 item 4): ``textsql-clarify report RUN_DIR [RUN_DIR ...]``.
+"""Reports a researcher reads: ``textsql-clarify report RUN_DIR [RUN_DIR ...]``.
 
 * :mod:`.runs`: load the folders ``textsql-clarify eval --out`` writes (clear errors naming file, line, field).
 * :mod:`.leaderboard`: the leaderboard with paired differences, per-category and outcome tables.

@@ -1,4 +1,4 @@
-"""The report page's inline stylesheet and script (issue 13 item 4: a self-contained HTML file).
+"""The report page's inline stylesheet and script (a self-contained HTML file).
 
 The script only filters the dialogue browser: it reads the filter form and each episode's ``data-*``
 attributes and sets ``hidden``; it never builds markup from data (no ``innerHTML``), so text from a

@@ -1,4 +1,4 @@
-"""The report's tables alone: ``textsql-clarify report --format md|csv|json`` (issue 13 item 4).
+"""The report's tables alone: ``textsql-clarify report --format md|csv|json``.
 
 The same numbers as the HTML page: the leaderboard (headline metrics with 95 % intervals and n, and
 each run's paired difference from the first), the outcomes per run, and one table per breakdown.

@@ -1,4 +1,4 @@
-"""The self-contained HTML report (issue 13 item 4): one file, no network at view time.
+"""The self-contained HTML report: one file, no network at view time.
 
 Sections: the runs (what each one was, from ``run.json``), the leaderboard (headline metrics with 95 %
 intervals and n) and each run's paired difference from the first run, the outcomes per run, bar charts

@@ -1,7 +1,7 @@
-"""The report's tables: the leaderboard with paired differences, per-category tables, outcomes (issue 13).
+"""The report's tables: the leaderboard with paired differences, per-category tables, outcomes.
 
-Numbers come from each run's ``metrics.json`` (every mean with ``value``, ``n`` and ``ci95``; issue 13
-item 3). Paired differences are computed here, from the trajectories: each run's per-sample value of a
+Numbers come from each run's ``metrics.json`` (every mean with ``value``, ``n`` and ``ci95``;
+``docs/metrics.md``). Paired differences are computed here, from the trajectories: each run's per-sample value of a
 metric (:func:`~textsql_clarify.rewards.metrics.trajectory_metrics`, the same definitions and
 exclusions as the means) and :func:`~textsql_clarify.rewards.bootstrap.paired_difference` over the
 samples both runs define (PremiseSQL's paired bootstrap), each run against the first one.
@@ -74,7 +74,7 @@ def per_sample_values(run: Run, metric: str) -> dict[str, float | None]:
 
 def leaderboard(runs: Sequence[Run], metrics: Sequence[str] | None = None, *, seed: int = 0,
                 n_resamples: int = 1000) -> dict[str, Any]:
-    """The runs side by side, with each run's paired difference from the first (issue 13 item 4).
+    """The runs side by side, with each run's paired difference from the first.
 
     Args:
         runs: the runs; ``runs[0]`` is the reference.
@@ -105,7 +105,7 @@ def sample_overlaps(runs: Sequence[Run]) -> list[dict[str, Any]]:
     """How many sample ids each run after the first shares with the first (the paired differences' reference).
 
     A paired difference is taken over the samples both runs define, so a run that shares no id with the
-    reference has every Δ undefined (issue 13 item 4; ``textsql-clarify report`` warns on stderr).
+    reference has every Δ undefined (``textsql-clarify report`` warns on stderr).
 
     Args:
         runs: the runs; ``runs[0]`` is the reference.
@@ -145,7 +145,7 @@ def category_keys(runs: Sequence[Run], by: str) -> list[str]:
 
 
 def category_table(runs: Sequence[Run], by: str, metrics: Sequence[str] | None = None) -> dict[str, Any]:
-    """One breakdown of every run (issue 13 item 4: per-category tables and charts).
+    """One breakdown of every run (per-category tables and charts).
 
     Args:
         runs: the runs.
@@ -173,7 +173,7 @@ def category_table(runs: Sequence[Run], by: str, metrics: Sequence[str] | None =
 
 
 def outcome_table(run: Run) -> dict[str, Any]:
-    """How a run's episodes ended (issue 13 item 2): ``metrics.json``'s ``outcomes`` block, else
+    """How a run's episodes ended: ``metrics.json``'s ``outcomes`` block, else
     :func:`~textsql_clarify.rewards.outcomes.outcome_summary` of its trajectories (older folders).
 
     Returns:

@@ -1,4 +1,4 @@
-"""Bar charts with 95 % intervals as inline SVG (issue 13 item 4), drawn by matplotlib (Agg, SVG output).
+"""Bar charts with 95 % intervals as inline SVG, drawn by matplotlib (Agg, SVG output).
 
 Each chart is one metric over one breakdown's categories, the runs side by side (grouped horizontal
 bars, so that long subcategory names stay readable), each bar with its bootstrap interval as an error

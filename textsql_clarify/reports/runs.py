@@ -1,4 +1,4 @@
-"""Load run folders for ``textsql-clarify report`` (issue 13 item 4).
+"""Load run folders for ``textsql-clarify report``.
 
 A run folder is what ``textsql-clarify eval --out DIR`` (:func:`~textsql_clarify.baselines.rollout.evaluate`)
 writes: ``trajectories.jsonl`` (one :class:`~textsql_clarify.trajectory.Trajectory` per line), ``metrics.json``
@@ -160,7 +160,7 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
 
 
 def _has_intervals(metrics: dict) -> bool:
-    """True when the overall means carry ``ci95`` (metrics.json written since issue 13)."""
+    """True when the overall means carry ``ci95`` (metrics.json written with bootstrap intervals)."""
     overall = metrics.get("overall")
     return isinstance(overall, dict) and any(isinstance(m, dict) and "ci95" in m for m in overall.values())
 
@@ -172,7 +172,7 @@ def _number(v: Any) -> bool:
 def _check_numbers(path: Path, node: Any, where: str) -> None:
     """Every number in ``node`` finite (``NaN``/``Infinity`` are no metric value), and every metric entry (an
     object with ``value`` and ``n``) well typed: ``value`` a finite number or null, ``n`` a non-negative integer,
-    ``ci95`` absent, null or two finite numbers; raises :class:`ReportError` naming the field (issue 13)."""
+    ``ci95`` absent, null or two finite numbers; raises :class:`ReportError` naming the field."""
     if isinstance(node, float) and not math.isfinite(node):
         raise ReportError(f"{path}: field '{where}': {node!r} is not a metric value (expected a finite number or null)")
     if isinstance(node, list):
