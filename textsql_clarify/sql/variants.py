@@ -15,21 +15,28 @@ to select every row, the count of another table that happens to be equal) differ
   answer-prior constants (``count(*)*0+3``) would still match a ``count(*)`` gold of a 3-row table; the paper's
   fuzzer draws table sizes afresh for the same reason. The range stays within a factor 2 of the source so that
   joins and filters keep about the source's selectivity. The cap (BIRD's tables of 10^5+ rows) keeps K copies
-  small and a whole table under the env's row cap; Spider dev's largest table has 4,079 rows.
+  small and a whole table under the env's row cap; Spider dev's largest table has 4,079 rows. A table that is
+  empty in the source gets :data:`EMPTY_TABLE_ROWS` rows over a small default domain of its declared types
+  (:func:`_default_domain`) and the planted literals: otherwise every count over it is 0 on every variant, the
+  answer ``count(*)*0`` guesses (``../shared/data/spider_dev``'s ``wta_1`` has only empty tables).
 * **Values** (per column, from the column's own non-NULL values; the NULL rate is kept): each cell is, with
   probability :data:`FRESH_RATE`, a fresh value of the column's kind, else one of the column's observed values
   (so equality joins that the schema does not declare still find partners). Fresh values: integers uniform in
   ``[min, max]`` (integers stay integers), reals uniform in ``[min, max]`` at the column's decimals, dates
   (text in one ISO form, ``YYYY-MM-DD`` with an optional time) uniform in their range in the same form, other
-  text drawn from the column's values and the planted literals (no new words: a fresh string would match no
-  question). A column of mixed storage classes draws observed values only.
+  text drawn from the column's values and the planted literals, or, for :data:`TEXT_MUTATION_RATE` of them, an
+  observed value with a digit appended (``'USA 3'``: a filter true of every source row, ``country = 'USA'``
+  where every airline is in the USA, is then false of some). A column of mixed storage classes draws observed
+  values only.
 * **Keys**: a column with a one-column UNIQUE or PRIMARY KEY constraint gets distinct values (integers drawn
   without replacement from the range, extended past ``max`` only when the range is too small; other types
   from the observed values and literals, the table shrinking to that many rows when they run out). Multi-column
   keys and CHECK / NOT NULL constraints are kept by ``INSERT OR IGNORE`` (a row that breaks one is dropped).
   A declared foreign key column draws from the referenced column's values *in the same variant* (tables are
   written parents first; a cycle is closed by a repair pass that re-points or drops each dangling value), so
-  every non-NULL foreign key value exists in the referenced table.
+  every non-NULL foreign key value exists in the referenced table. A foreign key points, at :data:`HOT_RATE`
+  per row, at a parent row that holds a planted literal (:func:`_hot_values`), so that a gold filtering two
+  joined tables (``FLIGHTS`` from an airport in Aberdeen to one in Ashley) still finds rows.
 * **Planted literals** (:func:`gold_literals`): the values the golds over this database compare a column with
   (``WHERE country = 'France'``, ``age > 30``, ``name LIKE '%Smith%'``) are added to that column's pool, numbers
   with their neighbours (``29, 30, 31``: a ``>``/``>=`` boundary falls on both sides), a date with the days either
@@ -85,8 +92,18 @@ MAX_ROWS_PER_TABLE = 10_000
 FRESH_RATE = 0.5
 #: Probability per row that a column with planted literals takes one of them.
 PLANT_RATE = 0.15
+#: Probability per row that a foreign key column points at a parent row holding a planted literal
+#: (:func:`_hot_values`) rather than at any parent row.
+HOT_RATE = 0.3
 #: Probability that each planted literal is placed in at least one row of a variant.
 PLANT_FORCE_RATE = 0.85
+#: Share of fresh text values that are an observed value with a suffix (``'USA'`` -> ``'USA 3'``) rather than an
+#: observed value: without it a text column with one distinct value (every airline in ``USA``) keeps every
+#: filter on it true of every row, on every variant.
+TEXT_MUTATION_RATE = 0.2
+#: Rows of a variant of a table that is empty in the source: uniform in this range (inclusive). Every count over
+#: an empty table is 0 on every variant otherwise, which is what the answer prior ``count(*)*0`` guesses.
+EMPTY_TABLE_ROWS = (1, 10)
 #: Most decimals a fresh real keeps.
 _MAX_DECIMALS = 6
 _DATE_FORMATS = ("%Y-%m-%d", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S")
@@ -285,6 +302,7 @@ class _Column:
     date_format: str | None = None
     decimals: int = 0
     planted: list = field(default_factory=list)
+    fk_planted: list = field(default_factory=list)  # planted values of the column a foreign key column references
 
     @property
     def null_rate(self) -> float:
@@ -466,6 +484,8 @@ def _fresh(col: _Column, rng: random.Random):
             d = d.replace(hour=0, minute=0, second=0, microsecond=0)
         text = d.strftime(col.date_format)
         return text[:-3] if col.date_format.endswith(".%f") else text
+    if rng.random() < TEXT_MUTATION_RATE:  # a value no row of the source has: "true of every row" breaks
+        return f"{rng.choice(vals)} {rng.randint(2, 9)}"
     pool = vals + col.planted
     return rng.choice(pool)
 
@@ -562,30 +582,80 @@ def _read_source(src: sqlite3.Connection, literals: Iterable[GoldLiteral]) -> tu
                 if c.name.lower() != lit.column.lower():
                     continue
                 dest_t, dest_c = tab, c
+                hops = [c]
                 for _hop in range(4):
                     fk = next((f for f in dest_t.fks if f[0].lower() == dest_c.name.lower()), None)
                     if fk is None:
                         break
                     dest_t = out[fk[1]]
                     dest_c = next(cc for cc in dest_t.columns if cc.name.lower() == fk[2].lower())
+                    hops.append(dest_c)
                 for v in _plant_values(lit, dest_c):
                     if v not in dest_c.planted:
                         dest_c.planted.append(v)
+                    for fk_col in hops[:-1]:  # the foreign key columns on the way prefer it too
+                        if v not in fk_col.fk_planted:
+                            fk_col.fk_planted.append(v)
     for tab in out.values():
-        for c in tab.columns:
-            if c.kind == "empty" and c.planted:  # no observed value: the planted ones define the kind
-                c.values = []
+        if tab.n_rows == 0:  # an empty source table: a small default domain per declared type
+            for c in tab.columns:
+                c.values = _default_domain(c)
+                _classify(c)
     return [out[t] for t in _parents_first(tables, fks)], out
+
+
+def _default_domain(col: _Column) -> list:
+    """Values for a column of a table that is empty in the source, by SQLite's type affinity rules
+    (sqlite.org/datatype3.html §3.1): INT -> 1..20; REAL/FLOA/DOUB/NUMERIC/DEC -> 0.5..10.0; a DATE or TIME
+    type -> 20 days of 2000; other -> ``'<column> 1'`` .. ``'<column> 5'``."""
+    decl = col.decl.upper()
+    if "INT" in decl:
+        return list(range(1, 21))
+    if any(w in decl for w in ("CHAR", "CLOB", "TEXT")):
+        return [f"{col.name} {i}" for i in range(1, 6)]
+    if "DATE" in decl or "TIME" in decl:
+        return [(_dt.date(2000, 1, 1) + _dt.timedelta(days=17 * i)).isoformat() for i in range(20)]
+    if any(w in decl for w in ("REAL", "FLOA", "DOUB", "NUM", "DEC")):
+        return [i / 2 for i in range(1, 21)]
+    return [f"{col.name} {i}" for i in range(1, 6)]
+
 
 
 def _row_count(n: int, rng: random.Random) -> int:
     if n == 0:
-        return 0
+        return rng.randint(*EMPTY_TABLE_ROWS)
     lo, hi = min(math.ceil(n / 2), MAX_ROWS_PER_TABLE), min(2 * n, MAX_ROWS_PER_TABLE)
     return rng.randint(lo, hi)
 
 
-def _write_table(dst: sqlite3.Connection, tab: _Table, rng: random.Random) -> None:
+def _force_planted(col_vals: list, planted: Sequence, rng: random.Random) -> None:
+    """Put each planted value in at least one row (each with probability :data:`PLANT_FORCE_RATE`), on
+    distinct rows, in place."""
+    if not planted or not col_vals:
+        return
+    rows = list(range(len(col_vals)))
+    rng.shuffle(rows)
+    for v, r in zip([v for v in planted if rng.random() < PLANT_FORCE_RATE], rows):
+        col_vals[r] = v
+
+
+def _hot_values(dst: sqlite3.Connection, parent: _Table, pcol: str) -> list:
+    """The referenced column's values on the parent rows that hold a planted literal in some column (written
+    already): a foreign key drawn towards them lets a gold's filter on the parent (``T2.city = 'Aberdeen'``) meet
+    the child's rows, as a join of two such filters needs."""
+    conds, args = [], []
+    for c in parent.columns:
+        if c.planted:
+            conds.append(f"{_q(c.name)} IN ({', '.join('?' for _ in c.planted)})")
+            args += c.planted
+    if not conds:
+        return []
+    sql = (f"SELECT DISTINCT {_q(pcol)} FROM {_q(parent.name)} WHERE {_q(pcol)} IS NOT NULL AND "
+           f"({' OR '.join(conds)})")
+    return [r[0] for r in dst.execute(sql, args)]
+
+
+def _write_table(dst: sqlite3.Connection, tab: _Table, rng: random.Random, tables: Mapping[str, _Table]) -> None:
     n = _row_count(tab.n_rows, rng)
     fk_of = {f[0].lower(): f for f in tab.fks}
     data: dict[str, list] = {}
@@ -620,19 +690,20 @@ def _write_table(dst: sqlite3.Connection, tab: _Table, rng: random.Random) -> No
                     data[c.name] = parent_vals[:n]
                 else:
                     nulls = c.null_rate
-                    data[c.name] = [None if nulls and rng.random() < nulls else rng.choice(parent_vals)
-                                    for _ in range(n)]
+                    present = set(parent_vals)
+                    hot = list(dict.fromkeys([v for v in c.fk_planted if v in present]
+                                             + (_hot_values(dst, tables[parent], pcol) if parent != tab.name else [])))
+                    col_vals = [None if nulls and rng.random() < nulls else
+                                rng.choice(hot) if hot and rng.random() < HOT_RATE else
+                                rng.choice(parent_vals) for _ in range(n)]
+                    _force_planted(col_vals, hot[:8], rng)
+                    data[c.name] = col_vals
                 continue
         if not c.values and not c.planted:
             data[c.name] = [None] * n
             continue
         col_vals = [_cell(c, rng) for _ in range(n)]
-        # each planted value in at least one row (with probability PLANT_FORCE_RATE), on distinct rows
-        if c.planted and n:
-            rows = list(range(n))
-            rng.shuffle(rows)
-            for v, r in zip([v for v in c.planted if rng.random() < PLANT_FORCE_RATE], rows):
-                col_vals[r] = v
+        _force_planted(col_vals, c.planted, rng)
         data[c.name] = col_vals
     names = [c.name for c in tab.columns]
     rows = list(zip(*(data[nm][:n] for nm in names))) if n else []
@@ -688,8 +759,9 @@ def _build_one(src_path: Path, out_path: Path, literals: Sequence[GoldLiteral], 
             dst.execute(f"DROP TRIGGER {_q(name)}")
         for tab in order:
             dst.execute(f"DELETE FROM {_q(tab.name)}")
+        by_name = {t.name: t for t in order}
         for tab in order:
-            _write_table(dst, tab, rng)
+            _write_table(dst, tab, rng, by_name)
         _repair_foreign_keys(dst, order, rng)
         for _, sql in triggers:
             dst.execute(sql)
