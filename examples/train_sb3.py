@@ -23,7 +23,8 @@ Run::
         --dataset ambiqt:../shared/data/ambiqt:../shared/data/spider_dev --out runs/sb3
 
 Options: ``--preset`` (any preset name the env accepts, default ``binary``), ``--encoder minilm|hash``,
-``--candidates K``, ``--timesteps``, ``--seed``, ``--heldout-fraction``, ``--out`` (writes ``report.json``).
+``--candidates K``, ``--timesteps``, ``--seed``, ``--heldout-fraction``, ``--detailed-scores`` (for a preset
+that weights the env's detailed SQL scores), ``--out`` (writes ``report.json``).
 Needs the ``sb3`` extra (stable-baselines3, sb3-contrib), imported lazily; the ``minilm`` encoder needs ``hf``.
 """
 from __future__ import annotations
@@ -59,6 +60,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--heldout-fraction", type=float, default=0.3)
     p.add_argument("--limit", type=int, default=None, help="keep the first N samples of each spec")
+    p.add_argument("--detailed-scores", action="store_true",
+                   help="compute the env's detailed SQL scores (a preset that weights them, e.g. dense, needs it)")
     p.add_argument("--out", default=None, help="folder for report.json")
     p.add_argument("--smoke", action="store_true", help="2 tiny PPO iterations on embedded, hash encoder (CI)")
     return p.parse_args(argv)
@@ -161,7 +164,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
     def make(part):
         return CandidateActionWrapper(samples=part, encoder=encoder, n_candidates=args.candidates, seed=args.seed,
-                                      pool_samples=samples, reward_preset=args.preset, **judge)
+                                      pool_samples=samples, reward_preset=args.preset,
+                                      detailed_scores=args.detailed_scores, **judge)
 
     train_env, held_env = make(train), make(held)
     train_env.precompute()
