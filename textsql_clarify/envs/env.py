@@ -29,7 +29,11 @@ answer already in the history, and the simulated user's L1 state resolved (TIDE 
 
 ``info`` on every step: ``reward_components`` (this turn), ``messages`` (chat list for LLM agents),
 ``action_type``, ``phase``, ``sample_id``, ``error``; at episode end also ``trajectory`` (a
-:class:`~textsql_clarify.trajectory.Trajectory`) and ``scores``.
+:class:`~textsql_clarify.trajectory.Trajectory`) and ``scores``. On the episode's decision turn (its first
+well-formed ``sql`` / ``clarify`` / ``feedback``; :mod:`textsql_clarify.rewards.decision`) also ``decision``:
+``{"kind": the action type, "expected": the sample's right type or None}``, with the ``decision`` reward
+component; an episode that ends without one (malformed actions) gets ``{"kind": None, ...}`` and ``decision`` 0
+(where defined) on its last turn.
 """
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ from ..sql.isolated import WorkerPool, check_isolation
 from ..sql.sandbox import get_sandbox, release_sandbox
 from ..errors import ActionError
 from ..rewards.commitments import commitment_set, drift_revision, is_drift
+from ..rewards.decision import decision_score, expected_decision
 from ..rewards.ex_sql import gold_nondeterminism
 from ..rewards.execution import EXOptions, gold_scorability
 from ..rewards.feedback import FeedbackJudge, default_judge, has_rationale
@@ -64,12 +69,12 @@ _EPISODE_STATE = (
     "_sample", "_pending", "_done", "_sandbox", "_offered", "_schema", "_schema_ids", "_static_obs", "_system",
     "_phase", "_clar_used", "_invalid_streak", "_turn", "_predicted", "_drift_done", "_gold", "_gold_key",
     "_pre_sql", "_l1_resolved", "_history", "_last_message", "_traj", "_scores", "_np_random",
-    "_np_random_seed")
+    "_np_random_seed", "_decision")
 _GET_STATE = operator.attrgetter(*_EPISODE_STATE)
 
 #: components present in every step's ``info["reward_components"]``; ``None`` = not applicable this turn.
 BASE_COMPONENTS = {"ex": None, "ex_strict": None, "feedback": None, "abstained": None, "format": 0.0,
-                   "turn_penalty": 0.0}
+                   "turn_penalty": 0.0, "decision": None}
 
 #: A hook that limits the schema shown: ``(sample, all_table_names) -> table names to show``.
 SchemaTablesHook = Callable[[Sample, Sequence[str]], Iterable[str]]
@@ -292,6 +297,7 @@ class TextSQLClarifyEnv(gym.Env):
         self._pre_sql: str | None = None
         self._cset_memo: dict[tuple[str, bool], frozenset | None] = {}  # commitment sets of this episode
         self._l1_resolved = False
+        self._decision: str | None = None  # the episode's first sql / clarify / feedback (rewards/decision.py)
         self._done = False
         # the sample's earlier turns (MMSQL / CoSQL follow-ups) come first, then the question
         self._history: list[tuple[str, str]] = render.initial_history(s)
@@ -309,7 +315,8 @@ class TextSQLClarifyEnv(gym.Env):
             flags=list(s.flags), question=s.question)
         self._scores: dict[str, Any] = {"ex": None, "ex_strict": None, "ex_post": None, "fb": None, "abstained": None,
                                         "drift_recognised": None if s.drift is None else False,
-                                        "drift_revised": None if s.drift is None else False}
+                                        "drift_revised": None if s.drift is None else False,
+                                        "decision": None}
         return self._obs(), self._info({}, None, None)
 
     def _prepare_judge(self, s: Sample, static: tuple) -> None:
@@ -561,7 +568,7 @@ class TextSQLClarifyEnv(gym.Env):
         if s.chain is not None and reply.label == "relevant" and reply.layer == "L1":
             self._l1_resolved = True
         self._clar_used += 1
-        comps = {"turn_penalty": -1.0}
+        comps = self._decide("clarify", {"turn_penalty": -1.0})
         reward = scalar_reward(comps, self.weights)
         phase = self._phase
         self._traj.turns.append(Turn(self._turn - 1, phase, "clarify", act.content, user_reply=reply.to_dict(),
@@ -588,7 +595,7 @@ class TextSQLClarifyEnv(gym.Env):
             # no stated rationale: nothing to compare, FB is undefined; the judge's no-rationale rule says
             # whether this is an accepted abstention (not SQL, blames no existing table or column)
             abstained = 1.0 if self.feedback_judge.judge(s, act.content, self._schema_ids) else 0.0
-        comps = {"feedback": fb, "abstained": abstained}
+        comps = self._decide("feedback", {"feedback": fb, "abstained": abstained})
         self._scores["fb"] = fb
         self._scores["abstained"] = abstained
         reward = scalar_reward(comps, self.weights)
@@ -618,7 +625,7 @@ class TextSQLClarifyEnv(gym.Env):
         res = score_sql_turn(act.content, self._gold, self._sandbox, gold_key=self._gold_key,
                              detailed=self.detailed_scores, offered_tables=self._offered, ex_options=self.ex_options,
                              gold_withheld=s.gold_withheld, other_readings=others, retracted_gold=retracted)
-        comps = dict(res.components)
+        comps = self._decide("sql", dict(res.components))
         turn = Turn(self._turn - 1, self._phase, "sql", act.content, execution=res.execution)
         if post:
             recognised = self._recognised(self._pre_sql, act.content)
@@ -739,6 +746,17 @@ class TextSQLClarifyEnv(gym.Env):
                 comps = {**comps, "abstained": 0.0}
         elif s.group == "unanswerable" and sc["fb"] is None:
             sc["fb"] = 0.0
+        if self._decision is None and self._traj.turns:
+            # the episode ended without an answer, a question or a refusal (malformed actions): the wrong decision,
+            # scored on its last turn (rewards/decision.py)
+            d = decision_score(None, s)
+            comps = {**comps, "decision": d}  # info["decision"] then says that none was made
+            if d is not None:
+                sc["decision"] = d
+                last = self._traj.turns[-1]
+                last.reward_components = {**last.reward_components, "decision": d}
+                reward += self.weights.get("decision", 0.0) * d
+                last.reward = reward
         self._traj.scores = dict(sc)
         info = self._info(comps, self._traj.turns[-1].action_type if self._traj.turns else None, error)
         info["trajectory"] = self._traj
@@ -769,9 +787,21 @@ class TextSQLClarifyEnv(gym.Env):
     def _info(self, comps: dict, action_type: str | None, error: str | None) -> dict:
         # the four base components are always present (None = not applicable to this turn)
         merged = {**BASE_COMPONENTS, **comps} if action_type is not None else dict(comps)
-        return {"reward_components": merged, "messages": self._messages(), "action_type": action_type,
+        info = {"reward_components": merged, "messages": self._messages(), "action_type": action_type,
                 "phase": self._phase, "sample_id": self._sample.id, "error": error,
                 "clarifications_left": max(0, self.max_clarifications - self._clar_used)}
+        if "decision" in comps:  # the decision turn (or the last turn of an episode that made none)
+            info["decision"] = {"kind": self._decision, "expected": expected_decision(self._sample)}
+        return info
+
+    def _decide(self, kind: str, comps: dict) -> dict:
+        """``comps`` with the ``decision`` component when this ``kind`` of action is the episode's first
+        ``sql`` / ``clarify`` / ``feedback`` (the decision, :mod:`textsql_clarify.rewards.decision`); later turns
+        leave it out (``None`` through :data:`BASE_COMPONENTS`). The episode score ``decision`` is set too."""
+        if self._decision is None:
+            self._decision = kind
+            comps["decision"] = self._scores["decision"] = decision_score(kind, self._sample)
+        return comps
 
 
 def episode_samples(dataset: str, samples: Sequence[Sample] | None, limit: int | None, *,

@@ -30,6 +30,11 @@ Components (per turn):
   metric; the ``dense`` preset no longer weights it (order, duplicates, truncation and width still paid).
 * ``sql_partial``: 1 for the strict execution match, else capped partial credit: rows x columns x order x
   content with gates for errors of form (width, row window, set operation, duplicates); ``rewards/dense.py``.
+* ``decision``: on the episode's decision turn (its first well-formed ``sql`` / ``clarify`` / ``feedback`` action),
+  1 when that type is the sample's right one (:func:`~textsql_clarify.rewards.decision.expected_decision`: ask on
+  an ambiguous sample, refuse on an unanswerable one, answer otherwise), else 0; 0 on the last turn of an episode
+  that never made one; ``None`` on every other turn and where the right type is undefined (``indistinguishable``).
+  A constant policy earns its group's share of the defined samples (the prior): ``docs/rewards.md``, "decision".
 """
 from __future__ import annotations
 
@@ -49,12 +54,16 @@ PRESETS: dict[str, dict[str, float]] = {
     "dense": {"sql_partial": 1.0, "feedback": 1.0, "format": 0.1, "turn_penalty": 0.05},
     # binary plus a bonus for a correct post-drift SQL that revised what the drift retracted (docs/metrics.md).
     "drift": {"ex": 1.0, "feedback": 1.0, "drift": 0.5},
+    # the ask / answer / refuse decision alone (ABISS §5.1 classification phase as a reward; rewards/decision.py)
+    "decision": {"decision": 1.0},
+    # shaped plus the decision: the outcome and the kind of first move are both paid
+    "shaped_decision": {"ex": 1.0, "feedback": 1.0, "format": 0.1, "turn_penalty": 0.05, "decision": 1.0},
 }
 
 
 #: every component a preset may weight (numeric ones; ``components`` is a nested dict, not weightable).
 COMPONENTS = ("ex", "ex_strict", "feedback", "abstained", "format", "turn_penalty", "classification", "drift",
-              "cell_precision", "cell_recall", "cell_f1", "cell_f1_covered", "sql_partial", "column_precision",
+              "decision", "cell_precision", "cell_recall", "cell_f1", "cell_f1_covered", "sql_partial", "column_precision",
               "column_recall", "table_recall", "table_precision", "spurious_tables")
 
 
