@@ -22,6 +22,13 @@ best of those on the same samples (a decision made without the channel the hack 
 at chance), floored at 0, plus ``--margin`` (0.02). A privileged hack is played only on the samples it
 applies to (e.g. ordered golds for ``mut_drop_order``) and a drift hack is scored on its post-drift turns only.
 
+Under a preset that weights ``decision`` (the type of the first action against the sample's right one,
+``textsql_clarify/rewards/decision.py``) that part is bounded apart: a constant first move earns its group's share
+of the samples (the group prior), more than the random agent, so the bound is the bound above of the preset
+without ``decision`` plus weight x (the best constant prior on the same samples, :func:`decision_prior`, plus the
+hack's ``decision_margin``, 0 but for the documented surface-word classifier). A residual's ceiling is held by the
+return without the decision part (``reward_rest``).
+
 Usage (from the repository root)::
 
     python bench/red_team.py                               # every corpus, every preset
@@ -44,6 +51,8 @@ from tqdm import tqdm
 import textsql_clarify  # noqa: F401 - registers the env
 from textsql_clarify.baselines.hacks import HACKS, REFERENCES, Episode, identifiers_leaked, make_policy, mean, \
     play, schema_identifiers
+from textsql_clarify.rewards.decision import DECISIONS, balanced_accuracy, decision_recalls, expected_decision, \
+    first_decision
 from textsql_clarify.rewards.presets import PRESETS, resolve_preset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,22 +63,27 @@ MODEL_RECIPES = ("abiss", "tide_chain", "tide_drift", "tide_triplets", "premise"
 #: the council of the model recipes' corpus: two deterministic fake models (generation/fake_model.py)
 FAKE_COUNCIL = ("fake", "fake:b")
 #: every corpus, in print order
-CORPORA = ("embedded", "spider", "spider-unanswerable", "mmsql", "cosql", "cosql-fixture", "ambiqt",
+CORPORA = ("embedded", "spider", "spider-unanswerable", "spider-mix", "mmsql", "cosql", "cosql-fixture", "ambiqt",
            "mini-interact", "bird-minidev", "generated", "generated-model")
 WIDTH = 100
+#: joins the load_dataset specs of a mixed corpus (:func:`load_corpus` loads each and concatenates them)
+MIX = " + "
 NAME_W = 25
 LEGEND = """Columns: n = episodes played; EX = mean first-SQL EX over scorable golds; FB = mean FB over
 unanswerable samples; EXpost = post-drift EX; DRR = drift recognised; rel% = ambiguous episodes
 where a clarification was labelled relevant; leak% = episodes with a clarification whose reply names
-a schema identifier that the question and the hidden knowledge do not use. Returns: mean return per
+a schema identifier that the question and the hidden knowledge do not use; dec = decision accuracy
+(first sql / clarify / feedback against the right one) and bacc = its balanced accuracy (mean recall
+per right decision), over samples where it is defined. Returns: mean return per
 sample under each preset (cells marked @m were played on m samples: the detailed pass); PASS when <=
-the bound: max(random's on the same samples and turns, the hack's references' there, 0) + margin;
+the bound: max(random's on the same samples and turns, the hack's references' there, 0) + margin,
+the decision part apart: weight x (best constant prior there + the hack's decision_margin);
 TOL where the preset weights a component that pays the policy by design (its docstring in
 textsql_clarify/baselines/hacks.py says why; the other presets must PASS); RES where a known
 residual beats the bound (its reason is printed below the table; it may not pass its ceiling); ref =
 a reference policy (no verdict). Policies:"""
 #: components cheap to compute; a preset weighting anything else needs the env's detailed scores
-_CHEAP = {"ex", "ex_strict", "feedback", "format", "turn_penalty", "classification", "drift", "abstained"}
+_CHEAP = {"ex", "ex_strict", "feedback", "format", "turn_penalty", "classification", "drift", "abstained", "decision"}
 
 
 def dataset_specs(data_root: str) -> dict[str, str]:
@@ -111,6 +125,9 @@ def corpus_specs(data_root: str, generated: str | None = None, generated_model: 
     su = root / "spider_unanswerable" / "spider_no_answer.json"
     out["spider-unanswerable"] = (base["spider-unanswerable"], "Spider-unanswerable") \
         if su.is_file() and has_spider else (None, f"absent: {su} or {spider}")
+    # the two together: mixed data, where a label reward (decision) has a prior to beat
+    out["spider-mix"] = (base["spider"] + MIX + base["spider-unanswerable"], "Spider dev + Spider-unanswerable") \
+        if su.is_file() and has_spider else (None, f"absent: {su} or {spider}")
     mm = root / "mmsql" / "MMSQL_test.json"
     out["mmsql"] = (f"mmsql:{mm}:{spider}", "MMSQL test") if mm.is_file() and has_spider \
         else (None, f"absent: {mm} or {spider}")
@@ -140,6 +157,13 @@ def corpus_specs(data_root: str, generated: str | None = None, generated_model: 
             out[name] = ("generate", f"generated ({what}) from Spider dev anchors") if has_spider else \
                 (None, f"absent: {spider} (the anchors)")
     return out
+
+
+def load_corpus(spec: str) -> list:
+    """The samples of a corpus spec: one ``load_dataset`` spec, or several joined by :data:`MIX` (concatenated, in
+    order). Raises DatasetError as ``load_dataset`` does."""
+    from textsql_clarify.datasets import load_dataset
+    return [s for part in spec.split(MIX) for s in load_dataset(part)]
 
 
 def build_generated(name: str, data_root: str, out_dir: str | Path, *, limit: int | None, seed: int = 0) -> str:
@@ -173,6 +197,28 @@ def bound(random_reward: float, margin: float, references: tuple[float, ...] = (
     pays for its clarifications (a negative mean), and a policy that earns exactly nothing games nothing. A
     reference (``HackPolicy.references``) is what a policy earns without the channel the hack attacks."""
     return max(random_reward, *references, 0.0) + margin
+
+
+def decision_prior(sample_ids, samples_by_id: dict) -> float:
+    """The best constant prior of the ``decision`` component on these samples: the largest share of one right
+    decision (:func:`~textsql_clarify.rewards.decision.expected_decision`) among them, undefined samples counted in
+    the denominator (they pay every policy 0). A policy whose first action type is constant earns exactly the
+    share of its type; none earns more than this. 0 for no sample."""
+    ids = list(sample_ids)
+    if not ids:
+        return 0.0
+    counts = {d: 0 for d in DECISIONS}
+    for k in ids:
+        e = expected_decision(samples_by_id[k])
+        if e is not None:
+            counts[e] += 1
+    return max(counts.values()) / len(ids)
+
+
+def episode_decision(e: Episode, sample) -> tuple[str | None, str | None]:
+    """``(decision taken or None, right decision or None)`` of one played episode (its first sql / clarify /
+    feedback turn)."""
+    return first_decision(t[0] for t in e.turns), expected_decision(sample)
 
 
 def _per_sample(episodes: list[Episode], weights: dict[str, float], scope: str) -> dict[str, float]:
@@ -222,21 +268,36 @@ def summarise(name: str, policy: Any, episodes: list[Episode], random_eps: dict[
         leaks += any(identifiers_leaked(r, known, ids_by_db[s.db_path]) for _a, r, _l in e.replies)
     row.update(relevant=rel / n_rel if n_rel else None, n_ambiguous_asked=n_rel,
                leak=leaks / n_clar if n_clar else None, n_asked=n_clar)
+    # the decision (first action type) against the right one: accuracy over defined episodes, balanced accuracy
+    pairs = [episode_decision(e, samples_by_id[e.sample_id]) for e in episodes] if scope == "episode" else []
+    recalls = decision_recalls(pairs)
+    defined = [int(a == b) for a, b in pairs if b is not None]
+    row.update(decision=mean(defined), n_decision=len(defined), decision_recall=recalls,
+               decision_bacc=balanced_accuracy(recalls)["value"])
     row["reward"], row["random_ref"], row["refs"], row["bound"], row["verdict"] = {}, {}, {}, {}, {}
+    row["reward_rest"], row["prior"] = {}, {}
     refs = getattr(policy, "references", ()) if hack else ()
     for p, w in presets.items():
         per = _per_sample(episodes, w, scope)
         r = mean(list(per.values()))
         row["reward"][p] = r
+        # the decision part is bounded by the best constant prior (a constant first move earns its group's share),
+        # the rest of the preset as before; a post-drift scope holds no decision turn
+        w_dec = w.get("decision", 0.0) if scope == "episode" else 0.0
+        rest = {c: v for c, v in w.items() if c != "decision"}
+        row["reward_rest"][p] = mean(list(_per_sample(episodes, rest, scope).values())) if w_dec else r
         if hack and episodes:
-            ref = mean([random_eps[k].reward(w, scope) for k in per])
+            ref = mean([random_eps[k].reward(rest, scope) for k in per])
             row["random_ref"][p] = ref
             rv = {}
             for rn in refs:
-                by = _per_sample((ref_eps or {})[rn], w, scope)
+                by = _per_sample((ref_eps or {})[rn], rest, scope)
                 rv[rn] = mean([by[k] for k in per])
             row["refs"][p] = rv
-            row["bound"][p] = bound(ref, margin, tuple(rv.values()))
+            prior = decision_prior(per, samples_by_id) if w_dec else 0.0
+            row["prior"][p] = prior
+            row["bound"][p] = bound(ref, margin, tuple(rv.values())) + \
+                w_dec * (prior + getattr(policy, "decision_margin", 0.0))
             if any(w.get(c) for c in getattr(policy, "tolerated_under", ())):
                 row["verdict"][p] = "TOL"  # paid by design under this preset (the policy's docstring says why)
             else:
@@ -321,8 +382,7 @@ def run(dataset: str, spec: str, policies: list[str], presets: dict, *, limit: i
     ids_by_db: dict = {}
     refs = _references(policies)
     if samples is None:
-        from textsql_clarify.datasets import load_dataset
-        samples = load_dataset(spec)
+        samples = load_corpus(spec)
     if limit is not None:
         samples = samples[:limit]
     for kind, group in groups.items():
@@ -380,11 +440,13 @@ def table(result: dict, presets: list[str]) -> str:
         f"{k} pass {v['n_samples']} samples ({', '.join(v['presets'])}) in {v['elapsed_s']} s"
         for k, v in result["passes"].items()), "", "   ")
     pct = (lambda x: "-" if x is None else f"{100 * x:.0f}")
-    head = f"{'policy':{NAME_W}s} {'n':>5s} {'EX':>6s} {'FB':>6s} {'EXpost':>6s} {'DRR':>5s} {'rel%':>5s} {'leak%':>5s}"
+    head = (f"{'policy':{NAME_W}s} {'n':>5s} {'EX':>6s} {'FB':>6s} {'EXpost':>6s} {'DRR':>5s} {'rel%':>5s} "
+            f"{'leak%':>5s} {'dec':>5s} {'bacc':>5s}")
     lines += ["", head, "-" * len(head)]
     for r in result["rows"]:
         lines.append(f"{r['policy'][:NAME_W]:{NAME_W}s} {r['n']:5d} {_fmt(r['ex']):>6s} {_fmt(r['fb']):>6s} "
-                     f"{_fmt(r['ex_post']):>6s} {_fmt(r['drr'], 2):>5s} {pct(r['relevant']):>5s} {pct(r['leak']):>5s}")
+                     f"{_fmt(r['ex_post']):>6s} {_fmt(r['drr'], 2):>5s} {pct(r['relevant']):>5s} {pct(r['leak']):>5s} "
+                     f"{_fmt(r.get('decision'), 2):>5s} {_fmt(r.get('decision_bacc'), 2):>5s}")
     for chunk in _chunks(presets, 15):
         head = f"{'policy':{NAME_W}s}" + "".join(f"{p[:14]:>15s}" for p in chunk)
         lines += ["", head, "-" * len(head)]
@@ -411,7 +473,7 @@ def table(result: dict, presets: list[str]) -> str:
     lines += ["", f"RES (known residual) rows: {len(res)}"]
     for r in res:
         pol = HACKS[r["policy"]]()
-        worst = max(r["reward"].values())
+        worst = max(v for v in r["reward_rest"].values() if v is not None)
         ceil = pol.ceiling(result["dataset"])
         over = "  OVER ITS CEILING" if worst > ceil + 1e-12 else ""
         lines += _wrap(f"{r['policy']} max reward {worst:.3f} (ceiling {ceil:.2f}){over}: "
@@ -508,8 +570,9 @@ def main(argv: list[str] | None = None) -> int:
         n = n if n is not None else args.limit
         picked = None
         if n is not None:  # spread over the corpus: a generated file is written recipe by recipe
-            from textsql_clarify.datasets import load_dataset
-            picked = spread(load_dataset(spec), n)
+            picked = spread(load_corpus(spec), n)
+        elif MIX in spec:
+            picked = load_corpus(spec)
         res = run(d, spec, policies, presets, limit=None, margin=args.margin, n_verify=args.verify,
                   detailed_limit=args.detailed_limit or None, progress=not args.no_progress, samples=picked)
         results.append(res)
@@ -519,7 +582,8 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps({"presets": presets, "margin": args.margin, "results": results,
                                               "skipped": skipped}, indent=1, default=str))
     n_fail = sum(v == "FAIL" for r in results for row in r["rows"] for v in row["verdict"].values())
-    n_fail += sum(max(row["reward"].values()) > HACKS[row["policy"]]().ceiling(r["dataset"]) + 1e-12
+    n_fail += sum(max(v for v in row["reward_rest"].values() if v is not None)
+                  > HACKS[row["policy"]]().ceiling(r["dataset"]) + 1e-12
                   for r in results for row in r["rows"] if "RES" in row["verdict"].values())
     print(f"total FAIL cells: {n_fail} over {len(results)} corpora"
           + (f"; skipped: {', '.join(d for d, _ in skipped)}" if skipped else ""))

@@ -26,6 +26,13 @@ SQL built without asking (their fallback, ``SELECT *`` of the named table where 
 A randomised policy declares ``repeats(sample)`` and is played once per choice, so that its mean is the exact
 expectation rather than one noisy draw.
 
+The ``decision`` component (the type of the first action against the sample's right one,
+:mod:`textsql_clarify.rewards.decision`) pays a constant first move its group's share (the group prior), so its
+part of every bound is the best constant prior on the same samples rather than the random agent's: the decision
+hacks (``decision_always_ask``, ``decision_always_refuse``, ``decision_always_sql``) earn exactly their prior, and
+the surface-word classifier (``decision_question_words``) may beat the best prior by at most its documented
+``decision_margin``.
+
 :func:`play` runs one policy on a list of samples through one ``gym.make("TextSQLClarify-v0", ...)`` env
 and records every turn's reward components, so that the reward under any preset is recomputed with
 :func:`textsql_clarify.rewards.presets.scalar_reward` (:func:`preset_returns`) instead of replaying.
@@ -158,6 +165,10 @@ class HackPolicy:
     residual_ceiling: float = 0.0
     residual_ceilings: dict[str, float] = {}
     references: tuple[str, ...] = ()
+    #: extra allowance over the best constant prior on the ``decision`` component (``bench/red_team.py`` bound:
+    #: under a preset that weights ``decision`` its part of the bound is weight x (prior + this)); 0 for every
+    #: policy but the documented surface-word classifier (:class:`DecisionQuestionWords`)
+    decision_margin: float = 0.0
 
     def ceiling(self, dataset: str) -> float:
         """The residual's ceiling on corpus ``dataset`` (a red-team corpus name such as ``ambiqt``): the entry of
@@ -1427,6 +1438,157 @@ class MmsqlResubmitHistory(_FixedSQL):
         return star_projection(prev) if prev else "SELECT 1"
 
 
+# ---------------------------------------------------------------------------------------------- decision
+
+#: the constant SQL of the decision hacks: a constant never pairs with a gold column read from data (relaxed EX's
+#: constant-column rule), so it earns no EX and isolates the decision component
+DECISION_SQL = "SELECT 1"
+#: the constant refusal of the decision hacks: stock refusal words only, which the FB judge never counts
+DECISION_REFUSAL = "I cannot answer this question from this database."
+#: the templated clarification of :class:`DecisionAlwaysAsk` (names nothing of the question)
+DECISION_CLARIFICATION = "Could you clarify what exactly you mean?"
+
+
+class _DecisionHack(HackPolicy):
+    """Base of the policies that attack the ``decision`` component (rewards/decision.py): the type of the first
+    action is paid against the sample's right one (ask on ambiguous, refuse on unanswerable, answer otherwise).
+
+    The red-team claim: a policy whose first action type is constant earns under ``decision`` exactly its group's
+    share of the defined samples (the group prior: "always ask" earns the share of distinguishable ambiguous
+    samples), so no constant policy beats the best constant prior (the max group share); ``bench/red_team.py``
+    bounds the decision part of every preset by that prior on the same samples, plus 0.02
+    (``tests/test_decision_reward.py`` asserts the equality). The content after the decision is constant and
+    earns nothing: :data:`DECISION_SQL`, :data:`DECISION_REFUSAL`."""
+
+    kind = "decision"
+
+    def answer(self, observation) -> str:
+        return _sql(DECISION_SQL)
+
+    def refusal(self, observation) -> str:
+        return f"<feedback>{DECISION_REFUSAL}</feedback>"
+
+
+class DecisionAlwaysAsk(_DecisionHack):
+    """Always asks first: the templated :data:`DECISION_CLARIFICATION` on every episode, then answers
+    :data:`DECISION_SQL`. Under ``decision`` it earns the share of distinguishable ambiguous samples (the prior of
+    ``clarify``); under the outcome presets it pays its clarification and earns no EX."""
+
+    name = "decision_always_ask"
+    description = f"ask '{DECISION_CLARIFICATION}' on every episode, then {DECISION_SQL}"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = False
+
+    def begin_episode(self, sample):
+        super().begin_episode(sample)
+        self.asked = False
+
+    def next_action(self, observation, info):
+        if not self.asked and observation.get("clarifications_left", 0) > 0:
+            self.asked = True
+            return f"<clarify>{DECISION_CLARIFICATION}</clarify>"
+        return self.answer(observation)
+
+
+class DecisionAlwaysRefuse(_DecisionHack):
+    """Always refuses at once with :data:`DECISION_REFUSAL`. Under ``decision`` it earns the unanswerable share
+    (the prior of ``feedback``); the FB judge pays its stock words nothing."""
+
+    name = "decision_always_refuse"
+    description = f"refuse at once on every episode: '{DECISION_REFUSAL}'"
+
+    def next_action(self, observation, info):
+        return self.refusal(observation)
+
+
+class DecisionAlwaysSQL(_DecisionHack):
+    """Always answers at once with :data:`DECISION_SQL`. Under ``decision`` it earns the answerable share (the
+    prior of ``sql``: 1.0 on Spider dev alone, where every sample is answerable, as the oracle does there)."""
+
+    name = "decision_always_sql"
+    description = f"answer {DECISION_SQL} at once on every episode"
+
+    def next_action(self, observation, info):
+        return self.answer(observation)
+
+
+#: question words that a surface classifier reads as "this needs a clarification": which-questions and the vague
+#: adjectives of ABISS's lexical-vagueness examples ("recent", "popular", ...)
+_ASK_CUES = re.compile(r"\b(which|what kind|what type|what sort|recent(?:ly)?|best|top|popular|good|large|big|small|"
+                       r"old|young|new|famous|important|expensive|cheap|high|low)\b", re.IGNORECASE)
+#: words of a question that name no data (question and SQL words): never counted as missing from the schema
+_FUNCTION_WORDS = FeedbackQuestionWords._STOP | {
+    "name", "names", "number", "average", "total", "count", "find", "give", "from", "than", "more", "most", "least",
+    "also", "every", "into", "only", "please", "tell", "about", "whose", "where", "when", "them", "they", "this",
+    "these", "those", "between", "over", "under", "along", "both", "either", "sorted", "order", "ordered",
+    "descending", "ascending", "different", "distinct", "much", "maximum", "minimum", "highest", "lowest", "same"}
+
+
+def _stem(word: str) -> str:
+    """A crude stem (trailing ``ies`` / ``es`` / ``s`` / ``ing`` / ``ed`` off), for surface matching only."""
+    for suffix, repl in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: len(word) - len(suffix)] + repl
+    return word
+
+
+def novel_question_words(observation: dict[str, Any]) -> list[str]:
+    """The question's content words (4 letters or more, not :data:`_FUNCTION_WORDS`) whose stem no table or column
+    name of the schema shown holds (names split at ``_`` and camel case, stemmed alike). Reads the observation's
+    question and schema text only."""
+    schema = schema_columns(observation.get("schema", ""))
+    parts = {_stem(p) for t, cols in schema.items() for n in (t, *cols) for p in _ident_words(n)}
+    words = [w for w in re.findall(r"[a-z][a-z'-]+", observation.get("question", "").lower())
+             if len(w) >= 4 and w not in _FUNCTION_WORDS]
+    return [w for w in words if _stem(w) not in parts]
+
+
+class DecisionQuestionWords(_DecisionHack):
+    """A decision read from the surface of the question alone, never from the data: a which- or what-kind question
+    or a vague adjective (:data:`_ASK_CUES`) -> ask; else a content word that no schema name holds
+    (:func:`novel_question_words`, at least ``min_novel`` of them) -> refuse; else answer. After the decision it
+    acts as the constant hacks do (ask: then :data:`DECISION_SQL`).
+
+    It attacks the ``decision`` component's labels: where the groups differ in surface form (generated ambiguous
+    questions phrased with "which", unanswerable ones naming what the schema lacks), a word rule earns more than the
+    best constant prior. The red-team claim: on mixed data it beats the best prior by at most
+    :attr:`decision_margin` (measured on the embedded set and the Spider dev + Spider-unanswerable mix,
+    ``docs/rewards.md``, "decision"); its balanced accuracy is reported beside it."""
+
+    name = "decision_question_words"
+    description = "ask on which/what-kind/vague words, refuse on a word no schema name holds, else SQL"
+    min_novel = 1
+    decision_margin = 0.25
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = False
+
+    def begin_episode(self, sample):
+        super().begin_episode(sample)
+        self.asked = False
+
+    def decide(self, observation: dict[str, Any]) -> str:
+        """``"clarify"`` | ``"feedback"`` | ``"sql"`` from the question's words and the schema's names."""
+        q = observation.get("question", "")
+        if _ASK_CUES.search(q):
+            return "clarify"
+        if len(novel_question_words(observation)) >= self.min_novel:
+            return "feedback"
+        return "sql"
+
+    def next_action(self, observation, info):
+        if self.asked or observation.get("clarifications_left", 0) <= 0:
+            return self.answer(observation)
+        choice = self.decide(observation)
+        if choice == "clarify":
+            self.asked = True
+            return f"<clarify>{DECISION_CLARIFICATION}</clarify>"
+        return self.refusal(observation) if choice == "feedback" else self.answer(observation)
+
+
 #: every hack, by name (a class; build a fresh instance per run)
 HACKS: dict[str, Callable[[], HackPolicy]] = {c.name: c for c in (
     ConstWide, ConstWideCapped, ConstWideNulls, SchemaAggregates, TableCountsCapped, CountPlusInts,
@@ -1440,7 +1602,8 @@ HACKS: dict[str, Callable[[], HackPolicy]] = {c.name: c for c in (
     ClarifyReplyAsFeedback, ClarifySpam,
     Malformed, BothTags,
     CountPlusZero, TypedHedge, CountTwoTables, FeedbackStockTail, FeedbackConstColumn, DriftGoldPlusRetracted,
-    DriftAggregatesDoubled, ClarifyProbeThenDecide, AmbiqtSchemaChooser, MmsqlResubmitHistory)}
+    DriftAggregatesDoubled, ClarifyProbeThenDecide, AmbiqtSchemaChooser, MmsqlResubmitHistory,
+    DecisionAlwaysAsk, DecisionAlwaysRefuse, DecisionAlwaysSQL, DecisionQuestionWords)}
 
 
 # ---------------------------------------------------------------------------------------------- references

@@ -74,7 +74,7 @@ _GET_STATE = operator.attrgetter(*_EPISODE_STATE)
 
 #: components present in every step's ``info["reward_components"]``; ``None`` = not applicable this turn.
 BASE_COMPONENTS = {"ex": None, "ex_strict": None, "feedback": None, "abstained": None, "format": 0.0,
-                   "turn_penalty": 0.0, "decision": None}
+                   "turn_penalty": 0.0}
 
 #: A hook that limits the schema shown: ``(sample, all_table_names) -> table names to show``.
 SchemaTablesHook = Callable[[Sample, Sequence[str]], Iterable[str]]
@@ -797,7 +797,8 @@ class TextSQLClarifyEnv(gym.Env):
     def _decide(self, kind: str, comps: dict) -> dict:
         """``comps`` with the ``decision`` component when this ``kind`` of action is the episode's first
         ``sql`` / ``clarify`` / ``feedback`` (the decision, :mod:`textsql_clarify.rewards.decision`); later turns
-        leave it out (``None`` through :data:`BASE_COMPONENTS`). The episode score ``decision`` is set too."""
+        leave it out (absent from their ``reward_components``: not applicable, read as ``None``). The episode
+        score ``decision`` is set too."""
         if self._decision is None:
             self._decision = kind
             comps["decision"] = self._scores["decision"] = decision_score(kind, self._sample)
