@@ -163,3 +163,15 @@ def test_readings_that_return_the_same_rows_only_by_chance_differ_on_the_variant
     assert ex_suite.readings_differ_on_variants(chance, paths) is True
     same = sample(ZERO_GOLD.replace("T1", "S").replace("T2", "H"))  # the same query up to aliases
     assert ex_suite.readings_differ_on_variants(same, paths) is False
+
+
+def test_variants_for_samples_builds_each_database_once_with_all_its_golds_planted(pets, tmp_path):
+    db, _, _, _, _ = pets
+    s = Sample(id="s", db_id=DB_ID, db_path=str(db), question="q", group="ambiguous", subcategory=None,
+               gold_sql="SELECT count(*) FROM pets WHERE weight > 10",
+               interpretations=(Interpretation("SELECT petid FROM pets WHERE pettype = 'dog'", "k"),))
+    out = V.variants_for_samples([s, s], k=1, cache_dir=tmp_path)
+    assert list(out) == [str(db)] and len(out[str(db)]) == 1
+    manifest = json.loads((out[str(db)][0].parent / "manifest.json").read_text(encoding="utf-8"))
+    planted = {(t.lower(), c.lower(), v) for t, c, _, v, _ in manifest["literals"]}
+    assert planted == {("pets", "weight", "10"), ("pets", "pettype", "'dog'")}
