@@ -1560,7 +1560,7 @@ class DecisionQuestionWords(_DecisionHack):
     name = "decision_question_words"
     description = "ask on which/what-kind/vague words, refuse on a word no schema name holds, else SQL"
     min_novel = 1
-    decision_margin = 0.25
+    decision_margin = 0.05
 
     def __init__(self) -> None:
         super().__init__()
