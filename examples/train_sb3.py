@@ -174,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     timesteps = 2 * 32 if args.smoke else args.timesteps
     n_steps = 32 if args.smoke else args.n_steps
     model = MaskablePPO("MlpPolicy", Monitor(train_env), n_steps=n_steps, batch_size=min(64, n_steps),
-                        n_epochs=2 if args.smoke else 10, gamma=1.0, ent_coef=0.01, seed=args.seed, verbose=0,
+                        n_epochs=2 if args.smoke else 10, gamma=1.0, ent_coef=0.01, seed=args.seed, verbose=0 if args.smoke else 1,
                         device="cpu")
     t1 = time.time()
     model.learn(total_timesteps=timesteps)
