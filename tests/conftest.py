@@ -105,7 +105,7 @@ def check_generous(spent: float, what: str, seconds: float = GENEROUS_S) -> None
 # -- metrics.json cells ----------------------------------------------------------------------------
 class MeanIs:
     """Compares equal to a metrics mean cell ``{"value", "n", "ci95"}`` (or a ``Mean.to_dict()``) with this
-    value and n: ``m["overall"]["EX"] == MeanIs(1.0, 36)``. The interval (``ci95``, issue 13) is asserted
+    value and n: ``m["overall"]["EX"] == MeanIs(1.0, 36)``. The interval (``ci95``) is asserted
     by tests/test_bootstrap.py; here only value and n. ``value`` may be a ``pytest.approx``."""
 
     def __init__(self, value, n: int):

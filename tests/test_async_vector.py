@@ -1,4 +1,4 @@
-"""Async vector envs (issue 12): ``gym.make_vec(..., vectorization_mode="async")`` runs and matches the sync
+"""Async vector envs: ``gym.make_vec(..., vectorization_mode="async")`` runs and matches the sync
 vector env. The UnicodeText space's shared-memory encoding takes any Unicode, the typed info format merges in
 Gymnasium's own vector envs, and 1,000 async steps on Spider dev with detailed scores give the sync results."""
 from __future__ import annotations

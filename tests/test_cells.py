@@ -484,7 +484,7 @@ def test_spider_dev_every_gold_against_itself(spider_root):
 
 def test_same_origin_columns_of_a_self_join_pair_by_their_values():
     # a table read twice (T1.name, T2.name): both columns resolve to singer.name, so origin alone cannot say
-    # which is which; the one-to-one assignment by value overlap does (issue 8: a swapped self-join answer
+    # which is which; the one-to-one assignment by value overlap does (a swapped self-join answer
     # scored cell F1 0.0 with EX 1 when the first same-origin column took the first reference column)
     origins = ("singer.name", "singer.name")
     ref = _table(("a", "b"), [("Ann", "Bob"), ("Cid", "Dee"), ("Eve", "Fay")], origins)

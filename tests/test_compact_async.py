@@ -1,4 +1,4 @@
-"""The compact async vector env (issue 12, ``textsql_clarify/envs/async_vector.py``): the same results as
+"""The compact async vector env (``textsql_clarify/envs/async_vector.py``): the same results as
 Gymnasium's ``AsyncVectorEnv`` (key order, dtypes, masks, every autoreset mode) and as the sync vector env
 (1,000 Spider dev steps with detailed scores), with the info sent as arrays and merged by plan."""
 from __future__ import annotations

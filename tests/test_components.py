@@ -43,7 +43,7 @@ def test_article_component_example_exact_scores():
     assert s["group_by"] == {"precision": 1.0, "recall": 1.0}
     # neither query orders: undefined, not 0 and not 1 (article: "Undefined is not zero, and not one")
     assert s["order_by"] == {"precision": None, "recall": None}
-    # the must-be-true: precision falls where the model added, recall where it left out
+    # what must hold: precision falls where the model added, recall where it left out
     assert s["tables"]["precision"] < 1 and s["filters"]["recall"] < 1 and s["aggregations"]["recall"] < 1
 
 

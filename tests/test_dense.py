@@ -1,4 +1,4 @@
-"""Dense SQL reward ``sql_partial`` (textsql_clarify/rewards/dense.py, issue 8 part 4).
+"""Dense SQL reward ``sql_partial`` (textsql_clarify/rewards/dense.py).
 
 Hand-checkable values on a six-row database, the gates one by one, and on real data the required property:
 on Spider dev golds, every hack kind's mean below every honest near-miss kind's mean, the gold scoring 1.
@@ -144,7 +144,7 @@ def test_gates_are_named(sandbox):
     assert gate(FR_OVER_30 + " UNION ALL SELECT 'Zed'", FR_OVER_30).gate == "set_operation"
     assert gate("SELECT s.name FROM singer AS s, (VALUES (1), (2)) AS d WHERE s.country = 'FR' AND s.age > 30",
                 FR_OVER_30).gate == "duplicates"
-    # the gold padded with an all-NULL row through an outer join (red team, issue 8): the gold's rows in
+    # the gold padded with an all-NULL row through an outer join (red team): the gold's rows in
     # another form, as a repeat is; the old gate let it through with 2 of 3 cells right
     padded = f"SELECT g.* FROM (VALUES (1), (2)) AS v LEFT JOIN ({FR_OVER_30}) AS g ON v.column1 = 1"
     assert len(sandbox.execute(padded).rows) == len(sandbox.execute(FR_OVER_30).rows) + 1

@@ -1,4 +1,4 @@
-"""Issue 10: the Sample fields ``dialogue``, ``flags`` and an unknown (``None``) subcategory, consumed by the
+"""The Sample fields ``dialogue``, ``flags`` and an unknown (``None``) subcategory, consumed by the
 env (history, messages, category context, classification), the simulated users, the trajectory and the
 metrics (``unknown`` row, Cls undefined, ``indistinguishable`` samples left out unless asked, flag counts).
 

@@ -1,6 +1,6 @@
 """The embedded university dataset: database build, sample coverage, and that every SQL runs.
 
-Checks the issue's requirements against ABISS §3.2 (13 subcategories, two+ samples each; hidden
+Checks the dataset's requirements against ABISS §3.2 (13 subcategories, two+ samples each; hidden
 knowledge per interpretation), TIDE §2.1 (chain: two layers, verdict eliminated/transformed), TIDE
 §2.2 / App. B Table 7 (drift: post-drift SQL executes, returns rows, result differs from the
 pre-drift one; subtype per Algorithm 1) and PremiseSQL §3 (premise flaw crosswalks to the ABISS

@@ -378,7 +378,7 @@ def test_duplicate_sample_ids_are_rejected(samples):
 
 def test_a_preset_paying_detailed_components_needs_detailed_scores():
     # the dense preset pays sql_partial, which detailed_scores=False never computes: silently paying 0 for
-    # every SQL (the gold included) would wreck an RL run, so construction refuses it (new-user trial, issue 8)
+    # every SQL (the gold included) would wreck an RL run, so construction refuses it
     with pytest.raises(ValueError, match=r"sql_partial.*detailed_scores=True"):
         gym.make("TextSQLClarify-v0", reward_preset="dense", detailed_scores=False)
     with pytest.raises(ValueError, match="cell_f1"):
@@ -392,7 +392,7 @@ def test_a_preset_paying_detailed_components_needs_detailed_scores():
 def test_unanswered_post_drift_request_uses_the_verdicts_gold_rule():
     # a post-drift gold that cannot score (here: truncated by the row cap) stays None whether or not the
     # agent answered it, as the EX verdict says (gold_error); before, an episode that never answered it got
-    # ex_post 0.0 while one that did got None (review, issue 8)
+    # ex_post 0.0 while one that did got None
     env = gym.make("TextSQLClarify-v0", row_cap=1)
     env.reset(options={"sample_id": "uni-drift-003"})
     s = env.unwrapped.current_sample

@@ -1,4 +1,4 @@
-"""evaluate() as a new user calls it (issue 12 new-user findings): an agent given by its spec string is the
+"""evaluate() as a new user calls it: an agent given by its spec string is the
 agent that spec builds, and the envs a run opens are closed when it ends."""
 from __future__ import annotations
 

@@ -308,7 +308,7 @@ def test_shuffled_superset_matches_and_mutation_breaks(data, n_cols, n_extra, n_
     assert compare_results(res(["p"] * len(col_perm), broken), gold, ordered=False).score == 0.0
 
 
-# -- width bound and constant columns (issue 8: EX that cannot be hit by width) --------------
+# -- width bound and constant columns (EX that cannot be hit by width) ------------------------
 @pytest.fixture
 def games(tmp_path: Path):
     path = tmp_path / "games.sqlite"
@@ -326,7 +326,7 @@ def games(tmp_path: Path):
 
 
 @pytest.mark.parametrize("pred", [
-    "SELECT " + ", ".join(str(i) for i in range(1701)),        # the issue's hack: one row of constants
+    "SELECT " + ", ".join(str(i) for i in range(1701)),        # the width hack: one row of constants
     "SELECT 0, 1, 2, 3, 4",                                     # four extras, all constants
     "SELECT 4",                                                 # one constant, the right value
     "SELECT a, b FROM (SELECT 3 AS a, 4 AS b)",                 # constants through a derived table

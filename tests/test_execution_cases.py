@@ -88,7 +88,7 @@ def test_case_specific_details(tmp_path):
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_execution_case_under_every_option_setting(case, tmp_path):
-    """The issue-8 options (ties, rounding, nondeterministic golds, the width bound) change no case's verdict,
+    """The width-hardening options (ties, rounding, nondeterministic golds, the width bound) change no case's verdict,
     and ex_strict agrees with it except on the column-superset case (ex17), which it rejects by design."""
     path = _case_db(case, tmp_path)
     status, score, _ = expected_outcome(case["expected"])

@@ -177,7 +177,7 @@ def test_fallback_to_lexical_when_minilm_is_unavailable(emb, ids, monkeypatch):
     monkeypatch.setattr(fbm, "minilm_available", lambda: False)
     assert isinstance(default_judge(), LexicalFeedbackJudge) and default_judge().name == "lexical"
 
-    def unavailable(*args, **kwargs):  # load_minilm(purpose=...) since issue 13
+    def unavailable(*args, **kwargs):  # load_minilm(purpose=...)
         raise ImportError("No module named 'sentence_transformers'")
 
     monkeypatch.setattr(feedback_offline, "load_minilm", unavailable)  # where SemanticFeedbackJudge looks it up

@@ -1,4 +1,4 @@
-"""The fast FB judge path (issue 12 item 2): the hidden knowledge's side cached, only the feedback embedded,
+"""The fast FB judge path: the hidden knowledge's side cached, only the feedback embedded,
 ``judge_many`` embedding a vector step's feedbacks in one encode call, torch threads set per call; and its
 verdicts equal to those of the uncached path (every field; the MiniLM score up to float32 rounding) on the
 adversarial probe set and the Spider-unanswerable probes. Timings are in ``bench/bench_feedback_judge.py``."""
@@ -273,7 +273,7 @@ def _minilm_or_skip():
 
 
 def _compare_paths(items) -> tuple[int, float]:
-    """Judge ``items`` on the uncached path (torch's own threads, as before issue 12), the cached path one
+    """Judge ``items`` on the uncached path (torch's own threads), the cached path one
     by one (cold caches, then warm), and ``assess_many``; assert equal verdicts. Returns (scored items,
     max |score difference|)."""
     model = _minilm_or_skip()

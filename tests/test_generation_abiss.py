@@ -1,4 +1,4 @@
-"""The ABISS recipe (issue 11; ABISS §4.1 generation, §4.2 the ten validators, App. B rejection counts).
+"""The ABISS recipe (ABISS §4.1 generation, §4.2 the ten validators, App. B rejection counts).
 
 With the deterministic fake model each validator is made to reject in turn (the default fake accepts
 the same candidate, so every case can fail), council majorities and ties behave as ABISS says, and a

@@ -1,4 +1,4 @@
-"""The generation council and the fake model (issue 11; ABISS §4.2 majority votes, §5.2 ties)."""
+"""The generation council and the fake model (ABISS §4.2 majority votes, §5.2 ties)."""
 from __future__ import annotations
 
 import pytest

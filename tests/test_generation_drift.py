@@ -1,4 +1,4 @@
-"""The model-free drift recipe and its TIDE Table 7 checks (issue 11; TIDE §2.2, App. B).
+"""The model-free drift recipe and its TIDE Table 7 checks (TIDE §2.2, App. B).
 
 * real Spider dev anchors (chosen by id) with the exact edits, subtypes and utterances the recipe makes
   for ``random.Random(0)``;
@@ -353,7 +353,7 @@ def test_embedded_drift_samples_pass_the_checks():
         assert res.passed, (s.id, res)
 
 
-# ------------------------------------------------- a fresh reader's defects (issue 11 follow-up, rate50)
+# ------------------------------------------------- a fresh reader's defects (docs/generation.md "Quality")
 def _candidates(s, subtype, seed=0):
     r = DriftRecipe()
     sb = get_sandbox(s.db_path)
@@ -398,7 +398,7 @@ def test_a_literal_said_twice_is_not_edited_and_set_operation_branches_keep_thei
         "removed Degree_Programs.degree_summary_name filter degree_summary_name = 'Bachelor'"]
     assert len(_candidates(s, "constraint")) == 3  # < 2003, > 2003, both
     # never one UNION branch's filter (a branch without its filter takes in every row), nor a filter said
-    # twice in one branch only: IsOfficial = 'T' goes from both branches at once (issue 11, helper B3)
+    # twice in one branch only: IsOfficial = 'T' goes from both branches at once
     assert [c.edit for c in _candidates(spider_by_id["spider-dev-755"], "constraint")] == [
         "constraint: removed countrylanguage.IsOfficial filter IsOfficial = 'T' from both branches of the UNION"]
 

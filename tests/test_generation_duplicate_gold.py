@@ -1,4 +1,4 @@
-"""The duplicate-gold rule for generated corpora, ``--distinct-golds`` and the paired originals of GEN/VAL (issue 11).
+"""The duplicate-gold rule for generated corpora, ``--distinct-golds`` and the paired originals of GEN/VAL.
 
 * Every generated sample carries ``provenance["anchor_gold"]``
   (:func:`~textsql_clarify.generation.anchors.anchor_gold`); two generated samples with the same one are no

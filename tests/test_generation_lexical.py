@@ -1,4 +1,4 @@
-"""The lexical-overlap recipe (issue 11; ABISS §3.2 lexical overlap).
+"""The lexical-overlap recipe (ABISS §3.2 lexical overlap).
 
 The embedded university database's golds and real Spider dev anchors by id, with the exact swap and hidden
 knowledge; every check can reject; the source is never written; the same seed gives the same samples; the

@@ -1,4 +1,4 @@
-"""The missing-schema recipe and its derived databases (issue 11; ABISS §3.2, PremiseSQL E3.2).
+"""The missing-schema recipe and its derived databases (ABISS §3.2, PremiseSQL E3.2).
 
 Real Spider dev anchors by id with their exact derived schema and sample; every check can reject; the
 source database never changes by a byte; the same seed gives the same samples; the oracle's feedback (the
@@ -304,7 +304,7 @@ def test_build_drops_dependents_and_keeps_the_source(tmp_path):
 FIXTURE_ORACLE_FB_FAILS = 6
 @pytest.fixture(scope="module")
 def generated(spider, tmp_path_factory):
-    """One seeded run of the recipe over every Spider dev anchor (the issue's count target)."""
+    """One seeded run of the recipe over every Spider dev anchor (the count target of ``docs/generation.md``)."""
     out_dir = tmp_path_factory.mktemp("ms_out")
     ctx = GenContext(work_dir=out_dir / "databases")
     rec = MissingSchemaRecipe()
@@ -318,7 +318,7 @@ def generated(spider, tmp_path_factory):
 def test_spider_dev_yields_at_least_500_samples(spider, generated):
     out_dir, outcomes, shas = generated
     acc = [o for o in outcomes if isinstance(o, Accepted)]
-    assert len(acc) >= 500  # issue 11 target; measured 904 of 1,034 anchors
+    assert len(acc) >= 500  # the generation target; measured 904 of 1,034 anchors
     assert len({o.sample.id for o in acc}) == len(acc) == len({o.paired.id for o in acc})
     assert {o.sample.subcategory for o in acc} == {"missing_entities_or_attributes", "missing_relationship"}
     assert {o.stage for o in outcomes if isinstance(o, Rejected)} <= set(MissingSchemaRecipe.stages)
@@ -380,7 +380,7 @@ def test_comments_of_a_removed_column_go_with_it(tmp_path):
     assert _sha(src) == before
 
 
-# ------------------------------------------------- a fresh reader's defects (issue 11 follow-up, rate50)
+# ------------------------------------------------- a fresh reader's defects (docs/generation.md "Quality")
 def _tables_in_order(path) -> list[str]:
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:

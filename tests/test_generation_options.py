@@ -1,4 +1,4 @@
-"""``generate --option key=value`` is checked before the run (issue 11 follow-up): unknown names, values that do not
+"""``generate --option key=value`` is checked before the run: unknown names, values that do not
 parse or are out of range stop it with a clear error (exit 2 in the CLI); valid options pass through unchanged."""
 from __future__ import annotations
 

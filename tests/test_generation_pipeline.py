@@ -1,4 +1,4 @@
-"""The generation pipeline (issue 11): anchors, the recipe registry, generate() (journal, resume, determinism,
+"""The generation pipeline: anchors, the recipe registry, generate() (journal, resume, determinism,
 provenance, pairs, duplicates, load-time validation), the rejection table and the ``generate`` command.
 
 Stub recipes over the embedded university database; the real recipes over Spider dev are

@@ -1,4 +1,4 @@
-"""The PremiseSQL recipe (issue 11; PremiseSQL §3, §A.3): one flaw per rewriting subcategory, the review, the type
+"""The PremiseSQL recipe (PremiseSQL §3, §A.3): one flaw per rewriting subcategory, the review, the type
 check, the paired original. Control flow on the deterministic fake model over the embedded university database;
 every stage can reject (one test each); council majority with ties rejecting. The SmolLM2 run is in
 ``tests/test_generation_tide.py`` (one model test for both recipes)."""

@@ -1,4 +1,4 @@
-"""The TIDE model recipes (issue 11; TIDE §3.2, App. B): chain injection, drift cross-validation, triplets.
+"""The TIDE model recipes (TIDE §3.2, App. B): chain injection, drift cross-validation, triplets.
 
 Control flow runs on the deterministic fake model (:mod:`textsql_clarify.generation.fake_model`) over the
 embedded university database; every stage can reject (one test each); votes follow TIDE (a criterion passes

@@ -1,4 +1,4 @@
-"""The process-isolated executor (issue 12 item 1): same results as in-process, an exact time bound,
+"""The process-isolated executor: same results as in-process, an exact time bound,
 a memory cap, dead workers as results, and no orphan processes after close."""
 from __future__ import annotations
 
@@ -231,7 +231,7 @@ def test_heavy_row_is_stopped_at_the_deadline_and_the_worker_replaced(toy):
         sb = p.sandbox(toy, **settings)
         assert sb.execute("SELECT 1").ok  # the worker has started
         before = p.worker_pids()
-        # the mechanism: the worker is killed at the deadline (issue 12's bar, limit + 10 % + a constant, is
+        # the mechanism: the worker is killed at the deadline (the bound, limit + 10 % + a constant, is
         # measured by bench/bench_isolation.py; here only a generous bound that a loaded machine keeps)
         with generous_bound("a heavy row under a 0.2 s limit in a worker"):
             res = sb.execute(COMPARE_CHAIN)
@@ -427,7 +427,7 @@ def test_cli_eval_isolation_flag(tmp_path, capsys):
 
 
 def test_with_a_spare_the_statement_after_a_kill_starts_no_worker(toy):
-    """Issue 12 attacks: after a runaway prediction is killed, the gold that follows in the same step waited for
+    """After a runaway prediction is killed, the gold that follows in the same step waited for
     a new worker to start (0.5-1.3 s on a loaded machine). With ``spares=1`` (the env's pools) a started idle
     worker takes it: the caller's thread starts no worker; replacements start in the background."""
     settings = {"timeout_s": 0.2, "max_value_bytes": 16 << 20}

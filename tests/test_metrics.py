@@ -387,7 +387,7 @@ def test_render_table_shows_n_and_dash():
     table = lines[lines.index(header) + 2: lines.index(header) + 6]
     assert all(ln[ex_at - 1] == " " and ln[ex_at] in "01—" for ln in table), table
     assert any(ln.startswith("lexical_overlap") for ln in lines)  # subcategory table
-    # the ceiling counts close the text, wrapped to the 100-column width (issue 13)
+    # the ceiling counts close the text, wrapped to the 100-column width
     ceil = next(k for k, ln in enumerate(lines) if ln.startswith("ceilings (trajectories): gold_error=0  gold_empty=0"))
     assert lines[ceil + 1:] and all(ln.startswith("  ") for ln in lines[ceil + 1:]) and "gold_withheld=0" in lines[-1]
     assert max(len(ln) for ln in lines) <= 100

@@ -1,4 +1,4 @@
-"""Episode outcomes (issue 13): how each episode ended, the run's shares with their n and intervals.
+"""Episode outcomes: how each episode ended, the run's shares with their n and intervals.
 
 The embedded runs of the oracle, no-clarify and random agents (seed 0) are played once for the module;
 their shares are asserted exactly, each from the trajectories themselves (their last turns). The

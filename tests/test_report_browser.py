@@ -1,4 +1,4 @@
-"""The HTML report in a real headless browser (issue 13 item 4): Debian's Chromium through selenium.
+"""The HTML report in a real headless browser: Debian's Chromium through selenium.
 
 Runs the oracle, no-clarify and random agents on the embedded set (48 samples each), builds the report,
 opens it in headless Chromium and checks that the inline SVG charts render (present, non-zero size, with

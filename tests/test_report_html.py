@@ -1,4 +1,4 @@
-"""``textsql-clarify report`` (issue 13 item 4) without a browser: run folders, the leaderboard and its paired
+"""``textsql-clarify report`` without a browser: run folders, the leaderboard and its paired
 differences, outcomes, the HTML page (self-contained, escaped), the table exports and the loaders' errors.
 
 The runs are real: the oracle, no-clarify and random agents on the embedded set (48 samples: 12 answerable,
@@ -211,7 +211,7 @@ def test_write_report_and_cli(runs_root, tmp_path, capsys):
 
 
 def test_runs_sharing_few_or_no_samples_are_warned_about(runs_root, tmp_path, capsys):
-    """Issue 13 item 4: a paired row over runs without shared samples was all "—" with no word said."""
+    """A paired row over runs without shared samples was all "—" with no word said."""
     sub, apart = tmp_path / "sub", tmp_path / "apart"
     sub.mkdir()
     apart.mkdir()

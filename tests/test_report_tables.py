@@ -1,4 +1,4 @@
-"""Terminal tables that fit 100 columns (issue 13): `eval` with no options, a Spider-dev-sized run with every
+"""Terminal tables that fit 100 columns: `eval` with no options, a Spider-dev-sized run with every
 breakdown and every metric column, the real Spider dev run; undefined metrics not printed, undefined cells
 ``—``; the model-loading line above the progress bar."""
 from __future__ import annotations

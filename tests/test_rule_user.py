@@ -560,7 +560,7 @@ def test_heldout_probe_file_is_well_formed_and_never_leaks_sql():
     assert sum(emb[r["sample_id"]].group == "unanswerable" for r in recs) >= 5
 
 
-# ----------------------------------------------------------------------------- issue 8: no milking
+# ----------------------------------------------------------------------------- no milking (the red-team contract)
 
 import importlib.util  # noqa: E402
 
@@ -595,7 +595,7 @@ def test_echoes_and_listing_probes_through_gym_make_on_the_embedded_set():
     samples = load_embedded()
     rep = MS.milking_report(samples, RuleBasedUser())
     assert {k: v["n"] for k, v in rep["echo"].items()} == {k: 24 for k in MS.ECHO_PROBES}
-    # issue 8 asked for at most 5 % of the 24 ambiguous samples; none is
+    # the bound is at most 5 % of the 24 ambiguous samples; none is
     assert {k: (v["relevant"], v["hk_returned"]) for k, v in rep["echo"].items()} == {k: (0, 0) for k in MS.ECHO_PROBES}
     assert {k: v["n"] for k, v in rep["identifier"].items()} == {k: 36 for k in rep["identifier"]}
     assert {k: v["leaks"] for k, v in rep["identifier"].items()} == {k: 0 for k in rep["identifier"]}

@@ -1,4 +1,4 @@
-"""One parse and one qualify of the prediction per SQL step, and the same rewards as before (issue 12, item 2).
+"""One parse and one qualify of the prediction per SQL step, and the same rewards as before.
 
 Inside a step the scorers (cells' column origins, components, the dense reward, retrieval, commitments, hedge
 detection) share the prediction's analysis through :func:`textsql_clarify.sql.schema.shared_analysis`. These

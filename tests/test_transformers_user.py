@@ -192,7 +192,7 @@ def test_abiss_protocol_has_no_route_and_no_reroute():
     assert (r.route, r.label, r.layer) == (None, "relevant", "L2")
 
 
-# -- issue 8: a clarification cannot milk the transformers user either (same rules as the rule-based user)
+# -- a clarification cannot milk the transformers user either (same rules as the rule-based user)
 
 @pytest.mark.parametrize("clar, why", [
     ("Which singers are young?", "echo"),                                  # the question verbatim

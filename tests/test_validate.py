@@ -165,7 +165,7 @@ def test_gold_timeout(tmp_path, monkeypatch):
 
 
 def test_a_locked_database_is_retried_and_never_cached(tmp_path, monkeypatch):
-    """Issue 12: ``database is locked`` comes from another connection, not from the gold. While a writer holds an
+    """``database is locked`` comes from another connection, not from the gold. While a writer holds an
     exclusive lock the gold fails, the run is retried (GOLD_RETRIES) and not cached; once released, it passes."""
     import sqlite3
 
