@@ -72,16 +72,14 @@ def split(samples, heldout_fraction: float, seed: int) -> tuple[list[str], list[
     stratified-by-group split (``how`` says which)."""
     from textsql_clarify.integrations.splits import split_sample_ids
 
-    if "by" in inspect.signature(split_sample_ids).parameters:
+    n_db = len({s.db_id for s in samples})
+    if "by" in inspect.signature(split_sample_ids).parameters and n_db >= 2:
         train, held = split_sample_ids(samples, heldout_fraction=heldout_fraction, seed=seed, by="db")
-        how = "by database"
-    else:
-        train, held = split_sample_ids(samples, heldout_fraction=heldout_fraction, seed=seed)
-        how = "stratified by group (split_sample_ids has no by='db' here)"
-    if not train or not held:  # one database: a database split cannot hold any out
-        train, held = split_sample_ids(samples, heldout_fraction=heldout_fraction, seed=seed)
-        how = "stratified by group (one database only)"
-    return train, held, how
+        if train and held:
+            return train, held, "by database"
+    train, held = split_sample_ids(samples, heldout_fraction=heldout_fraction, seed=seed)
+    why = "one database only" if n_db < 2 else "no by='db' split here"
+    return train, held, f"stratified by group ({why})"
 
 
 def distinguishable(sample) -> bool:
