@@ -1,4 +1,4 @@
-"""Benchmark: the bootstrap intervals of issue 13, side by side in one run.
+"""Benchmark: the bootstrap intervals of ``metrics.json``, side by side in one run.
 
 1. One percentile interval of the mean of n = 1,034 binary values (p = 0.7), 1,000 resamples:
    ``scipy.stats.bootstrap(method="percentile")``, numpy with a fresh count matrix per call (a new seed
@@ -11,7 +11,7 @@
 
     python bench/bench_bootstrap.py [--spider ../shared/data/spider_dev] [--reps 5]
 
-Measured for issue 13 on 2 cores, per interval: scipy 26 ms, numpy fresh 18 ms, numpy cached 1.4 ms
+Measured on 2 cores, per interval: scipy 26 ms, numpy fresh 18 ms, numpy cached 1.4 ms
 (at load 7: 72-90, 76-101 and 20-28 ms); aggregate 0.06 s of CPU before the intervals existed (the commit
 before them), 0.17-0.19 s with them (0.09 s with 1 resample).
 """

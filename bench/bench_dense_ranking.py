@@ -1,4 +1,5 @@
-"""Benchmark: does the dense SQL reward rank honest near-misses above hacks? (issue 8, part 4)
+"""Benchmark: does the dense SQL reward rank honest near-misses above hacks? (the red-team contract,
+``docs/rewards.md``)
 
 From every Spider dev gold that returns data, sqlglot builds mechanical variants of two families:
 

@@ -1,4 +1,4 @@
-"""Benchmark: milliseconds per FB judgement of the MiniLM judge, the path before issue 12 versus the cached
+"""Benchmark: milliseconds per FB judgement of the MiniLM judge, the uncached path versus the cached
 and the batched paths, measured side by side in one run.
 
 Judgements are real: MMSQL's unanswerable turns whose system reply states the reason (``../shared/data/mmsql``,
@@ -12,7 +12,7 @@ the hidden knowledge itself; and for each of these hidden knowledges two restate
 beyond the question, with no negation cue (:func:`restatements`: verdicts that only the score decides).
 Paths, each timed over the same items, in rounds whose order alternates:
 
-* ``old``: ``SemanticFeedbackJudge(cache=False, num_threads=None)``, the path before issue 12: every
+* ``old``: ``SemanticFeedbackJudge(cache=False, num_threads=None)``, the uncached path: every
   judgement parses both sides and embeds the pair in one encode call at torch's own thread count;
 * ``old_1thread``: the same on one torch thread (what the thread setting alone gives);
 * ``cached``: the default judge's ``assess`` (hidden knowledge's side cached after ``prepare``; torch
@@ -41,7 +41,7 @@ Usage::
     python bench/bench_feedback_judge.py                   # every probe item, 3 rounds, batches 8,32
     python bench/bench_feedback_judge.py --rounds 1 --n 40 --json out.json
 
-Target (issue 12 item 2): at most 5 ms per judgement on this CPU, idle.
+Target (``docs/platform.md`` "Feedback judge speed"): at most 5 ms per judgement on this CPU, idle.
 """
 from __future__ import annotations
 

@@ -6,8 +6,8 @@
    process / in-process, and the median fixed cost per statement (process minus in-process, us): one
    pipe round trip plus a pickle of the rows.
 2. The bound: one adversarial row (~1,600 comparisons of values at the default value cap, which SQLite cannot stop
-   between them) under 0.05 s and 0.5 s limits: wall time in-process and in a worker, next to issue
-   12's bar (limit + 10 % + a small constant), and what the next statement waits while the worker is
+   between them) under 0.05 s and 0.5 s limits: wall time in-process and in a worker, next to the
+   bounds contract (limit + 10 % + a small constant), and what the next statement waits while the worker is
    replaced; then a worker that cannot answer at all (stopped with SIGSTOP).
 3. Worker start-up: seconds from a fresh pool to the first answer, per start method.
 

@@ -1,6 +1,6 @@
-"""Wall time of an evaluation on the local runner and on the Ray backend, side by side in one run (issue 12
-item 3). Prints seconds, not a target: on one machine Ray only adds start-up (the instance, the actors,
-one feedback judge per actor); it pays where the actors outnumber one machine's cores.
+"""Wall time of an evaluation on the local runner and on the Ray backend, side by side in one run
+(``docs/platform.md`` "Ray"). Prints seconds, not a target: on one machine Ray only adds start-up (the instance,
+the actors, one feedback judge per actor); it pays where the actors outnumber one machine's cores.
 
     python bench/bench_ray.py [--dataset embedded] [--agent oracle] [--actors 2] [--limit N]
 

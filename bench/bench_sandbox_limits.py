@@ -1,6 +1,6 @@
 """Benchmark: each hostile SQL case's time and peak memory next to the bound the sandbox promises.
 
-The bound (issue 12, "Bounds that hold whatever the SQL"; ``docs/platform.md`` "SQL bounds"):
+The bound (the bounds contract, whatever the SQL; ``docs/platform.md`` "SQL bounds"):
 
 * time: no statement outlives its time limit by more than 10 % plus a small constant,
   ``wall <= 1.1 x limit + SLACK_S``;
@@ -18,7 +18,7 @@ thread samples the child's open temporary files, and reports as JSON:
 * ``tmp``: most temporary files (SQLite's unlinked ``etilqs_*``) open at once during the statement;
 * ``stopped by``: the error kind and the start of its message (``ok``: it ran to the end).
 
-Cases: the issue's hostile input (1,090 ``LIKE`` calls in 10 KB of SQL, ``json_patch`` over two
+Cases: the core hostile input list (1,090 ``LIKE`` calls in 10 KB of SQL, ``json_patch`` over two
 60,000-key objects, 40 ``instr``/``GLOB`` calls, the 2,000-column wide row, a sort that spilled to
 temp files) and more (chains of guarded and unguarded linear calls, JSON parse-cache thrash, a
 runaway CTE with and without the progress handler, a cross join, heavy rows, value and ``%c``
@@ -93,7 +93,7 @@ class Case:
         timeout_s: the sandbox's ``timeout_s`` for it, seconds.
         progress: ``False`` runs it with the progress handler off (the watchdog alone).
         env: extra environment variables for the child (e.g. a lower heap limit).
-        issue: ``True`` for a case named in issue 12's hostile input list.
+        core: ``True`` for a case of the core hostile input list (the module doc's first list).
         expect: the outcomes that show the mechanism meant to stop it fired: each ``"kind"`` or
             ``"kind: start of message"`` (``"ok"``: it ran to the end); empty: any.
     """
@@ -103,7 +103,7 @@ class Case:
     timeout_s: float = 0.5
     progress: bool = True
     env: dict = field(default_factory=dict)
-    issue: bool = False
+    core: bool = False
     expect: tuple[str, ...] = ()
 
     def expected(self, kind: str, message: str) -> bool:
@@ -121,31 +121,31 @@ _SORT = _BIG_ROWS + f"SELECT x FROM (SELECT (n * 7919) % 1000003 || '{_PAD}' AS 
 
 #: The hostile cases, in the order printed.
 CASES: tuple[Case, ...] = (
-    # -- issue 12's hostile input ------------------------------------------------------------------
+    # -- the core hostile input list ---------------------------------------------------------------
     Case("LIKE calls filling 10 KB", _fill(f"WITH a(s, p) AS (SELECT s, '%' || substr(s, 1, 3) || 'b' FROM {_S1M}) "
-                                          "SELECT ", "s LIKE p", " FROM a"), issue=True, expect=("timeout",)),
+                                          "SELECT ", "s LIKE p", " FROM a"), core=True, expect=("timeout",)),
     Case("LIKE calls, 98-byte pattern, 10 KB",
          _fill(f"WITH a(s, p) AS (SELECT s, '%' || substr(s, 1, 96) || 'b' FROM {_S1M}) SELECT ", "s LIKE p",
                " FROM a"),
-         issue=True,
+         core=True,
          expect=("timeout", "runtime: like(): too expensive")),
     Case("json_patch 2 x 60,000 keys", f"SELECT length(json_patch({_json_object_sql(60000, 'k')}, "
-                                       f"{_json_object_sql(60000, 'j')}))", issue=True,
+                                       f"{_json_object_sql(60000, 'j')}))", core=True,
          expect=("runtime: value too large",)),
     Case("json_patch 2 x 15,000 keys", f"SELECT length(json_patch({_json_object_sql(15000, 'k')}, "
                                        f"{_json_object_sql(15000, 'j')}))",
          expect=("runtime: json_patch(): too expensive",)),
     Case("40 instr calls", f"WITH a(s, n) AS (SELECT s, substr(s, 1, 9500) || 'b' FROM {_S1M}) SELECT "
-                           + "max(" + ", ".join(["instr(s, n)"] * 40) + ")" + " FROM a", issue=True,
+                           + "max(" + ", ".join(["instr(s, n)"] * 40) + ")" + " FROM a", core=True,
          expect=("timeout", "runtime: instr(): too expensive")),
     Case("40 instr calls, 3 KB needle", f"WITH a(s, n) AS (SELECT s, substr(s, 1, 3000) || 'b' FROM {_S1M}) SELECT "
-                                        + "max(" + ", ".join(["instr(s, n)"] * 40) + ")" + " FROM a", issue=True,
+                                        + "max(" + ", ".join(["instr(s, n)"] * 40) + ")" + " FROM a", core=True,
          expect=("timeout",)),
     Case("40 GLOB calls", f"WITH a(s, p) AS (SELECT s, '*' || replace(hex(zeroblob(12)), '0', '[a]') || 'b' "
-                          f"FROM {_S1M}) SELECT max(" + ", ".join(["s GLOB p"] * 40) + ") FROM a", issue=True,
+                          f"FROM {_S1M}) SELECT max(" + ", ".join(["s GLOB p"] * 40) + ") FROM a", core=True,
          expect=("runtime: glob(): too expensive",)),
     Case("wide row: 2,000 columns x 1 MB", "SELECT " + ", ".join(["x"] * 2000) + " FROM (SELECT zeroblob(1048000) x)",
-         issue=True, expect=("runtime: too many columns",)),
+         core=True, expect=("runtime: too many columns",)),
     Case("wide row: 256 columns x 256 KB", "SELECT " + ", ".join(["x"] * 256) + " FROM (SELECT zeroblob(262000) x)",
          expect=("ok", "timeout")),
     Case("wide row: 256 columns x 256 KB text", "SELECT " + ", ".join(["x"] * 256) + f" FROM (SELECT s x FROM {_S1M})",
@@ -155,12 +155,12 @@ CASES: tuple[Case, ...] = (
     Case("wide rows: 256 columns x 256 KB x 40", "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r "
          "LIMIT 40) SELECT " + ", ".join(["x"] * 256) + " FROM (SELECT zeroblob(262000) x), r",
          expect=("ok", "timeout")),
-    Case("sort that spilled to temp files", _SORT, timeout_s=5.0, issue=True,
+    Case("sort that spilled to temp files", _SORT, timeout_s=5.0, core=True,
          expect=("timeout", "runtime: out of memory")),
     Case("sort of 2 KB rows, 64 MiB heap limit", _SORT.replace(_PAD, _PAD * 11), timeout_s=5.0,
          env={"TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT": str(64 << 20)},
          expect=("runtime: out of memory", "timeout")),
-    Case("sort, 0.5 s limit", _SORT, issue=True, expect=("timeout",)),
+    Case("sort, 0.5 s limit", _SORT, core=True, expect=("timeout",)),
     Case("sort of 5 M small records, 5 s limit", "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r "
          "LIMIT 5000000) SELECT n FROM r ORDER BY -n", timeout_s=5.0, expect=("timeout", "ok")),
     Case("sort of 6 M small records, 10 s limit", "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r "
@@ -427,7 +427,7 @@ def main(argv: list[str] | None = None) -> None:
               and all(c.expected(r["kind"], r["message"]) for r in runs))
         worst = max(worst, max(walls) / bound)
         last = runs[-1]
-        print(f"{c.name + (' *' if c.issue else ''):<36} {c.timeout_s:>7g} {statistics.median(walls):>8.3f} "
+        print(f"{c.name + (' *' if c.core else ''):<36} {c.timeout_s:>7g} {statistics.median(walls):>8.3f} "
               f"{max(walls):>8.3f} {bound:>7.2f} {max(walls) / c.timeout_s:>9.2f} {rss:>8.1f} "
               f"{MEMORY_CAP_BYTES / _MIB:>7.0f} {max(r['temp_files'] for r in runs):>3}  {'yes' if ok else 'NO '} "
               f"{last['kind']}: {last['message'][:60]}")
@@ -435,7 +435,7 @@ def main(argv: list[str] | None = None) -> None:
         held = [r["held"] for c in cases for r in res[c.name]]
         print(f"(each child held {min(held) / _MIB:.0f}-{max(held) / _MIB:.0f} MiB of SQLite memory before each "
               f"statement: 64 warm sandboxes, a vector env of 16, a {BALLAST_MIB} MiB in-memory database)")
-    print(f"(* a case of issue 12's hostile input list; ok: within both bounds, no temporary file, and stopped by "
+    print(f"(* a case of the core hostile input list; ok: within both bounds, no temporary file, and stopped by "
           f"the expected mechanism; worst wall / bound: {worst:.2f})")
 
 

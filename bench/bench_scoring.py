@@ -19,8 +19,8 @@ Only the scoring is timed, five scorers side by side in one run, interleaved pas
 * ``EX+cells+components``: plus :func:`textsql_clarify.rewards.components.score_components`.
 
 Each row gives pairs per second (median over ``--reps`` passes) and the slowdown against ``naive``
-measured in the same run. A last section times one 10,000-row x 20-column result (issue 3: "well under
-a second").
+measured in the same run. A last section times one 10,000-row x 20-column result (the target:
+well under a second).
 
     python bench/bench_scoring.py [--spider ../shared/data/spider_dev] [--limit 1034] [--reps 5]
 """

@@ -13,7 +13,8 @@ Usage::
     python bench/bench_simulator.py --batches 1,16,64 --device cuda --n 128
     python bench/bench_simulator.py --json out.json --repeats 2
 
-Target (issue 4): at least 6x replies/s at batch 16 over unbatched, SmolLM2 on the CPU.
+Target (``docs/simulator.md`` "Measured throughput"): at least 6x replies/s at batch 16 over unbatched,
+SmolLM2 on the CPU.
 """
 from __future__ import annotations
 

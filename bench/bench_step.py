@@ -3,7 +3,7 @@
 Over Spider dev gold queries used as predictions, both are timed side by side in one run, per query,
 interleaved (raw, step, raw, step ...), several repetitions each; the gold result is already cached
 (a warm-up step per sample), as in RL where a sample is visited many times. Prints the median of the
-per-query ratios step/raw next to its target (issue 12, item 2):
+per-query ratios step/raw next to its target (``docs/platform.md`` "Step cost"):
 
 - EX only (``binary`` preset, ``detailed_scores=False``): median ratio <= 1.5;
 - with the article's detailed scores (cells, columns, components, retrieval; the default): <= 10.

@@ -1,4 +1,4 @@
-"""Benchmark: the vector envs against a plain loop over one env, side by side in one run (issue 12).
+"""Benchmark: the vector envs against a plain loop over one env, side by side in one run.
 
 Workloads (Spider dev, 1,034 golds, one episode per sample: the seeded draw of the env, then one action):
 
@@ -32,7 +32,7 @@ in order (so load drifts hit all of them). The ratio is episodes/s over the loop
 table gives the median over ``--rounds``. It also gives the CPU seconds per episode (this process plus an async
 env's worker processes, from ``/proc``) and the loop's CPU over the setting's: a loaded machine disturbs CPU
 time less than wall-clock time, and for an async env it says how much work the parallel run adds (on 2 idle
-cores its wall-clock ratio cannot pass twice its CPU ratio). Targets (issue 12):
+cores its wall-clock ratio cannot pass twice its CPU ratio). Targets (``docs/platform.md`` "Vector and async envs"):
 sync >= 1.0x the loop for every N on these workloads (the SQL step has nothing to batch), async with 2
 workers >= 1.7x the loop on 2 idle cores.
 

@@ -1,4 +1,4 @@
-"""Action strings and episode state under hostile input (issue 12 item 1; DESIGN "Contracts").
+"""Action strings and episode state under hostile input (DESIGN "Contracts").
 
 * Text that is not valid Unicode (a lone surrogate, raw or as a JSON ``\\ud83d`` escape, in any string of
   a JSON action) and NUL characters are malformed actions: error observation, ``format`` component, one
@@ -42,7 +42,7 @@ from textsql_clarify.text import valid_unicode
 SAMPLES = load_embedded()
 UNANSWERABLE = next(s for s in SAMPLES if s.id == "uni-missent-001")   # hidden knowledge: no staff table
 AMBIGUOUS = next(s for s in SAMPLES if s.group == "ambiguous" and s.chain is None and s.drift is None)
-HALF_EMOJI = '{"type": "feedback", "content": "Sorry \\ud83d"}'       # the issue's case: valid JSON
+HALF_EMOJI = '{"type": "feedback", "content": "Sorry \\ud83d"}'       # a lone surrogate: valid JSON
 GOOD_FEEDBACK = "There is no staff table, so the administrative staff are not recorded."
 
 
@@ -295,13 +295,13 @@ def _outcome(text: str):
 
 
 @pytest.mark.parametrize("make, expect", [
-    (lambda n: "<think>" * (n // 7), "no action found"),                                  # the issue's case
+    (lambda n: "<think>" * (n // 7), "no action found"),                                  # 9.1 s at 65k before
     (lambda n: "<think>x" * (n // 8) + "<sql>SELECT 1</sql>", lambda n: Action("sql", "SELECT 1")),  # kept
     (lambda n: "<think>a</think>" * (n // 16) + "<clarify>Which?</clarify>", lambda n: Action("clarify", "Which?")),
     (lambda n: "< /" * (n // 3), "no action found"),
     (lambda n: "<sql>```" + " " * n + "x</sql>", lambda n: Action("sql", "```" + " " * n + "x")),  # open fence
     (lambda n: "<sql>a</sql>" * (n // 12), "actions; send exactly one"),
-    (lambda n: "<sql>SELECT 1</sql><" + " " * n + "x", lambda n: Action("sql", "SELECT 1")),  # review: 6.7 s at 16k
+    (lambda n: "<sql>SELECT 1</sql><" + " " * n + "x", lambda n: Action("sql", "SELECT 1")),  # 6.7 s at 16k before
 ], ids=["unclosed-think", "unclosed-think-then-action", "closed-thinks", "tag-like", "unclosed-fence",
         "many-actions", "bracket-spaces"])
 def test_parse_time_is_linear(make, expect):
@@ -316,10 +316,39 @@ def test_parse_time_is_linear(make, expect):
         assert got == expect(400_000)
 
 
-def test_ten_times_the_issue_case_parses_fast_and_right():
+def _ratio(fn, make, n: int) -> float:
+    """CPU time on ``make(4 n)`` over that on ``make(n)``: about 4 when linear, 16 when quadratic."""
+    return _best_time(fn, make(4 * n), repeats=5) / max(_best_time(fn, make(n), repeats=5), 1e-6)
+
+
+def test_tag_scan_is_linear_on_a_bracket_and_spaces():
+    make = lambda n: "<sql>SELECT 1</sql><" + " " * n + "x"  # noqa: E731 - 6.7 s at n=16,000 before
+    ratio = _ratio(_outcome, make, 4_000)
+    assert ratio < 8, f"4x the input took {ratio:.1f}x the CPU time"
+    assert _outcome(make(64_000)) == Action("sql", "SELECT 1")
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("< / sql >", "unmatched </sql>"),
+    ("<  sql  >a<   /   SQL>", Action("sql", "a")),
+    ("<sql>a</ sql>", Action("sql", "a")),
+    ("<sql>a< /sql>", Action("sql", "a")),
+    ("<sql>a<//sql>", "not closed"),
+    ("<clarify>Which year?</clarify >", Action("clarify", "Which year?")),
+    ("x <category >ambiguous</category> y", Action("classify", "ambiguous")),
+])
+def test_tag_scan_reads_what_it_read(text, expect):
+    got = _outcome(text)
+    if isinstance(expect, str):
+        assert isinstance(got, str) and expect in got, got
+    else:
+        assert got == expect
+
+
+def test_ten_times_the_unclosed_think_case_parses_fast_and_right():
     from conftest import generous_bound
 
-    n = 93_620  # 10x the issue's "<think>" * 9362 (9.1 s before)
+    n = 93_620  # 10x "<think>" * 9362 (9.1 s before the linear scan)
     with generous_bound("parsing 655,340 characters of unclosed <think>", 5.0):
         assert "no action found" in _outcome("<think>" * n)
         act = parse_action("<think>" * n + "</think><sql>SELECT 1</sql>", max_chars=10_000_000)

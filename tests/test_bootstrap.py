@@ -1,4 +1,4 @@
-"""Bootstrap intervals (issue 13; PremiseSQL's uncertainty appendix: percentile 95 % intervals over the
+"""Bootstrap intervals (PremiseSQL's uncertainty appendix: percentile 95 % intervals over the
 benchmark's queries, paired resampling, two-sided centred-bootstrap tests).
 
 Asserted against a reference computation written out here (numpy's index matrix, then percentiles), the
@@ -172,3 +172,23 @@ def test_every_mean_in_metrics_json_has_n_and_interval(embedded_runs, tmp_path):
     assert any(other["overall"][k]["ci95"] != m["overall"][k]["ci95"] for k in m["overall"] if m["overall"][k]["n"] > 1)
     with pytest.raises(ValueError, match="n_resamples"):
         aggregate(trajs, n_resamples=0)
+
+
+# -- hostile input: clear errors naming the sample -------------------------------------------------
+def test_paired_difference_names_the_sample_and_refuses_mixed_id_types():
+    with pytest.raises(BootstrapError, match=r"a\['s2'\] must be finite"):
+        paired_difference({"s1": 1.0, "s2": float("nan")}, {"s1": 0.0, "s2": 1.0})
+    with pytest.raises(BootstrapError, match=r"b\['s1'\] must be a number"):
+        paired_difference({"s1": 1.0}, {"s1": "1"})
+    with pytest.raises(BootstrapError, match="sample ids"):
+        paired_difference({1: 1.0, "s": 0.0}, {1: 0.0, "s": 1.0})
+    # int ids alone still pair, in sorted order; no overlap is n = 0
+    assert paired_difference({2: True, 1: False}, {1: False, 2: False})["value"] == 0.5
+    assert paired_difference({1: 1.0}, {"1": 1.0}) == {"value": None, "n": 0, "ci95": None, "p_value": None}
+
+
+def test_bootstrap_ci_of_none_is_a_clear_error():
+    with pytest.raises(BootstrapError, match="a sequence"):
+        bootstrap_ci(None)
+    assert bootstrap_ci([None, None]) is None
+    assert bootstrap_ci([True, False, True]) == (0.0, 1.0)

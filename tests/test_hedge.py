@@ -1,4 +1,4 @@
-"""Hedging between readings (issue 10 review): an answer that holds two different readings of an ambiguous
+"""Hedging between readings: an answer that holds two different readings of an ambiguous
 question at once chose none of them (ABISS Def. 2), so relaxed EX does not pay it (envs/scoring.py,
 ``other_readings``). Before the check, ``SELECT * FROM (gold) AS a, (other reading) AS b`` never asked and
 earned EX 1 on 6 of the 24 embedded ambiguous samples (the column-superset bound let the other reading's
@@ -123,7 +123,7 @@ def uni():
     ("SELECT count(*), count(*) * 0, (SELECT max(first_name) FROM students) FROM students", 0.0),
     ("SELECT count(*), (SELECT count(*) FROM departments), (SELECT max(first_name) FROM students) FROM students",
      0.0),
-    # the issue's typed hedge: count, count * 0 and the commonest value of two text columns
+    # a typed hedge: count, count * 0 and the commonest value of two text columns
     ("SELECT count(*), count(*) * 0, (SELECT home_city FROM students GROUP BY 1 ORDER BY count(*) DESC LIMIT 1), "
      "(SELECT residence_city FROM students GROUP BY 1 ORDER BY count(*) DESC LIMIT 1) FROM students", 0.0),
 ])
@@ -154,7 +154,7 @@ def test_data_reading_constant_is_no_guess_at_a_zero(uni):
 
 
 def _hedge_sql(kind: str, observation: dict) -> str:
-    """The issue's three hedges, from the observation alone (question and schema text)."""
+    """Three hedges, from the observation alone (question and schema text)."""
     from textsql_clarify.baselines.hacks import _ident_words, _mentioned_table, _q, _words, schema_columns
     schema = schema_columns(observation.get("schema", ""))
     question = observation.get("question", "")
@@ -190,3 +190,47 @@ def test_spider_dev_hedges_earn_no_second_guess(spider_root):
         hits[kind] = n
     env.close()
     assert hits == {"count_alone": 20, "count_plus_zero": 20, "typed": 0, "two_tables": 0}, hits
+
+
+# ---------------------------------------------------------------------- a transient reading failure is not cached
+def test_a_reading_locked_on_the_first_look_does_not_turn_hedge_detection_off(tmp_path):
+    import sqlite3
+
+    from textsql_clarify.envs import scoring
+    from textsql_clarify.sql.sandbox import SQLiteSandbox
+
+    db = tmp_path / "h.sqlite"
+    con = sqlite3.connect(db)
+    con.executescript("CREATE TABLE t(x INTEGER, y TEXT); INSERT INTO t VALUES (1, 'a'), (2, 'b');")
+    con.commit()
+    con.close()
+    gold, other, hedge = "SELECT x FROM t", "SELECT y FROM t", "SELECT x, y FROM t"
+    readings = (("s#1", other),)
+    with SQLiteSandbox(db, timeout_s=0.3) as sb:
+        gold_res = sb.execute_gold("s", gold)
+        writer = sqlite3.connect(db, isolation_level=None)
+        writer.execute("BEGIN EXCLUSIVE")  # another connection holds the database during the first look
+        try:
+            locked = sb.execute_gold("s#1", other)
+            assert locked.error_kind == "runtime" and "locked" in locked.error_message
+            assert scoring._distinct_readings(gold_res, gold, readings, sb, None) == ()
+        finally:
+            writer.execute("ROLLBACK")
+            writer.close()
+        score = scoring.score_sql_turn(hedge, gold, sb, gold_key="s", detailed=False, other_readings=readings)
+    assert (score.components["ex"], bool(score.flags.get("hedged"))) == (0.0, True)  # was ex=1.0, hedged False
+
+
+def test_reading_failures_that_may_pass_later_are_named():
+    from textsql_clarify.envs.scoring import _may_pass_later
+    from textsql_clarify.sql.sandbox import ExecutionResult
+
+    def failed(kind, msg):
+        return ExecutionResult(columns=(), rows=(), elapsed_s=0.0, error_kind=kind, error_message=msg)
+
+    assert _may_pass_later(failed("timeout", "time limit"))
+    assert _may_pass_later(failed("runtime", "database is locked"))
+    assert _may_pass_later(failed("runtime", "out of memory"))
+    assert _may_pass_later(failed("runtime", "the SQL worker process died (signal 9)"))
+    assert not _may_pass_later(failed("runtime", "no such column: z"))
+    assert not _may_pass_later(ExecutionResult(columns=("a",), rows=((1,),), elapsed_s=0.0))

@@ -1,10 +1,16 @@
 """Tests for the simulated user's leakage guard (TIDE App. E validator; ABISS §5.2 no-SQL answers)."""
 from __future__ import annotations
 
+import gc
 import json
+import math
+import random
+import re
+import time
 
 import pytest
 
+from textsql_clarify.simulators import leakage
 from textsql_clarify.simulators.leakage import (
     identifier_forms, identifier_used, is_full_gold_leak, leakage_reasons,
 )
@@ -120,7 +126,7 @@ def test_real_spider_questions_and_gold(spider_root):
     assert self_leaks == []
 
 
-# ----------------------------------------------------------------------------- issue 8: enumeration probes
+# ----------------------------------------------------------------------------- enumeration probes
 
 from textsql_clarify.simulators.leakage import (  # noqa: E402
     LICENSE_LIMIT, PROBE_LIMIT, gold_exposure, gold_leaks, is_identifier_probe, named_identifiers,
@@ -189,3 +195,55 @@ def test_gold_leaks_measure():
                       question="Show all template type codes and descriptions.", hidden_knowledge="",
                       gold_sql="SELECT template_type_code, template_type_description FROM Ref_template_types") == []
     assert gold_leaks("anything", question="q", hidden_knowledge="", gold_sql=None) == []
+
+
+# ----------------------------------------------------------------------------- linear word split of agent text
+def _cpu(fn, arg, repeats: int = 5) -> float:
+    """Least thread CPU time of ``fn(arg)`` over ``repeats`` calls, the collector off."""
+    best = math.inf
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            t0 = time.thread_time()
+            fn(arg)
+            best = min(best, time.thread_time() - t0)
+    finally:
+        if gc_was:
+            gc.enable()
+    return best
+
+
+def _ratio(fn, make, n: int) -> float:
+    """CPU time on ``make(4 n)`` over that on ``make(n)``: about 4 when linear, 16 when quadratic."""
+    return _cpu(fn, make(4 * n)) / max(_cpu(fn, make(n)), 1e-6)
+
+
+def test_capital_run_split_is_linear_and_unchanged():
+    ratio = _ratio(leakage._split_words, lambda n: "A" * n, 2_000)  # 15.8 before (43 ms -> 679 ms)
+    assert ratio < 8, f"4x the input took {ratio:.1f}x the CPU time"
+    assert leakage._split_words("HTMLParser") == ["html", "parser"]
+    assert leakage._split_words("StuID") == ["stu", "id"]
+    assert leakage._split_words("ABCdEFg_hIJk") == ["ab", "cd", "e", "fg", "h", "i", "jk"]
+    # the former two-regex split, derandomized: same words on 2,000 random identifiers
+    rng = random.Random(12)
+
+    def former(s: str) -> list[str]:
+        s = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", s)
+        s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1 \2", s)
+        return [w for w in re.split(r"[^0-9A-Za-z]+", s.lower()) if w]
+
+    for _ in range(2_000):
+        s = "".join(rng.choice("AaBb1_ Z") for _ in range(rng.randint(0, 14)))
+        assert leakage._split_words(s) == former(s), s
+
+
+def test_clarification_of_capitals_is_checked_fast():
+    """A clarification is agent text: the identifier checks split it into words (``named_identifiers``)."""
+    fresh = iter(range(10**6))  # a new text each call: the word split is cached per text
+
+    def named(text: str):
+        return leakage.named_identifiers(f"{text} {next(fresh)}", ["stu_id", "HomeCity"])
+
+    ratio = _ratio(named, lambda n: "A" * n, 2_000)
+    assert ratio < 8, f"4x the input took {ratio:.1f}x the CPU time"

@@ -52,3 +52,30 @@ def test_an_incomplete_folder_is_rebuilt_not_trusted(tmp_path):
     folder = prepare_model("smollm2", cache_dir=tmp_path)
     assert folder == half and (folder / "textsql_clarify_prepared.json").is_file()
     assert json.loads((folder / "config.json").read_text())["model_type"] == "llama"
+
+
+# -- prepared-model cache: never another source's checkpoint ------------------------------------------
+def _fake_checkpoint(folder, source_path):
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"")
+    (folder / "textsql_clarify_prepared.json").write_text(json.dumps({"source_path": source_path}))
+
+
+def test_prepare_model_never_returns_another_sources_checkpoint(tmp_path):
+    from textsql_clarify.models import prepare_model, prepared_path
+    from textsql_clarify.simulators.hf_models import ModelLoadError, resolve_model_source
+
+    a, b = tmp_path / "a" / "model.gguf", tmp_path / "b" / "model.gguf"
+    for f in (a, b):
+        f.parent.mkdir()
+        f.write_bytes(b"")  # not a real GGUF: building from it fails, which is how the test sees a rebuild
+    cache = tmp_path / "cache"
+    dest = prepared_path("model", cache_dir=cache)
+    src_a = resolve_model_source(str(a))
+    _fake_checkpoint(dest, str(src_a.folder / src_a.gguf_file))
+    assert prepare_model(str(a), cache_dir=cache) == dest      # its own checkpoint: cached, not rebuilt
+    with pytest.raises(ModelLoadError, match="to prepare it"):  # b's name maps to a's folder: rebuilt from b
+        prepare_model(str(b), cache_dir=cache)
+    # a failed rebuild leaves the other checkpoint as it was
+    assert json.loads((dest / "textsql_clarify_prepared.json").read_text())["source_path"] == str(src_a.folder / a.name)

@@ -1,4 +1,4 @@
-"""The Ray backend of ``evaluate`` (issue 12 item 3): same trajectories and metrics as the local runner.
+"""The Ray backend of ``evaluate``: same trajectories and metrics as the local runner.
 
 One local Ray instance per module (2 CPUs, no dashboard, loopback address, usage statistics off), started
 by :func:`textsql_clarify.baselines.ray_runner.init_ray` as ``eval --ray local`` starts it, and shut down
@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -218,3 +220,38 @@ def test_an_address_with_no_cluster_fails_fast():
         with pytest.raises(ConnectionError, match=f"no Ray cluster answers at {address}.*ray start --head"):
             _check_reachable(address, timeout_s=2.0)
     _check_reachable("auto")  # left to Ray
+
+
+# -- more actors than CPUs ---------------------------------------------------------------------------
+@contextmanager
+def _deadline(seconds: int, what: str):
+    """Fail (instead of hanging the suite) when the block runs longer than ``seconds`` (SIGALRM)."""
+    def fire(*_):
+        raise TimeoutError(f"{what}: still running after {seconds} s (a hang)")
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _no_timing_keys(metrics: dict) -> dict:
+    """``metrics`` without its top-level timing keys (any key naming ``elapsed`` or ``time``)."""
+    return {k: v for k, v in metrics.items() if "elapsed" not in k and "time" not in k}
+
+
+@pytest.mark.ray
+def test_more_ray_actors_than_cpus_does_not_hang(ray_local):
+    """``evaluate(backend="ray", ray_actors=4)`` on a 2-CPU local Ray: two actors can never be scheduled.
+    The runner used to hand chunks to those pending actors and wait on them forever (the run did not end
+    in 570 s); now only actors that are up take work, and the metrics equal the local runner's."""
+    assert ray_local.cluster_resources()["CPU"] == 2
+    samples = load_dataset("embedded")[:4]
+    _, local = evaluate(samples, OracleAgent(), progress=False)
+    with _deadline(300, "ray_actors=4 on 2 CPUs"):
+        with pytest.warns(UserWarning, match="4 Ray actors"):
+            _, remote = evaluate(samples, OracleAgent(), progress=False, backend="ray", ray_actors=4)
+    assert remote["n_trajectories"] == local["n_trajectories"] == 4
+    assert _no_timing_keys(remote) == _no_timing_keys(local)

@@ -383,3 +383,35 @@ def test_sft_trainer_takes_the_records(smol_folder, by_id, trl_env, tmp_path):
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert len(losses) == 2 and all(math.isfinite(x) and x > 0 for x in losses)
     assert math.isfinite(out.training_loss)
+
+
+# -- SFT export with a batch-only agent -----------------------------------------------------------------
+class _BatchOracle:
+    """An agent with only ``act_batch`` (make_agent accepts it): the oracle underneath, one action per
+    observation; records the batch sizes it was asked."""
+
+    privileged = True
+
+    def __init__(self):
+        from textsql_clarify.baselines.agents import OracleAgent
+
+        self.oracle, self.sizes = OracleAgent(), []
+
+    def begin_episode(self, sample):
+        self.oracle.begin_episode(sample)
+
+    def act_batch(self, observations, infos):
+        self.sizes.append(len(observations))
+        return [self.oracle.act(o, i) for o, i in zip(observations, infos)]
+
+
+def test_sft_records_play_an_act_batch_only_agent_like_the_oracle():
+    from textsql_clarify.baselines.sft_export import sft_records
+    from textsql_clarify.datasets import load_dataset
+
+    samples = [s for s in load_dataset("embedded") if s.group == "answerable"][:2]
+    batch_only = _BatchOracle()
+    got = sft_records(samples, batch_only)
+    want = sft_records(samples, "oracle")
+    assert [r["messages"] for r in got] == [r["messages"] for r in want] and len(got) == 2
+    assert batch_only.sizes and set(batch_only.sizes) == {1}  # asked one observation at a time

@@ -261,3 +261,90 @@ def test_mutated_spider_golds_never_raise_untyped_errors(spider_root):
     # measured: the metric sets work on every mutant; column_origins refuses a '*' over a derived table
     # whose duplicate output names cannot be expanded (2 golds x 2 mutants)
     assert outcome == {("column_origins", "cannot expand '*' into output columns (schema missing or incomplete)"): 2}
+
+
+def test_an_analysis_error_message_logs_no_sqlglot_warning(caplog):
+    """A query whose qualification fails is named in its error by regenerating its SQL; sqlglot used to log
+    "Named columns are not supported in table alias." for a VALUES alias with named columns (42 lines in one
+    red-team run, from the embedded set's mut_null_pad hack). The text is still the query's."""
+    import logging
+
+    import sqlglot
+
+    from textsql_clarify.sql.schema import _safe_sql
+
+    tree = sqlglot.parse_one("SELECT v.a FROM (VALUES (1), (2)) AS v(a)", read="sqlite")
+    with caplog.at_level(logging.WARNING, logger="sqlglot"):
+        text = _safe_sql(tree)
+    assert text.startswith("SELECT v.a FROM (VALUES (1), (2)) AS v")
+    assert not [r for r in caplog.records if r.name == "sqlglot"]
+
+
+# -- id-keyed schema caches and in-place changes --------------------------------------------------------
+def test_projection_follows_a_schema_dict_changed_in_place():
+    from textsql_clarify.rewards.ex_sql import projection_info
+
+    schema = {"t": {"a": "INT"}}
+    assert len(projection_info("SELECT * FROM t", schema)) == 1
+    schema["t"]["b"] = "INT"
+    assert len(projection_info("SELECT * FROM t", schema)) == 2  # was 1: the key kept for id(schema)
+    schema["u"] = {"c": "TEXT"}
+    assert len(projection_info("SELECT * FROM t, u", schema)) == 3
+
+
+def test_fingerprint_follows_a_schema_dict_changed_in_place():
+    from textsql_clarify.sql.schema import _fingerprint_once, schema_fingerprint
+
+    schema = {"t": {"a": "INT"}}
+    assert _fingerprint_once(schema) == (("t", (("a", "INT"),)),)
+    schema["t"]["b"] = "TEXT"
+    assert _fingerprint_once(schema) == schema_fingerprint(schema) == (("t", (("a", "INT"), ("b", "TEXT"))),)
+
+
+def test_shared_analysis_of_a_changed_schema_is_not_the_old_one():
+    from textsql_clarify.rewards.ex_sql import projection_info
+    from textsql_clarify.sql.schema import clear_analysis_cache, shared_analysis
+
+    clear_analysis_cache()
+    schema = {"t": {"a": "INT"}}
+    with shared_analysis("SELECT * FROM t", "/db", schema) as memo1:
+        assert len(projection_info("SELECT * FROM t", schema)) == 1
+    schema["t"]["b"] = "INT"
+    with shared_analysis("SELECT * FROM t", "/db", schema) as memo2:
+        assert len(projection_info("SELECT * FROM t", schema)) == 2
+    assert memo2 is not memo1 and memo2.fp == (("t", (("a", "INT"), ("b", "INT"))),)
+
+
+def test_a_sandbox_schema_is_read_only_and_keyed_once(tmp_path):
+    import copy
+    import json
+    import pickle
+
+    from textsql_clarify.datasets import embedded_db_path
+    from textsql_clarify.rewards import ex_sql
+    from textsql_clarify.sql import schema as schema_mod
+    from textsql_clarify.sql.readonly import ReadOnlySchema
+    from textsql_clarify.sql.sandbox import SQLiteSandbox
+
+    with SQLiteSandbox(embedded_db_path()) as sb:
+        s = sb.schema
+        assert type(s) is ReadOnlySchema and isinstance(s, dict) and s is sb.schema
+        for change in (lambda: s.__setitem__("x", {}), lambda: s["students"].__setitem__("z", "INT"),
+                       lambda: s.pop("students"), lambda: s["students"].update(z="INT"), lambda: s.clear(),
+                       lambda: s.setdefault("x", {}), lambda: s.__delitem__("students")):
+            with pytest.raises(TypeError, match="cannot be changed"):
+                change()
+        plain = copy.deepcopy(s)
+        plain["students"]["z"] = "INT"  # a deep copy is a plain dict to change
+        assert type(plain) is dict and "z" not in s["students"]
+        again = pickle.loads(pickle.dumps(s))
+        assert type(again) is ReadOnlySchema and again == s and type(again["students"]) is not dict
+        assert json.loads(json.dumps(s)) == {t: dict(c) for t, c in s.items()}
+        # the id-keyed caches apply to it: the key is built once
+        ex_sql._NAMES_KEYS.pop(id(s), None)
+        schema_mod._FINGERPRINTS.pop(id(s), None)
+        k1, f1 = ex_sql._names_key(s), schema_mod._fingerprint_once(s)
+        assert ex_sql._NAMES_KEYS[id(s)][1] is k1 and ex_sql._names_key(s) is k1
+        assert schema_mod._FINGERPRINTS[id(s)][1] is f1 and schema_mod._fingerprint_once(s) is f1
+        assert ex_sql._names_key(plain) != k1 and id(plain) not in ex_sql._NAMES_KEYS  # a plain dict: not kept
+        assert schema_mod._fingerprint_once(plain) != f1 and id(plain) not in schema_mod._FINGERPRINTS

@@ -527,3 +527,45 @@ def test_a_failure_after_an_autoreset_undoes_the_seeded_draw(samples):
         return [list(out[4]["sample_id"]) for out in _play_retrying(envs, 21, script, MemoryError)]
 
     assert run(FlakyJudge()) == run(SteadyJudge())
+
+
+# -- a failed SAME_STEP autoreset changes no sub-env ----------------------------------------------------
+def _env_state(env):
+    return (env.current_sample.id if env.current_sample else None, env._turn, list(env._history),
+            env._np_random.bit_generator.state if env._np_random is not None else None)
+
+
+def test_same_step_autoreset_that_fails_changes_no_sub_env(tmp_path):
+    import copy
+    import dataclasses
+    import shutil
+
+    from gymnasium.vector import AutoresetMode
+
+    from textsql_clarify.datasets import embedded_db_path, load_dataset
+    from textsql_clarify.envs.vector import TextSQLClarifyVectorEnv
+
+    good = next(s for s in load_dataset("embedded") if s.group == "answerable")
+    gone = tmp_path / "gone.sqlite"
+    shutil.copyfile(embedded_db_path(), gone)
+    missing = dataclasses.replace(good, id="missing-db", db_path=str(gone))
+    venv = TextSQLClarifyVectorEnv(2, samples=[good, missing], autoreset_mode=AutoresetMode.SAME_STEP)
+    try:
+        # a seed whose autoreset draws the missing sample for sub-env 1 (sub-env 0 steps before it)
+        for seed in range(100):
+            venv.reset(seed=seed, options={"sample_ids": [good.id, good.id]})
+            if copy.deepcopy(venv.envs[1].np_random).integers(2) == 1:
+                break
+        else:
+            pytest.fail("no seed draws the missing sample")
+        gone.unlink()  # the dataset was loaded (and validated) while it was there
+        before = [_env_state(e) for e in venv.envs]
+        with pytest.raises(FileNotFoundError):
+            venv.step([f"<sql>{good.gold_sql}</sql>"] * 2)  # both episodes end; sub-env 1's reset cannot open
+        assert [_env_state(e) for e in venv.envs] == before  # before the fix: both had stepped (turn 1, ended)
+        shutil.copyfile(embedded_db_path(), gone)  # the step can be sent again
+        _, rewards, terminated, _, infos = venv.step([f"<sql>{good.gold_sql}</sql>"] * 2)
+        assert rewards.tolist() == [1.0, 1.0] and terminated.tolist() == [True, True]
+        assert venv.envs[1].current_sample.id == "missing-db" and "final_obs" in infos
+    finally:
+        venv.close()

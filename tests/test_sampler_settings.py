@@ -1,10 +1,8 @@
-"""Regression tests for review findings, without loading a language model (stub models and tokenizers):
+"""Sampling settings and model modes, without loading a language model (stub models and tokenizers):
 the TRL rollout sampler (trainer's sampling settings, gradient-checkpointing kwargs, log-probabilities
-aligned with the sampled ids), TransformersAgent on an in-memory model in train mode, and the
-prepared-model cache refusing another source's checkpoint."""
+aligned with the sampled ids) and TransformersAgent on an in-memory model in train mode."""
 from __future__ import annotations
 
-import json
 import math
 from types import SimpleNamespace
 
@@ -167,62 +165,3 @@ def test_transformers_agent_generates_in_eval_mode_and_gives_the_model_back_in_t
     lm.eval()
     agent.act({}, infos[0])
     assert lm.modes == [False, False] and lm.training is False  # an eval-mode model stays in eval mode
-
-
-# ------------------------------------------------------------------------------ prepared-model cache
-def _fake_checkpoint(folder, source_path):
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text("{}")
-    (folder / "model.safetensors").write_bytes(b"")
-    (folder / "textsql_clarify_prepared.json").write_text(json.dumps({"source_path": source_path}))
-
-
-def test_prepare_model_never_returns_another_sources_checkpoint(tmp_path):
-    from textsql_clarify.models import prepare_model, prepared_path
-    from textsql_clarify.simulators.hf_models import ModelLoadError, resolve_model_source
-
-    a, b = tmp_path / "a" / "model.gguf", tmp_path / "b" / "model.gguf"
-    for f in (a, b):
-        f.parent.mkdir()
-        f.write_bytes(b"")  # not a real GGUF: building from it fails, which is how the test sees a rebuild
-    cache = tmp_path / "cache"
-    dest = prepared_path("model", cache_dir=cache)
-    src_a = resolve_model_source(str(a))
-    _fake_checkpoint(dest, str(src_a.folder / src_a.gguf_file))
-    assert prepare_model(str(a), cache_dir=cache) == dest      # its own checkpoint: cached, not rebuilt
-    with pytest.raises(ModelLoadError, match="to prepare it"):  # b's name maps to a's folder: rebuilt from b
-        prepare_model(str(b), cache_dir=cache)
-    # a failed rebuild leaves the other checkpoint as it was
-    assert json.loads((dest / "textsql_clarify_prepared.json").read_text())["source_path"] == str(src_a.folder / a.name)
-
-
-# ------------------------------------------------------------------------------ SFT export, batch-only agent
-class _BatchOracle:
-    """An agent with only ``act_batch`` (make_agent accepts it): the oracle underneath, one action per
-    observation; records the batch sizes it was asked."""
-
-    privileged = True
-
-    def __init__(self):
-        from textsql_clarify.baselines.agents import OracleAgent
-
-        self.oracle, self.sizes = OracleAgent(), []
-
-    def begin_episode(self, sample):
-        self.oracle.begin_episode(sample)
-
-    def act_batch(self, observations, infos):
-        self.sizes.append(len(observations))
-        return [self.oracle.act(o, i) for o, i in zip(observations, infos)]
-
-
-def test_sft_records_play_an_act_batch_only_agent_like_the_oracle():
-    from textsql_clarify.baselines.sft_export import sft_records
-    from textsql_clarify.datasets import load_dataset
-
-    samples = [s for s in load_dataset("embedded") if s.group == "answerable"][:2]
-    batch_only = _BatchOracle()
-    got = sft_records(samples, batch_only)
-    want = sft_records(samples, "oracle")
-    assert [r["messages"] for r in got] == [r["messages"] for r in want] and len(got) == 2
-    assert batch_only.sizes and set(batch_only.sizes) == {1}  # asked one observation at a time

@@ -1,4 +1,4 @@
-"""Regression tests from the adversarial review of issue 10 (dataset loaders, load-time validation, its cache).
+"""Hostile dataset files: the loaders, the load-time validation and its cache refuse them with a clear error.
 
 Each test is one attack that once gave a traceback, a silently wrong flag or a database outside the
 dataset's root; the expected outcome is a :class:`~textsql_clarify.errors.DatasetError` naming file, record
