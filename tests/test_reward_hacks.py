@@ -101,7 +101,9 @@ def _check_hack(res: dict, hack: str) -> None:
         # the ceilings are set on the full sets (bench/red_team.py); the Spider subset here is half one-integer
         # golds (16 of 32, against 203 of 935 in Spider dev), which the answer-prior residuals target: x 2.5
         ceiling = policy.residual_ceiling * (SPIDER_ENRICHMENT if res["dataset"] == "spider" else 1.0)
-        over = {p: r for p, r in row["reward"].items() if r is not None and r > ceiling + 1e-12}
+        # the decision part (a constant first move's group prior) is bounded apart by the verdict; the ceiling
+        # holds the rest of the return (bench/red_team.py, ``reward_rest``)
+        over = {p: r for p, r in row["reward_rest"].items() if r is not None and r > ceiling + 1e-12}
         assert not over, f"residual {hack} on {res['dataset']} grew past its ceiling {ceiling:.3f}: {over}"
         return
     bad = [f"{p}: {row['reward'][p]:.3f} > bound {row['bound'][p]:.3f} (random {row['random_ref'][p]:.3f}, "
@@ -116,7 +118,10 @@ def _check_oracle_margin(res: dict) -> None:
     the reward for everyone)."""
     oracle, rnd = res["by_policy"]["oracle"], res["by_policy"]["random"]
     for p in PRESET_NAMES:
-        assert oracle["reward"][p] >= rnd["reward"][p] + 0.5, (p, oracle["reward"][p], rnd["reward"][p])
+        need = 0.5
+        if set(resolve_preset(p)) == {"decision"}:  # paid only where the right decision is defined (AmbiQT: 22 of 389)
+            need *= oracle["n_decision"] / max(oracle["n"], 1)
+        assert oracle["reward"][p] >= rnd["reward"][p] + need, (p, oracle["reward"][p], rnd["reward"][p], need)
 
 
 def _check_oracle(res: dict) -> None:
@@ -329,7 +334,7 @@ def _check_hack_subset(res: dict, hack: str) -> None:
     row = res["by_policy"][hack]
     if policy.residual:
         over = {}
-        for p, r in row["reward"].items():
+        for p, r in row["reward_rest"].items():
             n = row["n_by_preset"].get(p) or row["n_samples"]
             if r is not None and r > policy.ceiling(res["dataset"]) + 1.0 / max(n, 1) + 1e-12:
                 over[p] = f"{r:.3f} (n={n})"
