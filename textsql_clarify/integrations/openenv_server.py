@@ -122,7 +122,9 @@ class TextSQLClarifyObservation(Observation):
     ``last_message``), its counters (``turn``, ``clarifications_left``) and ``phase`` by name;
     ``messages`` (chat list, ``info["messages"]``); ``reward_components`` of this turn (``None`` =
     undefined, never 0); ``action_type``, ``error``, ``sample_id``, ``terminated``, ``truncated``;
-    ``episode_reward`` (sum of step rewards so far); at episode end ``scores`` and ``trajectory``
+    ``episode_reward`` (sum of step rewards so far); ``decision`` on the episode's decision turn (the env's
+    ``info["decision"]``: ``{"kind", "expected"}``, whose score is the ``decision`` reward component under the
+    ``decision`` / ``shaped_decision`` presets), else ``None``; at episode end ``scores`` and ``trajectory``
     (``Trajectory.to_dict()``). ``reward`` and ``done`` are OpenEnv's (done = terminated or truncated).
     """
 
@@ -143,6 +145,7 @@ class TextSQLClarifyObservation(Observation):
     terminated: bool = False
     truncated: bool = False
     episode_reward: float = 0.0
+    decision: Optional[dict[str, Any]] = None
     scores: Optional[dict[str, Any]] = None
     trajectory: Optional[dict[str, Any]] = None
 
@@ -172,7 +175,10 @@ class SharedResources:
     Args:
         dataset: dataset spec for :func:`textsql_clarify.datasets.load_dataset` (ignored with ``samples``).
         samples: the samples (default: the dataset's).
-        limit: keep the first ``limit`` samples.
+        limit: keep the first ``limit`` samples (of the dataset, before the selection below).
+        sample_ids, split, split_by, heldout_fraction, split_seed, exclude_flags: which of the samples the server
+            plays (:func:`~textsql_clarify.integrations.splits.select_samples`: ids, one side of a split by database
+            or by group, samples with these flags left out, e.g. ``("indistinguishable",)``).
         serialize_steps: lock the simulated user's ``respond`` and the judge's ``judge`` calls (default
             ``True``); ``False`` only for a simulator and judge that are thread-safe themselves.
         env_kwargs: :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` options (``simulator``,
@@ -180,16 +186,23 @@ class SharedResources:
     Attributes:
         simulator_lock, judge_lock: the locks (``threading.RLock``, or no-ops without ``serialize_steps``).
     Raises:
-        DatasetError: the dataset cannot be loaded; ValueError: bad env options (checked by building one env).
+        DatasetError: the dataset cannot be loaded; ValueError: bad env options (checked by building one env), a
+            bad selection (as ``select_samples``); KeyError: an unknown id in ``sample_ids``.
     """
 
     def __init__(self, dataset: str = "embedded", *, samples: Sequence[Sample] | None = None,
-                 limit: int | None = None, serialize_steps: bool = True, **env_kwargs: Any):
+                 limit: int | None = None, serialize_steps: bool = True, sample_ids: Sequence[str] | None = None,
+                 split: str | None = None, split_by: str = "db", heldout_fraction: float = 0.25,
+                 split_seed: int = 0, exclude_flags: Sequence[str] = (), **env_kwargs: Any):
         from ..envs.env import episode_samples
         from ..rewards.feedback import default_judge
         from ..simulators import make_simulator
+        from .splits import select_samples
 
-        self.samples = episode_samples(dataset, samples, limit)
+        self.samples = select_samples(episode_samples(dataset, samples, limit), sample_ids=sample_ids, split=split,
+                                      split_by=split_by, heldout_fraction=heldout_fraction, split_seed=split_seed,
+                                      exclude_flags=exclude_flags)
+        self.samples = list({s.id: s for s in self.samples}.values())
         self.simulator = make_simulator(env_kwargs.pop("simulator", "rule"))
         self.feedback_judge = env_kwargs.pop("feedback_judge", None) or default_judge()
         self.env_kwargs = env_kwargs
@@ -368,6 +381,7 @@ class TextSQLClarifyEnvironment(Environment[TextSQLClarifyAction, TextSQLClarify
             messages=jsonable(info["messages"]), reward_components=jsonable(info.get("reward_components") or {}),
             action_type=info.get("action_type"), error=info.get("error"), sample_id=info.get("sample_id"),
             terminated=bool(terminated), truncated=bool(truncated), episode_reward=self._state.episode_reward,
+            decision=jsonable(info["decision"]) if info.get("decision") is not None else None,
             scores=jsonable(info["scores"]) if "scores" in info else None,
             trajectory=jsonable(traj.to_dict()) if traj is not None else None,
             reward=reward, done=bool(terminated or truncated))
@@ -463,6 +477,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-clarifications", type=int, default=3)
     p.add_argument("--category-mode", default="taxonomy_free")
     p.add_argument("--max-concurrent-envs", type=int, default=8, help="WebSocket sessions at once")
+    p.add_argument("--exclude-flag", action="append", default=[], metavar="FLAG",
+                   help="leave out samples with this load-time flag (repeatable; e.g. indistinguishable)")
+    p.add_argument("--split", default=None, choices=("train", "heldout"), help="serve one side of a split only")
+    p.add_argument("--split-by", default="db", choices=("db", "group"), help="the split's kind (default db)")
+    p.add_argument("--heldout-fraction", type=float, default=0.25, help="the split's held-out fraction")
+    p.add_argument("--split-seed", type=int, default=0, help="the split's seed")
     p.add_argument("--log-level", default="info")
     return p
 
@@ -474,7 +494,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     app = make_app(args.dataset, limit=args.limit, simulator=args.simulator, reward_preset=args.reward_preset,
                    max_clarifications=args.max_clarifications, category_mode=args.category_mode,
-                   max_concurrent_envs=args.max_concurrent_envs)
+                   max_concurrent_envs=args.max_concurrent_envs, exclude_flags=tuple(args.exclude_flag),
+                   split=args.split, split_by=args.split_by, heldout_fraction=args.heldout_fraction,
+                   split_seed=args.split_seed)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
 
 

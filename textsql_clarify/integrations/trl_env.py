@@ -227,8 +227,10 @@ class TextSQLClarifyToolEnv:
         env_kwargs: every other :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` option
             (``reward_preset``, ``max_clarifications``, ``category_mode`` ...).
 
-    Attributes (read after a rollout): ``sample_id``, ``done``, ``step_rewards``, ``reward_components``,
-    ``scores``, ``trajectory``, ``tool_calls`` (``[(tool, argument, returned text)]``),
+    Attributes (read after a rollout): ``sample_id``, ``done``, ``step_rewards``, ``reward_components``
+    (every component the env's preset writes, ``decision`` included under the ``decision`` /
+    ``shaped_decision`` presets), ``scores``, ``trajectory``, ``decision`` (the env's ``info["decision"]``,
+    ``{"kind", "expected"}``, from the episode's decision turn; ``None`` before it), ``tool_calls`` (``[(tool, argument, returned text)]``),
     ``max_argument_chars`` (the env's ``max_action_chars``, applied to a tool's argument itself, as the
     tagged path applies it to the action text; the JSON envelope and its escapes are not counted).
 
@@ -271,6 +273,7 @@ class TextSQLClarifyToolEnv:
         self.reward_components: dict[str, float | None] = {}
         self.scores: dict | None = None
         self.trajectory = None
+        self.decision: dict | None = None
         self.tool_calls: list[tuple[str, Any, str]] = []
 
     @property
@@ -317,6 +320,8 @@ class TextSQLClarifyToolEnv:
             self._env.max_action_chars = limit
         self.step_rewards.append(float(reward))
         add_components(self.reward_components, info.get("reward_components"))
+        if info.get("decision") is not None:  # the decision turn: {"kind", "expected"} (rewards/decision.py)
+            self.decision = dict(info["decision"])
         last = info["messages"][-1]
         if terminated or truncated:
             self.done = True
@@ -396,11 +401,17 @@ class TextSQLClarifyClassifyToolEnv(TextSQLClarifyToolEnv):
         return self._act("classify", "classify", category)
 
 
-def make_environment_factory(samples: Sequence[Sample], **env_kwargs: Any) -> Callable[[], TextSQLClarifyToolEnv]:
+def make_environment_factory(samples: Sequence[Sample], *, sample_ids: Sequence[str] | None = None,
+                             split: str | None = None, split_by: str = "db", heldout_fraction: float = 0.25,
+                             split_seed: int = 0, **env_kwargs: Any) -> Callable[[], TextSQLClarifyToolEnv]:
     """The ``environment_factory`` for TRL's ``GRPOTrainer``: a zero-argument callable building tool envs.
 
     Args:
         samples: the samples the dataset rows name.
+        sample_ids, split, split_by, heldout_fraction, split_seed: which of them the envs hold
+            (:func:`~textsql_clarify.integrations.splits.select_samples`: e.g. ``split="train"`` with a split
+            by database); with ``exclude_flags`` (an env option, applied the same way) a row naming a sample
+            left out raises ``KeyError`` at ``reset``.
         env_kwargs: :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` options. ``simulator`` (default
             ``"rule"``) and ``feedback_judge`` are built once here and shared by every env the factory
             builds (one model per process). ``classification_phase=True`` or ``category_mode="predicted"``
@@ -408,15 +419,20 @@ def make_environment_factory(samples: Sequence[Sample], **env_kwargs: Any) -> Ca
     Returns:
         ``factory() -> TextSQLClarifyToolEnv``.
     Raises:
-        ValueError: bad env options (checked here, by building the first env).
+        ValueError: bad env options (checked here, by building the first env); a bad selection (as
+            ``select_samples``).
 
     Source: TRL 1.16 ``GRPOTrainer(environment_factory=...)`` (``trl/trainer/grpo_trainer.py``).
     """
     from ..rewards.feedback import default_judge
     from ..simulators import make_simulator
 
-    samples = list(samples)
+    from .splits import select_samples
+
     kw = dict(env_kwargs)
+    samples = select_samples(samples, sample_ids=sample_ids, split=split, split_by=split_by,
+                             heldout_fraction=heldout_fraction, split_seed=split_seed,
+                             exclude_flags=kw.pop("exclude_flags", ()))
     sim = make_simulator(kw.pop("simulator", "rule"))
     judge = kw.pop("feedback_judge", None) or default_judge()
     classify = bool(kw.get("classification_phase")) or kw.get("category_mode") == "predicted"
@@ -433,13 +449,20 @@ def make_environment_factory(samples: Sequence[Sample], **env_kwargs: Any) -> Ca
 
 
 def build_prompt_dataset(samples: Sequence[Sample], sample_ids: Sequence[str] | None = None, *,
-                         style: str = "tools", env_kwargs: dict | None = None, example: bool = True) -> Any:
-    """The prompt dataset for ``GRPOTrainer``: one row per sample id.
+                         style: str = "tools", env_kwargs: dict | None = None, example: bool = True,
+                         exclude_flags: Sequence[str] = (), split: str | None = None, split_by: str = "db",
+                         heldout_fraction: float = 0.25, split_seed: int = 0) -> Any:
+    """The prompt dataset for ``GRPOTrainer``: one row per selected sample.
 
     Args:
         samples: the samples.
         sample_ids: which samples, in this order (e.g. the train ids of
             :func:`~textsql_clarify.integrations.splits.split_sample_ids`); ``None``: all, in order.
+        exclude_flags: skip the samples carrying any of these load-time flags (e.g. ``("indistinguishable",)``),
+            also those ``sample_ids`` names; ``env_kwargs["exclude_flags"]`` is added to them.
+        split, split_by, heldout_fraction, split_seed: keep one side of a split (``split="train"`` /
+            ``"heldout"``; by database by default), drawn over all ``samples``
+            (:func:`~textsql_clarify.integrations.splits.select_samples`).
         style: ``"tools"`` (for :func:`make_environment_factory`: the system message describes the tools,
             :func:`tool_system_message`, with :data:`TOOL_WORKED_EXAMPLE`) or ``"tags"`` (for
             :func:`~textsql_clarify.integrations.trl_rollout.make_rollout_func`: the env's own messages with
@@ -453,7 +476,8 @@ def build_prompt_dataset(samples: Sequence[Sample], sample_ids: Sequence[str] | 
         ``sample_id`` key, which chat templates ignore and the rollout reads), ``sample_id`` and ``group``.
     Raises:
         KeyError: a sample id not among ``samples``. ValueError: an unknown style, an unknown env option
-            (named) or bad env option values.
+            (named) or bad env option values; an id on the other side of ``split``, an unknown flag, or nothing
+            left to build.
     """
     import datasets
 
@@ -462,11 +486,18 @@ def build_prompt_dataset(samples: Sequence[Sample], sample_ids: Sequence[str] | 
 
     if style not in ("tools", "tags"):
         raise ValueError(f"style must be 'tools' or 'tags', got {style!r}")
+    from .splits import select_samples
+
     kw = {k: v for k, v in dict(env_kwargs or {}).items()
           if k not in ("simulator", "feedback_judge", "samples", "dataset", "limit")}
     _env_options(kw, "build_prompt_dataset env_kwargs")
-    env = TextSQLClarifyEnv(samples=list(samples), simulator="rule", **kw)
-    ids = [s.id for s in env.samples] if sample_ids is None else list(sample_ids)
+    flags = (exclude_flags,) if isinstance(exclude_flags, str) else tuple(exclude_flags or ())
+    env_flags = kw.pop("exclude_flags", ())
+    flags += (env_flags,) if isinstance(env_flags, str) else tuple(env_flags or ())
+    chosen = select_samples(samples, sample_ids=sample_ids, split=split, split_by=split_by,
+                            heldout_fraction=heldout_fraction, split_seed=split_seed, exclude_flags=flags)
+    env = TextSQLClarifyEnv(samples=list({s.id: s for s in chosen}.values()), simulator="rule", **kw)
+    ids = [s.id for s in chosen]  # a repeated id gives repeated rows, as before
     rows: dict[str, list] = {"prompt": [], "sample_id": [], "group": []}
     for sid in ids:
         env.sample_index(sid)  # KeyError naming the id

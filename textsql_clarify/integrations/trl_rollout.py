@@ -33,7 +33,8 @@ episode stopped by ``max_turns`` or the token budget keeps the rewards of the st
 0 under ``binary``). The rollout returns, per completion, besides the three keys TRL needs:
 ``env_mask``, ``episode_reward`` (float), ``reward_components`` (each component summed over the
 episode's turns, ``None`` where it was never defined), ``episode_scores`` (the env's ``info["scores"]``
-at the end, ``None`` when unfinished), ``finished``, ``num_turns``, ``outcome`` and
+at the end, ``None`` when unfinished), ``finished``, ``num_turns``, ``outcome``, ``decision`` (the env's
+``info["decision"]``, ``{"kind", "expected"}``, of the episode's decision turn; ``None`` before one) and
 ``rollout_sample_id``; TRL forwards them to the reward functions, and :func:`rollout_reward` returns
 ``episode_reward`` and logs the mean of each component with its n.
 """
@@ -170,6 +171,7 @@ class RolloutEpisode:
         step_rewards: the env's reward of each step.
         components: per component, the sum over turns (``None`` until a turn defines it).
         scores: the env's ``info["scores"]`` at episode end (``None`` while running).
+        decision: the env's ``info["decision"]`` of the decision turn (``None`` before one).
         done, finished: the episode stopped / ended in the env (``finished`` False when ``max_turns`` or
             the token budget stopped it first).
         outcome: the trajectory's outcome (``sql``, ``feedback``, ``abstain``, ``truncated``) or
@@ -187,6 +189,7 @@ class RolloutEpisode:
         self.step_rewards: list[float] = []
         self.components: dict[str, float | None] = {}
         self.scores: dict | None = None
+        self.decision: dict | None = None
         self.done = False
         self.finished = False
         self.outcome = "unfinished"
@@ -314,7 +317,9 @@ def make_rollout_func(samples: Sequence[Sample], *, max_turns: int | None = None
                       top_k: int | None = None, max_completion_length: int | None = None,
                       stop_strings: Sequence[str] | None = None, example: bool = True,
                       tokenizer: Any = None, generate_fn: GenerateFn | None = None,
-                      chat_template_kwargs: dict | None = None) -> Callable[[list, Any], dict[str, list]]:
+                      chat_template_kwargs: dict | None = None, sample_ids: Sequence[str] | None = None,
+                      split: str | None = None, split_by: str = "db", heldout_fraction: float = 0.25,
+                      split_seed: int = 0) -> Callable[[list, Any], dict[str, list]]:
     """A ``rollout_func`` for TRL's ``GRPOTrainer``: one multi-turn episode per prompt row (module doc).
 
     Args:
@@ -337,6 +342,10 @@ def make_rollout_func(samples: Sequence[Sample], *, max_turns: int | None = None
         generate_fn: a policy step ``(histories, max_new_tokens) -> [(ids, logprobs)]`` replacing the model
             (scripted policies in tests, an external server); ``None`` samples from ``trainer.model``.
         chat_template_kwargs: passed to ``apply_chat_template``; ``None`` takes the trainer's.
+        sample_ids, split, split_by, heldout_fraction, split_seed: which samples the rollout plays
+            (:func:`~textsql_clarify.integrations.splits.select_samples`, e.g. ``split="train"`` of a split by
+            database); ``env_kwargs["exclude_flags"]`` is applied the same way. A prompt naming a sample left out
+            raises ``KeyError``.
 
     Returns:
         ``rollout(prompts, trainer) -> dict``: ``prompt_ids``, ``completion_ids``, ``logprobs`` (lists of
@@ -366,6 +375,12 @@ def make_rollout_func(samples: Sequence[Sample], *, max_turns: int | None = None
     for k in ("samples", "dataset", "limit"):
         if k in env_kwargs:
             raise ValueError(f"env_kwargs must not set {k!r}: the rollout's samples are given as an argument")
+    from .splits import select_samples
+
+    samples = select_samples(samples, sample_ids=sample_ids, split=split, split_by=split_by,
+                             heldout_fraction=heldout_fraction, split_seed=split_seed,
+                             exclude_flags=env_kwargs.pop("exclude_flags", ()))
+    samples = list({s.id: s for s in samples}.values())
     from ..baselines.llm_prompt import STOP_STRINGS, agent_messages, extract_action
     from ..envs import render
 
@@ -467,6 +482,8 @@ def make_rollout_func(samples: Sequence[Sample], *, max_turns: int | None = None
                 _obs, reward, terminated, truncated, info = results[k]
                 e = eps[k]
                 e.record(reward, info.get("reward_components") or {})
+                if info.get("decision") is not None:  # the decision turn (rewards/decision.py)
+                    e.decision = dict(info["decision"])
                 if terminated or truncated:
                     e.done = e.finished = True
                     e.scores = dict(info.get("scores") or {})
@@ -496,6 +513,7 @@ def make_rollout_func(samples: Sequence[Sample], *, max_turns: int | None = None
             "finished": [e.finished for e in eps],
             "num_turns": [len(e.actions) for e in eps],
             "outcome": [e.outcome for e in eps],
+            "decision": [e.decision for e in eps],
             "rollout_sample_id": [e.sample_id for e in eps],
         }
 

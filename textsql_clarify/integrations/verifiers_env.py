@@ -94,7 +94,9 @@ class TextSQLClarifyState(vf.State):
     Fields: ``episode_reward`` (sum of step rewards), ``step_rewards``, ``reward_components`` (each
     summed over the turns, ``None`` where never defined), ``scores`` (the env's ``info["scores"]`` at
     the end, ``None`` when unfinished), ``finished`` (the env terminated or truncated), ``outcome``
-    (the trajectory's), ``actions`` (what the env was sent) and ``replies`` (its user messages back).
+    (the trajectory's), ``decision`` (the env's ``info["decision"]`` of the decision turn, ``{"kind",
+    "expected"}``; ``None`` before one), ``actions`` (what the env was sent) and ``replies`` (its user messages
+    back).
     """
 
     episode_reward: float = 0.0
@@ -103,6 +105,7 @@ class TextSQLClarifyState(vf.State):
     scores: dict[str, Any] | None = None
     finished: bool = False
     outcome: str | None = None
+    decision: dict[str, Any] | None = None
     actions: list[str] = Field(default_factory=list)
     replies: list[str] = Field(default_factory=list)
 
@@ -116,7 +119,8 @@ class TextSQLClarifyState(vf.State):
         """The JSON-ready record kept in ``trace.info["textsql_clarify"]``."""
         return {"episode_reward": self.episode_reward, "step_rewards": list(self.step_rewards),
                 "reward_components": dict(self.reward_components), "scores": jsonable(self.scores),
-                "finished": self.finished, "outcome": self.outcome, "actions": list(self.actions),
+                "finished": self.finished, "outcome": self.outcome, "decision": jsonable(self.decision),
+                "actions": list(self.actions),
                 "replies": list(self.replies)}
 
 
@@ -159,7 +163,17 @@ class TextSQLClarifyTasksetConfig(vf.TasksetConfig):
     sample_ids: list[str] | None = None
     """keep only these samples, in this order (``None``: all)"""
     limit: int | None = None
-    """keep the first ``limit`` samples of the dataset (before ``sample_ids``)"""
+    """keep the first ``limit`` samples of the dataset (before ``sample_ids``, ``split`` and ``exclude_flags``)"""
+    exclude_flags: list[str] = Field(default_factory=list)
+    """leave out samples carrying any of these load-time flags (e.g. ``["indistinguishable"]``)"""
+    split: str | None = None
+    """``train`` | ``heldout``: keep one side of a split (``splits.select_samples``); ``None``: all"""
+    split_by: str = "db"
+    """the split's kind: ``db`` (database-disjoint) or ``group``"""
+    heldout_fraction: float = 0.25
+    """the split's held-out fraction"""
+    split_seed: int = 0
+    """the split's seed"""
     simulator: Any = "rule"
     """the simulated user: ``rule`` | ``transformers`` | a dict of its options"""
     reward_preset: Any = "binary"
@@ -197,15 +211,22 @@ class TextSQLClarifyTaskset(vf.Taskset[TextSQLClarifyTask, TextSQLClarifyTaskset
                 for k in ("samples", "dataset", "limit", "simulator", "reward_preset"):
                     if k in kw:
                         raise ValueError(f"taskset env_kwargs must not set {k!r}: it is its own taskset option")
+                from .splits import select_samples
+
                 samples = episode_samples(cfg.dataset, None, cfg.limit)
                 if cfg.sample_ids is not None:
                     by_id = {s.id: s for s in samples}
                     unknown = [i for i in cfg.sample_ids if i not in by_id]
                     if unknown:
                         raise KeyError(f"sample_ids not in dataset {cfg.dataset!r}: {unknown[:5]}")
-                    samples = [by_id[i] for i in cfg.sample_ids]
                 if not samples:
                     raise ValueError(f"no samples selected from dataset {cfg.dataset!r}")
+                env_flags = kw.pop("exclude_flags", ())
+                flags = [*cfg.exclude_flags, *([env_flags] if isinstance(env_flags, str) else env_flags)]
+                samples = select_samples(samples, sample_ids=cfg.sample_ids, split=cfg.split, split_by=cfg.split_by,
+                                         heldout_fraction=cfg.heldout_fraction, split_seed=cfg.split_seed,
+                                         exclude_flags=flags)
+                samples = list({s.id: s for s in samples}.values())
                 judge = kw.pop("feedback_judge", None) or default_judge()
                 self._shared = {"samples": samples, "simulator": make_simulator(cfg.simulator), "judge": judge,
                                 "env_kwargs": {"reward_preset": cfg.reward_preset, **kw}}
@@ -329,6 +350,8 @@ class TextSQLClarifyVfEnv(vf.Env[TextSQLClarifyVfEnvConfig]):
                     st.actions.append(action)
                     _obs, reward, terminated, truncated, info = await asyncio.to_thread(locked, env.step, action)
                     st.record(reward, info.get("reward_components") or {})
+                    if info.get("decision") is not None:  # the decision turn (rewards/decision.py)
+                        st.decision = dict(info["decision"])
                     if terminated or truncated:
                         st.finished = True
                         st.scores = dict(info.get("scores") or {})
@@ -349,12 +372,16 @@ class TextSQLClarifyVfEnv(vf.Env[TextSQLClarifyVfEnvConfig]):
 def load_environment(dataset: str = "embedded", *, sample_ids: Sequence[str] | None = None,
                      simulator: Any = "rule", reward_preset: Any = "binary", max_turns: int | None = None,
                      limit: int | None = None, example: bool = True, harness: dict | None = None,
-                     runtime: dict | None = None, **env_kwargs: Any) -> TextSQLClarifyVfEnv:
+                     runtime: dict | None = None, exclude_flags: Sequence[str] = (), split: str | None = None,
+                     split_by: str = "db", heldout_fraction: float = 0.25, split_seed: int = 0,
+                     **env_kwargs: Any) -> TextSQLClarifyVfEnv:
     """The verifiers environment over ``TextSQLClarify-v0`` (module doc).
 
     Args:
         dataset: dataset spec (``embedded``, ``spider:<root>``, a ``.jsonl`` ...).
         sample_ids: keep only these samples (``None``: all). limit: the first ``limit`` samples.
+        exclude_flags, split, split_by, heldout_fraction, split_seed: leave out flagged samples, keep one side of
+            a split (:func:`~textsql_clarify.integrations.splits.select_samples`; by database by default).
         simulator: the simulated user (``rule`` | ``transformers`` | dict). reward_preset: preset name or weights.
         max_turns: most model turns per episode (verifiers' ``AgentConfig.max_turns``); ``None``: only the
             env's own bound ends an episode.
@@ -373,6 +400,8 @@ def load_environment(dataset: str = "embedded", *, sample_ids: Sequence[str] | N
         raise ValueError(f"max_turns must be an int >= 1 or None, got {max_turns!r}")
     taskset = {"id": TASKSET_ID, "dataset": dataset, "sample_ids": list(sample_ids) if sample_ids is not None else None,
                "limit": limit, "simulator": simulator, "reward_preset": reward_preset, "example": example,
+               "exclude_flags": [exclude_flags] if isinstance(exclude_flags, str) else list(exclude_flags or ()),
+               "split": split, "split_by": split_by, "heldout_fraction": heldout_fraction, "split_seed": split_seed,
                "env_kwargs": env_kwargs}
     agent: dict[str, Any] = {"max_turns": max_turns, "runtime": runtime or {"type": "subprocess"}}
     if harness is not None:
