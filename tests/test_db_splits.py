@@ -155,21 +155,24 @@ def test_balancing_keeps_pairs_and_caps_groups(embedded):
         balance_by_group(samples, {"answerable": 3, "vague": 1})
 
 
-@pytest.mark.skipif(not (MMSQL.is_file() and AMBIQT.is_dir() and UNA.is_file() and (SPIDER / "dev.json").is_file()),
+@pytest.mark.skipif(not (MMSQL.is_file() and AMBIQT.is_dir() and UNA.is_file() and (SPIDER / "dev.json").is_file()
+                         and (DATA / "mini_interact" / "mini_interact.jsonl").is_file()),
                     reason="the real sets of ../shared/data are not all present")
 def test_training_corpus_on_shared_data_counts():
     with pytest.warns(Warning):
         corpus = build_training_corpus(DATA, seed=0)
-    assert corpus.specs[0] == "embedded" and len(corpus.specs) == 5
+    assert corpus.specs[0] == "embedded" and len(corpus.specs) == 6 and corpus.specs[-1].startswith("mini-interact:")
     assert corpus.available == {
         "ambiqt": {"answerable": 0, "ambiguous": 22, "unanswerable": 0, "all": 22},
         "embedded": {"answerable": 12, "ambiguous": 24, "unanswerable": 12, "all": 48},
+        "mini-interact": {"answerable": 0, "ambiguous": 261, "unanswerable": 0, "all": 261},
         "mmsql": {"answerable": 554, "ambiguous": 0, "unanswerable": 170, "all": 724},
         "spider": {"answerable": 1034, "ambiguous": 0, "unanswerable": 0, "all": 1034},
         "spider_unanswerable": {"answerable": 0, "ambiguous": 0, "unanswerable": 180, "all": 180}}
     assert corpus.dropped == {"ambiqt": 367, "mmsql": 76}  # indistinguishable
-    assert corpus.per_group == {"answerable": 46, "ambiguous": 46, "unanswerable": 46}
-    assert corpus.totals() == {"answerable": 46, "ambiguous": 46, "unanswerable": 46, "all": 138}
+    # mini-interact's 261 tasks (3 of its 26 databases absent here) carry the ambiguous group: 22 + 24 + 261
+    assert corpus.per_group == {"answerable": 307, "ambiguous": 307, "unanswerable": 307}
+    assert corpus.totals() == {"answerable": 307, "ambiguous": 307, "unanswerable": 307, "all": 921}
     assert not any("indistinguishable" in s.flags for s in corpus.samples)
     # round-robin over sources: the small embedded set is not crowded out
     assert corpus.counts["embedded"]["answerable"] >= 6 and corpus.counts["spider"]["answerable"] >= 6

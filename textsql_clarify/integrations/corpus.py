@@ -17,6 +17,7 @@ source (``provenance``)   spec                                                  
 ``spider_unanswerable``  ``spider-unanswerable:<root>/spider_unanswerable/...json:<spider>``  ``spider_no_answer.json``
 ``mmsql``                ``mmsql:<root>/mmsql/MMSQL_test.json:<spider>``                   ``MMSQL_test.json``
 ``ambiqt``               ``ambiqt:<root>/ambiqt:<spider>``                                 ``ambiqt/``
+``mini_interact``        ``mini-interact:<root>/mini_interact``                            ``<db>/<db>.sqlite``
 ``generated``            ``jsonl:<generated>/samples.jsonl``                               a ``textsql-clarify
                                                                                            generate`` folder
 =======================  ================================================================  ====================
@@ -27,9 +28,12 @@ overlap over the 1,034 Spider dev anchors, seed 0: 3,817 samples), seed 0. Sampl
 1,034 / 0 / 0; Spider-unanswerable 0 / 0 / 180; MMSQL 554 / 76 / 170 (all 76 ambiguous turns are
 indistinguishable, so 0 ambiguous are left); AmbiQT 0 / 389 / 0 (367 dropped, 22 left; the ``tbl-agg`` train
 file's 426 items name databases outside Spider dev and are skipped by the loader); generated 2,921 / 3 / 893
-(0 dropped). So 49 ambiguous samples are available (24 embedded, 22 AmbiQT, 3 generated), and the default cap
-(the smallest group's count) keeps 49 per group, 147 in all. Without the generated folder the cap is 46 (138 in
-all); ``tests/test_db_splits.py`` checks those figures.
+(0 dropped); mini-interact 0 / 261 / 0 (39 of its 300 tasks name the three databases absent here). So 310
+ambiguous samples are available (24 embedded, 22 AmbiQT, 3 generated, 261 mini-interact); without the generated
+folder the default cap (the smallest group's count) keeps 307 per group, 921 in all (``tests/test_db_splits.py``
+checks those figures). The ambiguous group is then mostly BIRD databases and the other two mostly Spider's: a
+policy can read the source off the schema, so a held-out decision accuracy must be read against a baseline that
+sees the schema too (``examples/train_decision.py`` runs one).
 
 Balancing (:func:`balance_by_group`): a cap per group; the samples are drawn in units that keep pairs together
 (a missing-schema sample and its original, a PremiseSQL flawed question and its original:
@@ -147,6 +151,13 @@ def corpus_specs(data_root: str | os.PathLike, *, generated: str | os.PathLike |
             specs.append(spec)
         elif has_spider:
             skipped.append(f"{name} skipped: {path} not found")
+    mi = root / "mini_interact"
+    if mi.is_dir() and any(mi.glob("*/*.sqlite")):
+        # BIRD-Interact's ambiguous tasks: the gold SQL is withheld upstream, so they score no EX, but the right
+        # first move (ask) is defined: they carry the decision stage's ambiguous group on 23 BIRD databases
+        specs.append(f"mini-interact:{mi}")
+    else:
+        skipped.append(f"mini-interact skipped: {mi} (its task file and databases) not found")
     if generated is not None:
         f = Path(generated) / "samples.jsonl"
         if not f.is_file():
