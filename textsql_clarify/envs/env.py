@@ -27,6 +27,17 @@ question's answerability never ran here), so no action earns a gold-based reward
 Chain samples under the p-protocol (``protocol="p"``) start with the L1 clarification and its canonical
 answer already in the history, and the simulated user's L1 state resolved (TIDE §4.1).
 
+Test-suite EX (``ex_mode="suite"``; Zhong, Yu and Klein 2020): the env builds, once at construction, ``suite_k``
+database variants of every database its samples use (:func:`~textsql_clarify.sql.variants.variants_for_samples`,
+cached on disk in ``suite_cache_dir``), and every SQL turn also reports ``ex_suite`` and ``ex_strict_suite``: ``ex``
+and ``ex_strict`` on the original *and* on every variant (:meth:`~textsql_clarify.rewards.ex_suite.VariantSuite.check`),
+``None`` exactly where ``ex`` is, 0 where ``ex`` is 0. ``ex`` itself stays single-instance (comparable to published
+numbers); the ``suite`` preset pays ``ex_suite``. Time: the prediction's statements on the original and on the
+variants share its one time limit (``timeout_s``): the variants get what the run on the original left, each
+statement what is left of that, and a check that runs out of it scores 0 (``execution["suite"]["out_of_time"]``,
+with the reason), so a step costs at most what a single-instance step with the prediction at its limit costs.
+The default ``ex_mode="single"`` changes nothing.
+
 ``info`` on every step: ``reward_components`` (this turn), ``messages`` (chat list for LLM agents),
 ``action_type``, ``phase``, ``sample_id``, ``error``; at episode end also ``trajectory`` (a
 :class:`~textsql_clarify.trajectory.Trajectory`) and ``scores``. On the episode's decision turn (its first
@@ -50,6 +61,7 @@ from ..rewards.commitments import commitment_set, drift_revision, is_drift
 from ..rewards.decision import decision_score, expected_decision
 from ..rewards.ex_sql import gold_nondeterminism
 from ..rewards.execution import EXOptions, gold_scorability
+from ..rewards.ex_suite import VariantSuite
 from ..rewards.feedback import FeedbackJudge, default_judge, has_rationale
 from ..rewards.presets import resolve_preset, scalar_reward
 from ..samples import Sample
@@ -60,7 +72,7 @@ from ..trajectory import Trajectory, Turn
 from . import render
 from .actions import MAX_ACTION_CHARS, Action, parse_action, record_text
 from ..sql.schema import shared_analysis
-from .scoring import DETAIL_KEYS, score_sql_turn
+from .scoring import DETAIL_KEYS, SUITE_KEYS, score_sql_turn, suite_components
 from .infos import resolve_info_format, typed_info
 from .spaces import PHASES, UnicodeText, clip_text, observation_space
 
@@ -75,6 +87,9 @@ _GET_STATE = operator.attrgetter(*_EPISODE_STATE)
 #: components present in every step's ``info["reward_components"]``; ``None`` = not applicable this turn.
 BASE_COMPONENTS = {"ex": None, "ex_strict": None, "feedback": None, "abstained": None, "format": 0.0,
                    "turn_penalty": 0.0}
+
+#: ``ex_mode`` values: single-instance EX only (default), or test-suite EX beside it.
+EX_MODES = ("single", "suite")
 
 #: A hook that limits the schema shown: ``(sample, all_table_names) -> table names to show``.
 SchemaTablesHook = Callable[[Sample, Sequence[str]], Iterable[str]]
@@ -120,6 +135,12 @@ class TextSQLClarifyEnv(gym.Env):
             ``gold_nondeterministic``, left out of EX like an empty gold), ``max_extra_columns`` (3) and
             ``max_extra_columns_single_row`` (1): the column-superset bound, ``constant_columns`` (``True``).
             E.g. ``gym.make("TextSQLClarify-v0", ex_options={"limit_ties": False})``.
+        ex_mode: ``"single"`` (default: EX on the sample's database only) or ``"suite"`` (also ``ex_suite`` and
+            ``ex_strict_suite``: test-suite EX over ``suite_k`` database variants; module docstring).
+        suite_k: database variants per database with ``ex_mode="suite"`` (default
+            :data:`~textsql_clarify.sql.variants.DEFAULT_K`, 8); suite_seed: their seed (default 0);
+            suite_cache_dir: the folder they are cached in (default
+            :func:`~textsql_clarify.sql.variants.default_cache_dir`). Given with ``ex_mode="single"``: ``ValueError``.
         info_format: ``"python"`` (undefined components ``None``), ``"typed"`` (reward components and scores
             as ``float``, ``NaN`` = undefined, so that any Gymnasium vector env can merge the infos) or ``"auto"``
             (default: ``typed`` in a Gymnasium ``AsyncVectorEnv`` worker, else ``python``); see :mod:`.infos`.
@@ -139,7 +160,8 @@ class TextSQLClarifyEnv(gym.Env):
                  max_action_chars: int = MAX_ACTION_CHARS, render_mode: str | None = None, ex_options: Any = None,
                  db_root: str | None = None, validate: bool = True, exclude_flags: Sequence[str] = (),
                  isolation: str = "in_process", worker_pool: WorkerPool | None = None,
-                 info_format: str = "auto"):
+                 info_format: str = "auto", ex_mode: str = "single", suite_k: int | None = None,
+                 suite_seed: int | None = None, suite_cache_dir: Any = None):
         self.samples: list[Sample] = episode_samples(dataset, samples, limit, db_root=db_root, validate=validate,
                                                      exclude_flags=exclude_flags)
         if not self.samples:
@@ -189,6 +211,7 @@ class TextSQLClarifyEnv(gym.Env):
             # those components are never computed without detail: the preset would silently pay 0 for them
             raise ValueError(f"reward_preset weights {needs_detail}, which only detailed_scores=True computes; "
                              "keep detailed_scores=True or choose a preset without them (e.g. 'binary')")
+        self._suite_setup(ex_mode, suite_k, suite_seed, suite_cache_dir, isolation)
         self.simulator = make_simulator(simulator)
         self.feedback_judge = feedback_judge or default_judge()
         use_corpus = getattr(self.feedback_judge, "use_corpus", None)
@@ -207,6 +230,44 @@ class TextSQLClarifyEnv(gym.Env):
         self._pending: tuple | None = None  # (action, request, undo state) of a clarification waiting for its reply
         self._last_parse: tuple | None = None  # ((action string, phase), parse result), see _parse
         self._static: dict[str, tuple] = {}
+
+    def _suite_setup(self, ex_mode: Any, suite_k: Any, suite_seed: Any, suite_cache_dir: Any, isolation: str) -> None:
+        """Check the test-suite EX options and, with ``ex_mode="suite"``, build (or find cached) the variants of
+        every database of the samples (:func:`~textsql_clarify.sql.variants.variants_for_samples`).
+
+        Raises:
+            ValueError: an unknown ``ex_mode``; ``suite_k`` not an int >= 1; a suite option with ``"single"``; a
+                preset weighting ``ex_suite`` / ``ex_strict_suite`` with ``"single"``; ``isolation="process"``
+                with ``"suite"`` (the variants run in this process, which that isolation promises not to do).
+            FileNotFoundError, VariantBuildError: a database cannot be read or its variants built (the message
+                names the database).
+        """
+        from ..sql.variants import DEFAULT_K
+
+        if ex_mode not in EX_MODES:
+            raise ValueError(f"ex_mode must be one of {list(EX_MODES)}, got {ex_mode!r}")
+        self.ex_mode = ex_mode
+        self.suite_k = suite_k = DEFAULT_K if suite_k is None else suite_k
+        self._suites: dict[str, VariantSuite] = {}
+        self.variants: dict[str, list] = {}
+        paid = sorted(k for k, w in self.weights.items() if w and k in SUITE_KEYS)
+        if ex_mode == "single":
+            given = [n for n, v in (("suite_k", suite_k if suite_k != DEFAULT_K else None), ("suite_seed", suite_seed),
+                                    ("suite_cache_dir", suite_cache_dir)) if v is not None]
+            if given:
+                raise ValueError(f"{given} only apply with ex_mode='suite' (got ex_mode='single')")
+            if paid:
+                raise ValueError(f"reward_preset weights {paid}, which only ex_mode='suite' computes; pass "
+                                 "ex_mode='suite' or choose a preset without them (e.g. 'binary')")
+            return
+        if isinstance(suite_k, bool) or not isinstance(suite_k, int) or suite_k < 1:
+            raise ValueError(f"suite_k must be an int >= 1, got {suite_k!r}")
+        if suite_seed is not None and (isinstance(suite_seed, bool) or not isinstance(suite_seed, int)):
+            raise ValueError(f"suite_seed must be an int, got {suite_seed!r}")
+        if isolation == "process":
+            raise ValueError("ex_mode='suite' runs the database variants in this process; it cannot be combined "
+                             "with isolation='process' (use isolation='in_process')")
+        self.variants = _variants_for(self.samples, suite_k, suite_seed or 0, suite_cache_dir)
 
     # ------------------------------------------------------------------ public helpers
     @property
@@ -317,6 +378,8 @@ class TextSQLClarifyEnv(gym.Env):
                                         "drift_recognised": None if s.drift is None else False,
                                         "drift_revised": None if s.drift is None else False,
                                         "decision": None}
+        if self.ex_mode == "suite":
+            self._scores.update(dict.fromkeys(SUITE_KEYS))
         return self._obs(), self._info({}, None, None)
 
     def _prepare_judge(self, s: Sample, static: tuple) -> None:
@@ -486,6 +549,10 @@ class TextSQLClarifyEnv(gym.Env):
                 release_sandbox(sandbox)
         self._static = {}  # a new dict: never clear one another env may share
         self._sandbox = None
+        for suite in self.__dict__.get("_suites", {}).values():
+            suite.close()  # its private variant connections; a later step opens them again
+        if "_suites" in self.__dict__:
+            self._suites = {}
         if getattr(self, "_own_pool", False):
             self.worker_pool.close()
             self._static = {}  # its sandboxes belonged to the closed pool
@@ -627,6 +694,12 @@ class TextSQLClarifyEnv(gym.Env):
                              gold_withheld=s.gold_withheld, other_readings=others, retracted_gold=retracted)
         comps = self._decide("sql", dict(res.components))
         turn = Turn(self._turn - 1, self._phase, "sql", act.content, execution=res.execution)
+        if self.ex_mode == "suite":
+            extra, detail = suite_components(act.content, self._gold, res, self._suite(), gold_key=self._gold_key,
+                                             ex_options=self.ex_options, timeout_s=self.timeout_s)
+            comps.update(extra)
+            if detail is not None:
+                turn.execution = {**res.execution, "suite": detail}
         if post:
             recognised = self._recognised(self._pre_sql, act.content)
             turn.commitment_drift = recognised
@@ -649,6 +722,9 @@ class TextSQLClarifyEnv(gym.Env):
             self._traj.gold_status = res.gold_status
             self._scores["ex"] = comps["ex"]
             self._scores["ex_strict"] = comps["ex_strict"]
+            if self.ex_mode == "suite":
+                for k in SUITE_KEYS:
+                    self._scores[k] = comps[k]
             for k, v in res.flags.items():
                 self._scores[k] = v
             if self.detailed_scores:
@@ -674,6 +750,16 @@ class TextSQLClarifyEnv(gym.Env):
         self._traj.outcome = "sql"
         self._last_message = ""
         return self._finish(turn.reward, comps, terminated=True, truncated=False, error=None)
+
+    def _suite(self) -> VariantSuite:
+        """The :class:`~textsql_clarify.rewards.ex_suite.VariantSuite` of the episode's database: its variants as
+        private budgeted sandboxes (opened on the first SQL turn over that database, again after ``close``)."""
+        db = self._sample.db_path
+        suite = self._suites.get(db)
+        if suite is None or suite.closed:
+            suite = self._suites[db] = VariantSuite(self._sandbox, self.variants[db], timeout_s=self.timeout_s,
+                                                    row_cap=self.row_cap, private=True)
+        return suite
 
     def _commitments(self, sql: str, with_schema: bool, *, gold: bool = False) -> frozenset | None:
         """``commitment_set(sql)`` (with the database schema or without), ``None`` when it cannot be analysed;
@@ -731,6 +817,8 @@ class TextSQLClarifyEnv(gym.Env):
             self._traj.gold_status = gold_scorability(gold, self._nondeterminism(s.gold_sql))
             if self._traj.gold_status == "ok":
                 sc["ex"] = sc["ex_strict"] = 0.0
+                if self.ex_mode == "suite":
+                    sc.update(dict.fromkeys(SUITE_KEYS, 0.0))
         if s.drift is not None and sc["ex_post"] is None and self._traj.outcome != "sql":
             # the post-drift request was never answered (no SQL after the drift, or no SQL at all): 0,
             # so DEA / DRA count the episode (TIDE Table 2) instead of silently dropping it; a post-drift
@@ -786,7 +874,8 @@ class TextSQLClarifyEnv(gym.Env):
 
     def _info(self, comps: dict, action_type: str | None, error: str | None) -> dict:
         # the four base components are always present (None = not applicable to this turn)
-        merged = {**BASE_COMPONENTS, **comps} if action_type is not None else dict(comps)
+        base = BASE_COMPONENTS if self.ex_mode == "single" else {**BASE_COMPONENTS, **dict.fromkeys(SUITE_KEYS)}
+        merged = {**base, **comps} if action_type is not None else dict(comps)
         info = {"reward_components": merged, "messages": self._messages(), "action_type": action_type,
                 "phase": self._phase, "sample_id": self._sample.id, "error": error,
                 "clarifications_left": max(0, self.max_clarifications - self._clar_used)}
@@ -803,6 +892,26 @@ class TextSQLClarifyEnv(gym.Env):
             self._decision = kind
             comps["decision"] = self._scores["decision"] = decision_score(kind, self._sample)
         return comps
+
+
+#: (k, seed, cache folder, the samples' databases and golds) -> ``variants_for_samples``' answer: the sub-envs of a
+#: vector env, and envs made again over the same samples, read the golds' literals once (a few ms per gold).
+_VARIANTS_MEMO: dict[tuple, dict[str, list]] = {}
+
+
+def _variants_for(samples: Sequence[Sample], k: int, seed: int, cache_dir: Any) -> dict[str, list]:
+    """:func:`~textsql_clarify.sql.variants.variants_for_samples` of ``samples``, remembered per process."""
+    from ..sql.variants import variants_for_samples
+
+    golds = tuple((s.db_path, s.gold_sql, tuple(it.gold_sql for it in s.interpretations),
+                   s.drift.post_gold_sql if s.drift is not None else None) for s in samples)
+    key = (k, seed, None if cache_dir is None else str(cache_dir), golds)
+    hit = _VARIANTS_MEMO.get(key)
+    if hit is None or not all(p.is_file() for paths in hit.values() for p in paths):
+        if len(_VARIANTS_MEMO) >= 16:
+            _VARIANTS_MEMO.pop(next(iter(_VARIANTS_MEMO)))
+        hit = _VARIANTS_MEMO[key] = variants_for_samples(samples, k=k, seed=seed, cache_dir=cache_dir)
+    return hit
 
 
 def episode_samples(dataset: str, samples: Sequence[Sample] | None, limit: int | None, *,

@@ -75,6 +75,46 @@ def _exec_info(r: ExecutionResult) -> dict[str, Any]:
             "truncated": r.truncated, "elapsed_s": round(r.elapsed_s, 6)}
 
 
+#: the test-suite EX components of a SQL turn under ``ex_mode="suite"`` (:func:`suite_components`).
+SUITE_KEYS = ("ex_suite", "ex_strict_suite")
+
+
+def suite_components(pred_sql: str, gold_sql: str | None, res: SQLTurnScore, suite: Any, *, gold_key: str,
+                     ex_options: EXOptions | None, timeout_s: float) -> tuple[dict[str, float | None], dict | None]:
+    """Test-suite EX of a scored SQL turn: ``ex_suite`` / ``ex_strict_suite`` from its single-instance ``ex`` /
+    ``ex_strict`` (``res``, :func:`score_sql_turn`) and, where one of them is 1, the variants
+    (:meth:`~textsql_clarify.rewards.ex_suite.VariantSuite.check`, both verdicts in one pass).
+
+    Rules: ``None`` where the single-instance score is ``None`` (no gold to compare, a gold withheld, empty or
+    failing on the original); 0 where it is 0 (a mismatch on the original, a hedge, a retraction kept, SQL on an
+    unanswerable sample); where it is 1, 1 only when the prediction also agrees on every variant where the gold
+    runs. Time: the variants share what the prediction left of its limit on the original,
+    ``timeout_s - res.execution["elapsed_s"]``; a check that runs out of it scores 0.
+
+    Args:
+        pred_sql: the agent's SQL. gold_sql: the gold in force (``None``: no gold). res: the turn's single-instance
+            score. suite: the database's :class:`~textsql_clarify.rewards.ex_suite.VariantSuite`.
+        gold_key: the gold's cache key. ex_options: the EX options. timeout_s: the prediction's time limit, s.
+    Returns:
+        ``({"ex_suite": v, "ex_strict_suite": v}, detail)`` where ``detail`` is the check's
+        :meth:`~textsql_clarify.rewards.ex_suite.VariantCheck.to_dict` plus ``budget_s``, or ``None`` when no
+        variant was run.
+    Source: Zhong, Yu and Klein 2020 §2 (right on every database of the suite); ``docs/metrics.md``, "Test-suite EX".
+    """
+    ex, strict = res.components.get("ex"), res.components.get("ex_strict")
+    out = {"ex_suite": ex, "ex_strict_suite": strict}
+    if gold_sql is None or (ex != 1 and strict != 1):
+        return out, None
+    budget = max(0.0, float(timeout_s) - float(res.execution.get("elapsed_s") or 0.0))
+    check = suite.check(pred_sql, gold_sql, gold_key=gold_key, relaxed=ex == 1, strict=strict == 1,
+                        options=ex_options, budget_s=budget)
+    if ex == 1:
+        out["ex_suite"] = check.relaxed
+    if strict == 1:
+        out["ex_strict_suite"] = check.strict
+    return out, {**check.to_dict(), "budget_s": round(budget, 6)}
+
+
 DETAIL_KEYS = ("cell_precision", "cell_recall", "cell_f1", "cell_f1_covered", "sql_partial", "column_precision",
                "column_recall", "table_recall", "table_precision", "spurious_tables", "components")
 

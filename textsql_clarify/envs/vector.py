@@ -72,7 +72,8 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
             not change (text fields are tuples of immutable strings, counters new arrays every step), so no
             deep copy is ever made.
         env_kwargs: every other :class:`TextSQLClarifyEnv` option (reward preset, budget, modes,
-            ``info_format`` ...); with ``isolation="process"`` the sub-envs share one worker pool, shut down
+            ``info_format``, ``ex_mode`` / ``suite_k`` / ``suite_cache_dir`` ...; with ``ex_mode="suite"`` the
+            variants are built once and the sub-envs share their connections); with ``isolation="process"`` the sub-envs share one worker pool, shut down
             by :meth:`close`.
 
     Observations are the sub-envs' dicts batched per field (each text field a tuple of ``num_envs``
@@ -115,6 +116,10 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
         if len({id(getattr(env, "worker_pool", None)) for env in self.envs}) == 1:
             for env in self.envs[1:]:
                 env._static = self.envs[0]._static
+        # ex_mode="suite": one set of variant connections per database for every sub-env (they step one after
+        # another), not N
+        for env in self.envs[1:]:
+            env._suites = self.envs[0]._suites
         self._typed = resolve_info_format(getattr(self.envs[0], "info_format", "python")) == "typed"
         self._batch_obs = _observation_batcher(self.single_observation_space, self.num_envs)
         #: ``respond`` calls made by :meth:`step` and the requests they carried (for logs and benchmarks).

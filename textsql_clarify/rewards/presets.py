@@ -10,6 +10,12 @@ Components (per turn):
   unanswerable sample; ``None`` when the gold is empty or fails (ceiling / invalid sample).
 * ``ex_strict``: 1/0 strict EX of a SQL turn: the gold's number of columns (no column superset), rows as bags
   or in order as the gold says, the same options as ``ex`` otherwise; ``None`` exactly where ``ex`` is.
+* ``ex_suite`` (only with the env's ``ex_mode="suite"``): 1/0 test-suite EX of a SQL turn (Zhong, Yu and Klein
+  2020): ``ex``'s verdict on the sample's database *and* on every database variant where the gold runs
+  (:mod:`textsql_clarify.rewards.ex_suite`); ``None`` exactly where ``ex`` is, 0 where ``ex`` is 0, and 0 when the
+  check runs out of the prediction's time limit. ``ex_strict_suite``: the same with ``ex_strict``. A constant or a
+  filter that matches the gold on one database by chance (``count(*)*0`` against a gold returning 0) passes ``ex``
+  and fails ``ex_suite``. ``ex`` itself stays single-instance (comparable to published numbers).
 * ``feedback``: 1/0 FB of a feedback turn (ABISS §5.3); 0 for feedback on a solvable sample; ``None`` on an
   unanswerable sample without a stated rationale (nothing to compare with: see ``abstained``).
 * ``abstained``: on an unanswerable sample without a stated rationale only (Spider unanswerable): 1 when
@@ -60,22 +66,34 @@ PRESETS: dict[str, dict[str, float]] = {
     "shaped_decision": {"ex": 1.0, "feedback": 1.0, "format": 0.1, "turn_penalty": 0.05, "decision": 1.0},
 }
 
+#: presets that pay a test-suite component, which only an env with ``ex_mode="suite"`` computes (it refuses them
+#: otherwise). Kept out of :data:`PRESETS`, which the red team (``bench/red_team.py``,
+#: ``tests/test_reward_hacks.py``) plays in full with the single-instance env, until it plays them with
+#: ``ex_mode="suite"``; :func:`resolve_preset` and ``eval --preset`` know them.
+#: ``suite``: binary with test-suite EX in place of EX (``ex_suite`` on SQL, FB on feedback).
+SUITE_PRESETS: dict[str, dict[str, float]] = {
+    "suite": {"ex_suite": 1.0, "feedback": 1.0},
+}
+
 
 #: every component a preset may weight (numeric ones; ``components`` is a nested dict, not weightable).
-COMPONENTS = ("ex", "ex_strict", "feedback", "abstained", "format", "turn_penalty", "classification", "drift",
+COMPONENTS = ("ex", "ex_strict", "ex_suite", "ex_strict_suite", "feedback", "abstained", "format", "turn_penalty", "classification", "drift",
               "decision", "cell_precision", "cell_recall", "cell_f1", "cell_f1_covered", "sql_partial", "column_precision",
               "column_recall", "table_recall", "table_precision", "spurious_tables")
 
 
 def resolve_preset(preset: str | Mapping[str, float]) -> dict[str, float]:
-    """A preset name or an explicit ``{component: weight}`` mapping -> the weights.
+    """A preset name (:data:`PRESETS` or :data:`SUITE_PRESETS`) or an explicit ``{component: weight}`` mapping ->
+    the weights.
 
     Raises:
         ValueError: unknown preset name, an unknown component name, or a non-numeric weight.
     """
     if isinstance(preset, str):
+        if preset in SUITE_PRESETS:
+            return dict(SUITE_PRESETS[preset])
         if preset not in PRESETS:
-            raise ValueError(f"unknown reward preset {preset!r}; available: {sorted(PRESETS)}")
+            raise ValueError(f"unknown reward preset {preset!r}; available: {sorted(PRESETS) + sorted(SUITE_PRESETS)}")
         return dict(PRESETS[preset])
     weights = {}
     if not hasattr(preset, "items"):
