@@ -26,7 +26,8 @@ from .errors import TextSQLClarifyError
 def _parser() -> argparse.ArgumentParser:
     from .baselines.agents import AGENT_SPEC_FORMS
     from .datasets import list_dataset_kinds
-    from .rewards.presets import PRESETS
+    from .rewards.presets import PRESETS, SUITE_PRESETS
+    from .sql.variants import DEFAULT_K
 
     p = argparse.ArgumentParser(prog="textsql-clarify", description="Text-to-SQL clarification environment tools.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -49,7 +50,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="where the SQL runs: 'in_process' (default) or 'process' (worker processes killed at the time "
                         "limit, with a memory cap: for untrusted policies; docs/platform.md, Process isolation)")
     e.add_argument("--simulator", default="rule", help="'rule' (default), 'transformers' (SmolLM2) or 'transformers:<model>[,<model>...]' (local paths or cached hub ids; several make a council)")
-    e.add_argument("--preset", default="binary", choices=sorted(PRESETS), help="reward preset (default: binary)")
+    e.add_argument("--preset", default="binary", choices=sorted(PRESETS) + sorted(SUITE_PRESETS),
+                   help="reward preset (default: binary; 'suite' pays ex_suite and needs --ex-mode suite)")
+    e.add_argument("--ex-mode", default="single", choices=["single", "suite"],
+                   help="'single' (default): EX on each sample's database; 'suite': also test-suite EX (EX_suite, "
+                        "EX_strict_suite) over --suite-k database variants of it (Zhong et al. 2020; docs/metrics.md, "
+                        "Test-suite EX), built once and cached")
+    e.add_argument("--suite-k", type=int, default=None, metavar="K",
+                   help=f"with --ex-mode suite: database variants per database (default {DEFAULT_K})")
+    e.add_argument("--suite-cache-dir", default=None, metavar="DIR",
+                   help="with --ex-mode suite: folder of the cached variants (default: the model cache's variants/)")
     e.add_argument("--max-clarifications", type=int, default=3, help="clarification budget (default 3, ABISS §6.1)")
     e.add_argument("--category-mode", default="taxonomy_free",
                    choices=["ground_truth", "predicted", "taxonomy_only", "taxonomy_free"])
@@ -195,17 +205,24 @@ def _eval(args: argparse.Namespace) -> int:
     from .baselines.agents import make_agent
     from .baselines.rollout import evaluate
     from .datasets import load_dataset
-    from .rewards.metrics import METRICS
+    from .rewards.metrics import METRICS, SUITE_METRICS
     from .rewards.report import parse_breakdowns, parse_metric_names, render_table
 
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
     breakdowns = parse_breakdowns(args.by)  # bad names fail before the run, not after it
     chosen = None if args.metrics is None else parse_metric_names(args.metrics)
-    unknown = [m for m in chosen or () if m not in METRICS and not m.startswith("components.")]
+    unknown = [m for m in chosen or () if m not in METRICS + SUITE_METRICS and not m.startswith("components.")]
     if unknown:
-        raise ValueError(f"--metrics: unknown metric(s) {unknown}; valid: {', '.join(METRICS)}, "
+        raise ValueError(f"--metrics: unknown metric(s) {unknown}; valid: {', '.join(METRICS + SUITE_METRICS)}, "
                          "components.<set>.precision|recall")
+    suite_kwargs = {}
+    if args.ex_mode == "suite":
+        if args.suite_k is not None and args.suite_k < 1:
+            raise ValueError(f"--suite-k must be >= 1, got {args.suite_k}")
+        suite_kwargs = {"ex_mode": "suite", "suite_k": args.suite_k, "suite_cache_dir": args.suite_cache_dir}
+    elif args.suite_k is not None or args.suite_cache_dir is not None:
+        raise ValueError("--suite-k and --suite-cache-dir need --ex-mode suite")
     if args.num_envs < 1:
         raise ValueError(f"--num-envs must be >= 1, got {args.num_envs}")
     if args.ray_actors is not None and (args.ray is None or args.ray_actors < 1):
@@ -227,7 +244,7 @@ def _eval(args: argparse.Namespace) -> int:
                           protocol=args.protocol, num_envs=args.num_envs, agent_spec=args.agent,
                           include_indistinguishable=args.include_indistinguishable,
                           backend="local" if args.ray is None else "ray", ray_address=args.ray or None,
-                          ray_actors=args.ray_actors, dataset=args.dataset)
+                          ray_actors=args.ray_actors, dataset=args.dataset, **suite_kwargs)
     if args.json:
         print(json.dumps(metrics, indent=2, default=str))
     else:

@@ -65,6 +65,9 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 }
 #: every fixed metric name, in report order.
 METRICS: tuple[str, ...] = tuple(m for names in FAMILIES.values() for m in names)
+#: test-suite EX metrics (``scores.ex_suite`` / ``scores.ex_strict_suite``, an env with ``ex_mode="suite"``): in a
+#: run's metrics, right after ``EX_strict``, only when some trajectory of the run carries them.
+SUITE_METRICS = ("EX_suite", "EX_strict_suite")
 #: ceiling counters reported next to the numbers (article: "Ceilings are counted, never corrected").
 CEILINGS = ("gold_error", "gold_empty", "gold_nondeterministic", "gold_truncated", "pred_truncated", "keyless",
             "scorer_inconsistent", "gold_withheld")
@@ -75,7 +78,7 @@ INDISTINGUISHABLE = "indistinguishable"
 #: breakdown name -> output key.
 BREAKDOWNS = ("group", "subcategory", "difficulty", "drift_subtype", "sample_type")
 
-_BINARY_SCORES = ("ex", "ex_strict", "ex_post", "fb", "abstained")
+_BINARY_SCORES = ("ex", "ex_strict", "ex_post", "fb", "abstained", "ex_suite", "ex_strict_suite")
 _UNIT_SCORES = ("cell_precision", "cell_recall", "cell_f1", "column_precision", "column_recall",
                 "table_recall", "table_precision")
 _FLAG_SCORES = ("gold_truncated", "pred_truncated", "keyless", "scorer_inconsistent")
@@ -252,6 +255,8 @@ def _abiss(t: Trajectory) -> dict[str, float | None]:
     out: dict[str, float | None] = {"EX": _f(s.get("ex")), "EX_strict": _f(s.get("ex_strict")),
                                     "EX_post": _f(s.get("ex_post")), "FB": _f(s.get("fb")),
                                     "abstained": _f(s.get("abstained"))}
+    if "ex_suite" in s or "ex_strict_suite" in s:  # test-suite EX: a run with ex_mode="suite"
+        out["EX_suite"], out["EX_strict_suite"] = _f(s.get("ex_suite")), _f(s.get("ex_strict_suite"))
     classified = t.predicted_category is not None or any(x.phase == "classification" for x in t.turns)
     rec = cls = None
     if classified:
@@ -366,6 +371,9 @@ def trajectory_metrics(t: Trajectory, *, original: bool = False) -> dict[str, fl
       clarification-only samples, whose SQL is never scored). ``EX_post`` = ``scores.ex_post`` (drift).
       ``EX_strict`` = ``scores.ex_strict`` (ours): the same SQL and denominator as ``EX``, scored with no
       column superset (``docs/metrics.md``).
+    * ``EX_suite`` / ``EX_strict_suite`` = ``scores.ex_suite`` / ``scores.ex_strict_suite`` (Zhong, Yu and Klein
+      2020; only in runs whose env had ``ex_mode="suite"``, else absent): the same SQL and denominator as ``EX``
+      / ``EX_strict``, a hit only when the prediction also agrees on every database variant where the gold runs.
     * ``FB`` = ``scores.fb`` (ABISS §5.3): judge verdict on unanswerable samples with a stated rationale,
       0 for feedback on a solvable one; ``None`` on unanswerable samples without a rationale.
     * ``abstained`` = ``scores.abstained`` (ours): over unanswerable samples without a stated rationale
@@ -598,7 +606,11 @@ def aggregate(trajectories: Sequence[Trajectory | Mapping[str, Any]], *,
         originals = [o for o, k in zip(originals, keep) if k]
     rows = [trajectory_metrics(t, original=o) for t, o in zip(trajs, originals)]
     comp_sets = sorted({k for r in rows for k in r if k.startswith("components.")})
-    names = list(METRICS) + comp_sets
+    names = list(METRICS)
+    if any(m in r for r in rows for m in SUITE_METRICS):  # beside EX_strict, only in a test-suite run
+        at = names.index("EX_strict") + 1
+        names[at:at] = list(SUITE_METRICS)
+    names += comp_sets
 
     out: dict[str, Any] = {
         "n_trajectories": len(trajs),

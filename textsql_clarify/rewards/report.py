@@ -4,7 +4,7 @@ Every line fits :data:`WIDTH` (100) columns. In order:
 
 1. the run line (trajectories per protocol), and how many ``indistinguishable`` samples were left out;
 2. a short **headline** table: the main metrics this run defines (:data:`HEADLINE_ROWS`), rows = metric,
-   columns = value, 95 % interval, n;
+   columns = value, 95 % interval, n; a test-suite run (``eval --ex-mode suite``) has ``EX_suite`` right after EX;
 3. one table per metric **family** (ABISS, TIDE, PremiseSQL, the article's, the agent's), printed only
    where some metric of it is defined;
 4. the **outcomes** table (:mod:`~textsql_clarify.rewards.outcomes`): share of episodes ending in SQL,
@@ -25,17 +25,17 @@ from __future__ import annotations
 import textwrap
 from typing import Any, Mapping, Sequence
 
-from .metrics import BREAKDOWNS, CEILINGS, FAMILIES, MetricsError
+from .metrics import BREAKDOWNS, CEILINGS, FAMILIES, SUITE_METRICS, MetricsError
 from .outcomes import OUTCOMES
 
 #: the widest line :func:`render_table` prints (issue 13: "tables no wider than 100 columns").
 WIDTH = 100
 #: metric columns of the breakdown tables, in order; those the run defines, as many as fit.
-HEADLINE = ("EX", "FB", "abstained", "AIR", "AR", "relevant_rate", "DEA", "DRR", "DRA", "L1-IR", "JIR",
+HEADLINE = ("EX", "EX_suite", "FB", "abstained", "AIR", "AR", "relevant_rate", "DEA", "DRR", "DRA", "L1-IR", "JIR",
             "L2-IR^p", "EX_post", "EX_strict", "Rec", "Cls", "SQL_behaviour", "DET", "TYPE", "GEN", "VAL",
             "format_valid_rate")
 #: the headline table's rows (one or two per family), those the run defines.
-HEADLINE_ROWS = ("EX", "FB", "abstained", "AIR", "AR", "DEA", "DRR", "SQL_behaviour", "GEN", "cell_f1",
+HEADLINE_ROWS = ("EX", "EX_suite", "FB", "abstained", "AIR", "AR", "DEA", "DRR", "SQL_behaviour", "GEN", "cell_f1",
                  "format_valid_rate")
 #: family key -> title of its table.
 FAMILY_TITLES = {"abiss": "ABISS", "tide": "TIDE", "premisesql": "PremiseSQL", "article": "article",
@@ -261,7 +261,10 @@ def render_table(metrics: Mapping[str, Any], *, breakdowns: Sequence[str] = DEFA
     if headline:
         lines += [""] + _stat_table("headline", headline, overall)
     for fam, title in FAMILY_TITLES.items():
-        names = [m for m in FAMILIES[fam] if defined(overall.get(m))]
+        family = list(FAMILIES[fam])
+        if fam == "abiss":  # test-suite EX beside EX_strict (defined only in an ex_mode="suite" run)
+            family[family.index("EX_strict") + 1:family.index("EX_strict") + 1] = SUITE_METRICS
+        names = [m for m in family if defined(overall.get(m))]
         if names:
             lines += [""] + _stat_table(title, names, overall)
     sets = list(dict.fromkeys(m.split(".")[1] for m in overall
