@@ -1,8 +1,8 @@
 """Train the first-action decision (ask / answer / refuse) and show on held-out databases whether it was learned.
 
     HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 nohup .venv/bin/python examples/train_decision.py --threads 2 \\
-        > runs/train_decision.log 2>&1 &                                   # the measured CPU run (~35 min)
-    .venv/bin/python examples/train_decision.py --smoke --out-log /tmp/decision_smoke.json   # CI size (< 1 min)
+        > runs/train_decision.log 2>&1 &                                   # the CPU run (35-45 min at load 3-5)
+    .venv/bin/python examples/train_decision.py --smoke --out-log /tmp/decision_smoke.json   # CI size
 
 What it measures. The decision of an episode is the type of its first action: ``sql`` (answer), ``clarify``
 (ask) or ``feedback`` (refuse), against the sample's right one
@@ -65,13 +65,20 @@ Dr. GRPO, arXiv 2503.20783), and the -0.1 format penalty of the previous run was
 full success this way. ``none`` keeps the raw ``r - mean`` (unbiased, but the step shrinks as groups
 saturate); ``batch`` keeps the relative weights of ``none`` within a step and one global scale across steps.
 
-**Cost and defaults** (SmolLM2-135M-Instruct, float32, 2 torch threads on the project's 2-core CPU while a
-test run used the other core, load average ~2). Measured per GRPO step with 3 prompts x 8 generations,
-24 tokens, compact-schema prompts of ~250-900 tokens: see :data:`MEASURED`. The defaults are sized from it so
-the whole run fits in about 35 minutes: 3 evaluations of 150 greedy first actions, SFT 48 steps of 8
-records (384 records, about 1 epoch of the balanced 3 x 128 pick), GRPO 80 steps of 3 prompts x 8
-generations (240 prompts seen, 1,920 completions) at lr 1e-5, the MiniLM baseline. ``--smoke`` is 2 SFT and 2
-GRPO steps on a handful of held-out episodes.
+**Cost and defaults** (SmolLM2-135M-Instruct, float32, 2 torch threads on the project's 2-core CPU while other
+test and training jobs ran: load average 3 to 5, CPU pressure ~99 %). A forward pass costs about 0.21 GFLOP per
+prompt token, so the prompt dominates every step; the machine gave ~20-30 GFLOP/s (100 on a quiet moment).
+Measured (``--grpo-steps 5 --grpo-prompts-per-step 2``, 256-token schema cap, prompts 114-651 tokens, median
+276): a GRPO step of 2 prompts x 8 generations x 24 tokens, all weights, took 48.6 s and 176.9 s (load 4-5); an
+SFT step of 8 records (~330 tokens each) ~70 s; greedy evaluation 6.5 s per held-out prompt for the base model
+(prose up to the 24-token limit) and 1.3 s after SFT (it stops at the closing tag). So 60-100 GRPO steps of
+2-4 prompts x 8 do not fit in 35 minutes on these 2 shared cores (80 steps at ~50 s would be 67 minutes of GRPO
+alone). The defaults are cut to about 35-45 minutes at that load: the schema capped at 128 tokens
+(``--max-schema-tokens``), the short instructions (41 tokens instead of 164), SFT 16 steps of 8, GRPO 30 steps
+of 2 prompts x 8 generations (480 completions) at lr 1e-5, 150 held-out episodes. ``--train-layers N`` trains
+only the top N of the 30 layers, so the backward pass stops there (about N/30 of its cost); on a GPU raise
+``--grpo-steps`` (e.g. 100-200) and ``--grpo-prompts-per-step`` (4-8). ``--smoke`` is 2 SFT and 2 GRPO steps on 6
+held-out episodes with a 64-token schema cap.
 
 Every optional library (torch, transformers, trl, datasets, sklearn, sentence-transformers) is imported
 inside the functions; nothing is fetched (the model is a local folder through
@@ -142,21 +149,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="schema rendering: compact t(c1, c2, ...) lines, or the env's CREATE statements")
     p.add_argument("--instructions", choices=("short", "env"), default="short",
                    help="system instructions: the short three-action line, or the env's own (136 tokens more)")
-    p.add_argument("--max-schema-tokens", type=int, default=256,
+    p.add_argument("--max-schema-tokens", type=int, default=128,
                    help="cut the schema text at a line boundary to this many tokens (0: never)")
     p.add_argument("--evidence", action="store_true",
                    help="show the samples' evidence lines under the question (off: the question only)")
     p.add_argument("--max-new-tokens", type=int, default=24, help="tokens of the first action (eval and GRPO)")
     p.add_argument("--eval-batch", type=int, default=16, help="prompts per greedy generate call")
     # SFT
-    p.add_argument("--sft-per-group", type=int, default=128, help="training samples per group for SFT")
-    p.add_argument("--sft-steps", type=int, default=48)
+    p.add_argument("--sft-per-group", type=int, default=48, help="training samples per group for SFT")
+    p.add_argument("--sft-steps", type=int, default=16)
     p.add_argument("--sft-batch", type=int, default=8)
     p.add_argument("--sft-lr", type=float, default=1e-4)
     # GRPO
-    p.add_argument("--grpo-per-group", type=int, default=80, help="training prompts per group for GRPO")
-    p.add_argument("--grpo-steps", type=int, default=80)
-    p.add_argument("--grpo-prompts-per-step", type=int, default=3)
+    p.add_argument("--grpo-per-group", type=int, default=40, help="training prompts per group for GRPO")
+    p.add_argument("--grpo-steps", type=int, default=30)
+    p.add_argument("--grpo-prompts-per-step", type=int, default=2)
     p.add_argument("--num-generations", type=int, default=8, help="GRPO group size")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--grpo-lr", type=float, default=1e-5)

