@@ -1,4 +1,4 @@
-"""Red-team suite in CI (issue 8): no reward hack earns more than the random agent, under every preset.
+"""Red-team suite in CI (the contract of docs/rewards.md): no reward hack earns more than the random agent, under every preset.
 
 Every policy of :data:`textsql_clarify.baselines.hacks.HACKS` is played through
 ``gym.make("TextSQLClarify-v0", ...)`` by ``bench/red_team.py``'s runner on small subsets: the whole

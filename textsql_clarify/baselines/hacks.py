@@ -1,4 +1,4 @@
-"""Reward-hacking policies (the red team of issue 8) and the runner that plays them through ``gym.make``.
+"""Reward-hacking policies (the red team) and the runner that plays them through ``gym.make``.
 
 Every policy has the agent protocol of :mod:`.agents`: ``name``, ``privileged``,
 ``begin_episode(sample_or_None)`` and ``act(observation, info) -> str``. A policy is an attack on the
@@ -37,7 +37,8 @@ the surface-word classifier (``decision_question_words``) may beat the best prio
 and records every turn's reward components, so that the reward under any preset is recomputed with
 :func:`textsql_clarify.rewards.presets.scalar_reward` (:func:`preset_returns`) instead of replaying.
 
-Source: issue 8 ("Reward integrity"), its table of hacks and the attacks added here.
+Source: the red-team contract of ``docs/rewards.md`` (no policy that does not solve the task earns more than
+the random agent); the hacks are the shortcuts named there (width, echoes, churn, enumeration, empty answers).
 """
 from __future__ import annotations
 

@@ -289,7 +289,7 @@ class TextSQLClarifyEnv(gym.Env):
         ``options``: ``{"sample_id": id}`` or ``{"index": i}`` choose the sample; otherwise it is drawn
         from the env's seeded generator (the same seed gives the same sample).
 
-        All or nothing (issue 12): the new sample's sandbox, schema and prompts are built before anything
+        All or nothing: the new sample's sandbox, schema and prompts are built before anything
         changes, and a reset that raises leaves the env as it was: the episode that was running (if any)
         goes on, with its sample, dialogue and RNG state; the RNG is neither reseeded nor advanced.
 
@@ -385,7 +385,7 @@ class TextSQLClarifyEnv(gym.Env):
     def _prepare_judge(self, s: Sample, static: tuple) -> None:
         """Let the FB judge compute what judging a feedback on ``s`` needs beyond the feedback (its
         ``prepare(sample, schema_identifiers)``, where it has one: the hidden knowledge's claims and
-        embedding, issue 12), once per sample (``static``: from :meth:`_build_static`), so that the
+        embedding), once per sample (``static``: from :meth:`_build_static`), so that the
         judgement embeds only the feedback."""
         prepare = getattr(self.feedback_judge, "prepare", None)
         if callable(prepare) and s.group == "unanswerable" and not s.gold_withheld and s.hidden_knowledge.strip():
@@ -674,7 +674,7 @@ class TextSQLClarifyEnv(gym.Env):
 
     def _sql(self, act: Action):
         # one analysis scope per step: the scorers and the drift commitments share the prediction's parse, and a
-        # prediction seen again on this database reuses its kept analysis (sql.schema.shared_analysis; issue 12)
+        # prediction seen again on this database reuses its kept analysis (sql.schema.shared_analysis)
         if not (self.detailed_scores or self._drift_done):
             return self._sql_scored(act)
         box = self._sandbox

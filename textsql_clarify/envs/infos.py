@@ -5,7 +5,7 @@ vector envs merge infos key by key and type each key's array by the first sub-en
 (``VectorEnv._add_info``), so ``1.0`` in one sub-env and ``None`` in the next raises ``TypeError``
 (``AsyncVectorEnv``, plain ``SyncVectorEnv``), and an ``int`` first truncates a later ``0.625``. The
 ``typed`` format is the same dict with fixed types per key, so that any Gymnasium vector env merges it
-(issue 12):
+(Gymnasium ``VectorEnv`` info merging):
 
 * ``reward_components`` and ``scores`` (and the dicts nested in them): every number, bool and ``None``
   becomes a Python ``float``; ``None`` becomes ``NaN``. ``components`` (the article's component sets,

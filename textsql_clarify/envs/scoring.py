@@ -162,7 +162,7 @@ def score_sql_turn(pred_sql: str, gold_sql: str | None, sandbox: SQLiteSandbox, 
     Cost: the scorers share one parse and one qualify of ``pred_sql`` (and one preparation for the component
     sets) through :func:`~textsql_clarify.sql.schema.shared_analysis`, opened here (detailed steps) unless the
     caller opened one (the env does, so that drift commitments share it too), and keyed by ``pred_sql`` and the
-    sandbox's database and schema, so that a prediction seen again reuses its analysis; issue 12, item 2.
+    sandbox's database and schema, so that a prediction seen again reuses its analysis (docs/platform.md).
     """
     if not detailed:  # the EX-only path reads the prediction's SQL once (its projection): nothing to share
         return _score_sql_turn(pred_sql, gold_sql, sandbox, gold_key=gold_key, detailed=detailed,
@@ -373,7 +373,8 @@ def _may_pass_later(r: ExecutionResult) -> bool:
     """Whether a failed gold or reading may run on a later try: a timeout, a locked or busy database, SQLite's
     out-of-memory, a dead or killed SQL worker; the failures :meth:`SQLiteSandbox.execute_gold` (``_is_transient``,
     ``_is_memory``) and :class:`~textsql_clarify.sql.isolated.ProcessSandbox` (``_cacheable``) do not cache.
-    Source: issue 12 review (a reading locked on the first look turned hedge detection off for the sample)."""
+    Why: a reading locked on the first look (a transient failure cached as final) would turn hedge detection off
+    for the sample for the rest of the run."""
     from ..sql.isolated import _cacheable
     from ..sql.sandbox import _is_memory, _is_transient
 

@@ -111,7 +111,7 @@ def _query_sets(sql: str, schema: Mapping | None, policy: ComponentPolicy, strip
 
     Inside one env step (:func:`~textsql_clarify.sql.schema.shared_analysis`) the preparation is shared and
     the sets of each (text, schema, LIMIT dropped or not) are worked out once: the dense reward and the
-    component scores ask for the same prediction's sets (issue 12)."""
+    component scores ask for the same prediction's sets."""
     if active_memo() is None:
         tree = prepare_sql(sql, schema).tree
         with analysis_errors(sql, "component sets"):

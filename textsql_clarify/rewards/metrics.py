@@ -5,7 +5,7 @@ writes per-episode ``scores``; this module never scores SQL itself). Output: eve
 support, as :class:`Mean` (value and n) with its seeded 95 % bootstrap interval (``ci95``,
 :mod:`~textsql_clarify.rewards.bootstrap`), overall and broken down by group, subcategory, difficulty,
 drift subtype and TIDE sample type, plus the episodes' outcomes (:mod:`~textsql_clarify.rewards.outcomes`)
-and ceiling counts (issue 13).
+and ceiling counts (ABISS §6 per-group reporting).
 
 Conventions (article: "Measuring honestly"): a metric with no denominator is ``None``, never 0 or 1,
 and a trajectory where a metric is undefined is left out of that metric's mean, so every mean carries

@@ -1,4 +1,4 @@
-"""Plain-text rendering of :func:`textsql_clarify.rewards.metrics.aggregate` output for the CLI (issue 13).
+"""Plain-text rendering of :func:`textsql_clarify.rewards.metrics.aggregate` output for the CLI.
 
 Every line fits :data:`WIDTH` (100) columns. In order:
 
@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 from .metrics import BREAKDOWNS, CEILINGS, FAMILIES, SUITE_METRICS, MetricsError
 from .outcomes import OUTCOMES
 
-#: the widest line :func:`render_table` prints (issue 13: "tables no wider than 100 columns").
+#: the widest line :func:`render_table` prints (tables fit a 100-column terminal).
 WIDTH = 100
 #: metric columns of the breakdown tables, in order; those the run defines, as many as fit.
 HEADLINE = ("EX", "EX_suite", "FB", "abstained", "AIR", "AR", "relevant_rate", "DEA", "DRR", "DRA", "L1-IR", "JIR",
