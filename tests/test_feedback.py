@@ -365,7 +365,11 @@ def test_any_text_on_spider_unanswerable_earns_nothing_under_every_preset(spider
     samples = load_spider_unanswerable(f, spider_root)[:20]
     for preset in PRESETS:
         rows = _play(samples, lambda s: "<feedback>asdf qwerty</feedback>", preset=preset)
-        assert {(r, sc["fb"], sc["abstained"]) for r, sc, _ in rows} == {(0.0, None, 1.0)}, preset
+        # the decision component pays the first action's type (refusing is the right type on every sample here):
+        # on a corpus of one group any refusal earns that group's prior, 1.0, and nothing else pays; on mixed
+        # data a constant first move earns its group's share (docs/rewards.md, "decision"; the red team)
+        paid = PRESETS[preset].get("decision", 0.0)
+        assert {(r, sc["fb"], sc["abstained"]) for r, sc, _ in rows} == {(paid, None, 1.0)}, preset
 
 
 # ----------------------------------------------------------------------------- what the feedback adds

@@ -129,8 +129,8 @@ def _check_oracle(res: dict) -> None:
     oracle = res["by_policy"]["oracle"]
     for hack in HACKS:
         row = res["by_policy"][hack]
-        if row["privileged"] or row["scope"] != "episode":
-            continue  # played on other samples or turns than the oracle
+        if row["privileged"] or row["scope"] != "episode" or row["n_samples"] != oracle["n_samples"]:
+            continue  # played on other samples or turns than the oracle (its bound is checked on its own samples)
         for p in PRESET_NAMES:
             if row["reward"].get(p) is None:
                 continue  # no sample of this pass to attack (a subsample's detailed pass)
