@@ -186,6 +186,27 @@ _KNOWN = {
 }
 
 
+def flag_set(exclude_flags: str | Iterable[str] | None) -> frozenset[str]:
+    """The load-time flags named by an ``exclude_flags`` option (one name, an iterable of names, or ``None``).
+
+    Args:
+        exclude_flags: a flag of :data:`SAMPLE_FLAGS`, several, or ``None`` / empty for none.
+    Returns:
+        The flags as a frozenset (empty for none).
+    Raises:
+        ValueError: a name that is not in :data:`SAMPLE_FLAGS` (the message lists the known ones).
+    Source: the validation flags of ``docs/dataset-format.md``; the env, the splits and the training corpus take
+    this option alike.
+    """
+    if isinstance(exclude_flags, str):
+        exclude_flags = (exclude_flags,)
+    drop = frozenset(exclude_flags or ())
+    if drop - set(SAMPLE_FLAGS):
+        raise ValueError(f"unknown flag(s) in exclude_flags: {sorted(drop - set(SAMPLE_FLAGS))}; known: "
+                         f"{list(SAMPLE_FLAGS)}")
+    return drop
+
+
 def _str_field(rec: Mapping, name: str, problems: list, where, required: bool, allow_empty: bool = False):
     if name not in rec or rec[name] is None:
         if required:

@@ -926,14 +926,9 @@ def episode_samples(dataset: str, samples: Sequence[Sample] | None, limit: int |
         DatasetError: the dataset cannot be loaded. ValueError: an unknown flag in ``exclude_flags``, or every
             sample excluded.
     """
-    from ..samples import SAMPLE_FLAGS
+    from ..samples import flag_set
 
-    if isinstance(exclude_flags, str):
-        exclude_flags = (exclude_flags,)
-    drop = frozenset(exclude_flags or ())
-    if drop - set(SAMPLE_FLAGS):
-        raise ValueError(f"unknown flag(s) in exclude_flags: {sorted(drop - set(SAMPLE_FLAGS))}; known: "
-                         f"{list(SAMPLE_FLAGS)}")
+    drop = flag_set(exclude_flags)
     if samples is None:
         from ..datasets import load_dataset
         samples = load_dataset(dataset, limit=None if drop else limit, db_root=db_root, validate=validate)

@@ -267,12 +267,10 @@ def build_training_corpus(data_root: str | os.PathLike, *, generated: str | os.P
     Source: the datasets' own papers for their groups (ABISS §3.1; Spider, Yu et al. 2018; MMSQL; AmbiQT,
     Bhaskar et al. 2023); balancing by group as the ABISS §6 per-group reporting.
     """
-    from ..samples import SAMPLE_FLAGS
+    from ..samples import flag_set
 
     flags = (exclude_flags,) if isinstance(exclude_flags, str) else tuple(exclude_flags or ())
-    unknown = sorted(set(flags) - set(SAMPLE_FLAGS))
-    if unknown:
-        raise ValueError(f"unknown flag(s) in exclude_flags: {unknown}; known: {list(SAMPLE_FLAGS)}")
+    flag_set(flags)  # refuses an unknown flag
     specs, skipped = corpus_specs(data_root, generated=generated)
     loaded = load_training_samples(specs, on_skip=lambda spec, missing: skipped.append(
         f"{spec} skipped: not found: {', '.join(missing)}"))

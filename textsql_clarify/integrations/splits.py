@@ -333,15 +333,10 @@ def select_samples(samples: Sequence[Sample], *, sample_ids: Sequence[str] | Non
             message says which step emptied it); the errors of :func:`split_sample_ids`. KeyError: an id not
             among ``samples``.
     """
-    from ..samples import SAMPLE_FLAGS
+    from ..samples import flag_set
 
     samples = list(samples)
-    if isinstance(exclude_flags, str):
-        exclude_flags = (exclude_flags,)
-    drop = frozenset(exclude_flags or ())
-    if drop - set(SAMPLE_FLAGS):
-        raise ValueError(f"unknown flag(s) in exclude_flags: {sorted(drop - set(SAMPLE_FLAGS))}; known: "
-                         f"{list(SAMPLE_FLAGS)}")
+    drop = flag_set(exclude_flags)
     if split not in (None, "train", "heldout"):
         raise ValueError(f"split must be 'train', 'heldout' or None, got {split!r}")
     by_id = {s.id: s for s in samples}
