@@ -832,19 +832,11 @@ def run_grpo(model: Any, tok: Any, rows: list[dict], args: argparse.Namespace, w
         and the wall seconds; the configuration.
     """
     from datasets import Dataset
-    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     t0 = time.perf_counter()
     steps: list[dict] = []
     step_times: list[float] = []
-
-    class _Timer(TrainerCallback):
-        def on_step_begin(self, a, state, control, **kw):  # noqa: D102
-            step_times.append(time.perf_counter())
-
-        def on_step_end(self, a, state, control, **kw):  # noqa: D102
-            step_times[-1] = time.perf_counter() - step_times[-1]
 
     G = args.num_generations
     cfg = GRPOConfig(output_dir=str(workdir / "grpo"), max_steps=args.grpo_steps,
@@ -857,7 +849,7 @@ def run_grpo(model: Any, tok: Any, rows: list[dict], args: argparse.Namespace, w
     eos_ids = {int(tok.eos_token_id)} | ({int(tok.pad_token_id)} if tok.pad_token_id is not None else set())
     reward = make_decision_reward(args.max_new_tokens, eos_ids, steps)
     trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=reward, train_dataset=Dataset.from_list(rows),
-                          args=cfg, callbacks=[_Timer()])
+                          args=cfg, callbacks=[_train_grpo_module().step_timer(step_times)])
     trainer.train()
     logs = [h for h in trainer.state.log_history if "reward" in h]
     for k, row in enumerate(steps):

@@ -499,6 +499,22 @@ def rollout_step_stats(out: dict[str, list], groups: dict[str, str]) -> dict[str
     return row
 
 
+def step_timer(step_times: list[float]) -> Any:
+    """A ``transformers.TrainerCallback`` that appends each optimiser step's wall time (seconds) to ``step_times``
+    (transformers docs, "Callbacks": ``on_step_begin`` / ``on_step_end``). Used by this script and by
+    ``examples/train_decision.py``."""
+    from transformers import TrainerCallback
+
+    class _Timer(TrainerCallback):
+        def on_step_begin(self, a, state, control, **kw):  # noqa: D102
+            step_times.append(time.perf_counter())
+
+        def on_step_end(self, a, state, control, **kw):  # noqa: D102
+            step_times[-1] = time.perf_counter() - step_times[-1]
+
+    return _Timer()
+
+
 def run_grpo(model: Any, tokenizer: Any, samples: Sequence[Any], train_ids: Sequence[str],
              args: argparse.Namespace, out: Path, judge: Any) -> tuple[Any, dict[str, Any]]:
     """GRPO with the env's multi-turn tagged rollouts (TRL ``GRPOTrainer(rollout_func=...)``).
@@ -507,7 +523,6 @@ def run_grpo(model: Any, tokenizer: Any, samples: Sequence[Any], train_ids: Sequ
         ``(model, log)``: the trained model (LoRA merged) and ``{"steps": [per-step metrics, TRL's loss and
         reward, wall seconds], "wall_s", "config"}``.
     """
-    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from textsql_clarify.integrations.trl_env import build_prompt_dataset
@@ -532,13 +547,6 @@ def run_grpo(model: Any, tokenizer: Any, samples: Sequence[Any], train_ids: Sequ
 
     step_times: list[float] = []
 
-    class _Timer(TrainerCallback):
-        def on_step_begin(self, a, state, control, **kw):  # noqa: D102
-            step_times.append(time.perf_counter())
-
-        def on_step_end(self, a, state, control, **kw):  # noqa: D102
-            step_times[-1] = time.perf_counter() - step_times[-1]
-
     G = args.num_generations
     cfg = GRPOConfig(output_dir=str(out / "grpo"), max_steps=args.grpo_steps,
                      per_device_train_batch_size=G * args.grpo_prompts_per_step, num_generations=G,
@@ -550,7 +558,7 @@ def run_grpo(model: Any, tokenizer: Any, samples: Sequence[Any], train_ids: Sequ
     ds = build_prompt_dataset(chosen, list(train_ids), style="tags",
                               env_kwargs={"max_clarifications": args.max_clarifications})
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=rollout_reward,
-                          rollout_func=recording_rollout, train_dataset=ds, args=cfg, callbacks=[_Timer()],
+                          rollout_func=recording_rollout, train_dataset=ds, args=cfg, callbacks=[step_timer(step_times)],
                           peft_config=_lora_config(args) if args.lora else None)
     trainer.train()
     logs = [h for h in trainer.state.log_history if "reward" in h]
