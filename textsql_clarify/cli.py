@@ -260,9 +260,8 @@ def _eval(args: argparse.Namespace) -> int:
             print(f"agent {getattr(agent, 'name', args.agent)}: {stats['actions']} actions, "
                   f"{stats.get('format_valid', 0)} parsed ({stats.get('format_valid', 0) / stats['actions']:.3f})"
                   + (f", {agent.generate_calls} generate calls" if hasattr(agent, "generate_calls") else ""))
-        wrote = (Path(args.out) / "trajectories.jsonl", Path(args.out) / "metrics.json")
-        line = f"wrote {wrote[0]} and {wrote[1]}"
-        print(line if len(line) <= 100 else f"wrote {wrote[0]}\n  and {wrote[1]}")  # the tables' width
+        line = f"wrote {Path(args.out)}: trajectories.jsonl, metrics.json and run.json"
+        print(line if len(line) <= 100 else f"wrote {Path(args.out)}:\n  trajectories.jsonl, metrics.json and run.json")
     return 0
 
 
