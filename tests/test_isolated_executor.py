@@ -2,6 +2,7 @@
 a memory cap, dead workers as results, and no orphan processes after close."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -26,26 +27,24 @@ from textsql_clarify.sql.sandbox import DatabaseOpenError, SandboxClosedError, S
 
 from conftest import generous_bound
 
+REPO = Path(__file__).resolve().parents[1]
+
 RUNAWAY_CTE = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT COUNT(*) FROM n"
 
 
 
-def _compare_chain(value_bytes: int) -> str:
-    """One row of ~1,600 comparisons of two ``value_bytes`` zeroblobs (each expands both, ~2 x value_bytes of
-    memset), 10 KB of SQL: no guarded built-in, and SQLite checks the deadline only between rows, so
-    in-process this row runs whatever the limit (~1.4 s at 1 MiB on the loaded 2-core machine)."""
-    cols, cur = [], []
-    head = f"WITH a(s, t) AS (SELECT zeroblob({value_bytes}), zeroblob({value_bytes})) SELECT "
-    while len(head) + sum(len(c) + 2 for c in cols) + 6 * len(cur) < 9_900:
-        cur.append("(s>t)")
-        if len(cur) == 40:
-            cols.append("+".join(cur))
-            cur = []
-    return head + ", ".join(cols + ["+".join(cur or ["0"])]) + " FROM a"
+def _bench_isolation():
+    """``bench/bench_isolation.py`` as a module: its :func:`compare_chain` is the one heavy-row statement."""
+    spec = importlib.util.spec_from_file_location("bench_isolation", REPO / "bench" / "bench_isolation.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
-#: The comparison chain over 8 MiB values: ~10x the 1 MiB cost (several seconds in-process).
-COMPARE_CHAIN = _compare_chain(8 << 20)
+#: The comparison chain over 8 MiB values (seconds in-process, ~120 MB peak: under the worker's 1 GiB cap,
+#: so the deadline, not the memory limit, is what stops it in a worker).
+COMPARE_CHAIN = _bench_isolation().compare_chain(8 << 20)
+
 
 #: One row of 40 one-megabyte blobs (~80 MB in SQLite and Python together); the result is one row.
 WIDE_ROW = "SELECT " + ", ".join(f"zeroblob(1000000 + {i})" for i in range(40))
