@@ -373,3 +373,25 @@ def test_a_slow_query_does_not_stall_other_sessions(samples, tmp_path):
     assert h.done and h.reward == 0.0 and h.trajectory["turns"][0]["execution"]["error_kind"] == "runtime"
     # the shared user and judge were each called under their lock (no other thread could take it)
     assert user.free_during_call == [False] and judge.free_during_call == [False]
+
+
+def test_server_flags_serve_test_suite_ex(tmp_path):
+    """``--ex-mode suite`` reaches every session's env: the gold earns ``ex_suite`` 1.0 over k=2 variants built
+    into ``--suite-cache-dir``; the suite options without it are refused before anything is built."""
+    from textsql_clarify.integrations.openenv_server import app_options
+
+    args = _parser().parse_args(["--limit", "3", "--ex-mode", "suite", "--suite-k", "2",
+                                 "--suite-cache-dir", str(tmp_path), "--reward-preset", "suite"])
+    opts = app_options(args)
+    assert (opts["ex_mode"], opts["suite_k"], opts["reward_preset"]) == ("suite", 2, "suite")
+    opts.pop("max_concurrent_envs")
+    env = TextSQLClarifyEnvironment(**opts)
+    obs = env.reset(sample_id="uni-ans-003")
+    gold = next(s for s in env.shared.samples if s.id == "uni-ans-003").gold_sql
+    obs = env.step(TextSQLClarifyAction(action=f"<sql>{gold}</sql>"))
+    assert obs.done and obs.reward == 1.0
+    assert obs.reward_components["ex_suite"] == 1.0 and obs.reward_components["ex"] == 1.0
+    assert any(tmp_path.iterdir())  # the variants were built where the flag said
+    with pytest.raises(ValueError, match="need --ex-mode suite"):
+        app_options(_parser().parse_args(["--suite-k", "2"]))
+    assert "ex_mode" not in app_options(_parser().parse_args([]))

@@ -473,7 +473,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--simulator", default="rule", help="rule | transformers")
-    p.add_argument("--reward-preset", default="binary")
+    p.add_argument("--reward-preset", default="binary", help="reward preset ('suite' needs --ex-mode suite)")
+    p.add_argument("--ex-mode", default="single", choices=("single", "suite"),
+                   help="'suite': also test-suite EX over --suite-k database variants (docs/metrics.md, Test-suite EX)")
+    p.add_argument("--suite-k", type=int, default=None, metavar="K", help="with --ex-mode suite: variants per database")
+    p.add_argument("--suite-cache-dir", default=None, metavar="DIR", help="with --ex-mode suite: the variants' cache")
     p.add_argument("--max-clarifications", type=int, default=3)
     p.add_argument("--category-mode", default="taxonomy_free")
     p.add_argument("--max-concurrent-envs", type=int, default=8, help="WebSocket sessions at once")
@@ -492,12 +496,28 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     import uvicorn
 
-    app = make_app(args.dataset, limit=args.limit, simulator=args.simulator, reward_preset=args.reward_preset,
-                   max_clarifications=args.max_clarifications, category_mode=args.category_mode,
-                   max_concurrent_envs=args.max_concurrent_envs, exclude_flags=tuple(args.exclude_flag),
-                   split=args.split, split_by=args.split_by, heldout_fraction=args.heldout_fraction,
-                   split_seed=args.split_seed)
+    app = make_app(args.dataset, **app_options(args))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+
+
+def app_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The :func:`make_app` keyword arguments of parsed :func:`_parser` flags (all but ``dataset``, ``host``,
+    ``port`` and ``log_level``). The test-suite options go in only with ``--ex-mode suite`` (the env refuses
+    them with ``ex_mode="single"``).
+
+    Raises:
+        ValueError: ``--suite-k`` or ``--suite-cache-dir`` without ``--ex-mode suite``.
+    """
+    suite: dict[str, Any] = {}
+    if args.ex_mode == "suite":
+        suite = {"ex_mode": "suite", "suite_k": args.suite_k, "suite_cache_dir": args.suite_cache_dir}
+    elif args.suite_k is not None or args.suite_cache_dir is not None:
+        raise ValueError("--suite-k and --suite-cache-dir need --ex-mode suite")
+    return dict(limit=args.limit, simulator=args.simulator, reward_preset=args.reward_preset,
+                max_clarifications=args.max_clarifications, category_mode=args.category_mode,
+                max_concurrent_envs=args.max_concurrent_envs, exclude_flags=tuple(args.exclude_flag),
+                split=args.split, split_by=args.split_by, heldout_fraction=args.heldout_fraction,
+                split_seed=args.split_seed, **suite)
 
 
 if __name__ == "__main__":
