@@ -16,6 +16,10 @@ anchors (``--generated DIR`` / ``--generated-model DIR`` name folders written by
 without them the corpora are generated afresh into the cache folder). A corpus whose data is absent is
 printed as skipped, with the reason.
 
+The presets that pay test-suite EX (``SUITE_PRESETS``: ``suite``) are played in a pass of their own through an env
+with ``ex_mode="suite"`` on ``--suite-limit`` samples per corpus (default 60; the variants are built once into the
+cache), where an answer prior that a single database happens to hold earns nothing.
+
 A hack row PASSes a (corpus, preset) cell when its mean reward is at most its bound (:func:`bound`): the
 random agent's mean reward on the same samples and turns, or, for a hack that names reference policies, the
 best of those on the same samples (a decision made without the channel the hack attacks; a reading drawn
@@ -53,7 +57,8 @@ from textsql_clarify.baselines.hacks import HACKS, REFERENCES, Episode, identifi
     play, schema_identifiers
 from textsql_clarify.rewards.decision import DECISIONS, balanced_accuracy, decision_recalls, expected_decision, \
     first_decision
-from textsql_clarify.rewards.presets import PRESETS, resolve_preset
+from textsql_clarify.rewards.presets import PRESETS, SUITE_PRESETS, resolve_preset
+from textsql_clarify.sql.variants import DEFAULT_K
 
 REPO = Path(__file__).resolve().parents[1]
 BASELINES = ("oracle", "no-clarify", "random")
@@ -84,6 +89,8 @@ residual beats the bound (its reason is printed below the table; it may not pass
 a reference policy (no verdict). Policies:"""
 #: components cheap to compute; a preset weighting anything else needs the env's detailed scores
 _CHEAP = {"ex", "ex_strict", "feedback", "format", "turn_penalty", "classification", "drift", "abstained", "decision"}
+#: components only an env with ``ex_mode="suite"`` computes (test-suite EX, Zhong, Yu and Klein 2020)
+_SUITE = {"ex_suite", "ex_strict_suite"}
 
 
 def dataset_specs(data_root: str) -> dict[str, str]:
@@ -365,7 +372,8 @@ def _play_all(env_kwargs: dict, policies: list[str], limit: int | None, desc: st
 
 
 def run(dataset: str, spec: str, policies: list[str], presets: dict, *, limit: int | None, margin: float,
-        n_verify: int, detailed_limit: int | None = 100, progress: bool = True, samples: list | None = None) -> dict:
+        n_verify: int, detailed_limit: int | None = 100, progress: bool = True, samples: list | None = None,
+        suite_limit: int | None = 60, suite_k: int = DEFAULT_K, suite_cache_dir: str | None = None) -> dict:
     """Play every policy on one dataset; return its rows and replay-check mismatches.
 
     Presets that weight only cheap components (EX, FB, format, turn penalty, drift ...) are played with
@@ -374,9 +382,18 @@ def run(dataset: str, spec: str, policies: list[str], presets: dict, *, limit: i
     each row reports its ``n`` per preset), since the detailed scorer parses every predicted SQL with sqlglot.
     ``samples``, when given, replaces the dataset ``spec`` (``gym.make(..., samples=samples)``). The reference
     policies the hacks name are played too and get rows of their own (no verdict).
+
+    Presets that weight test-suite EX (``ex_suite``, ``ex_strict_suite``: :data:`SUITE_PRESETS`) are played in a
+    pass of their own through an env with ``ex_mode="suite"`` (``suite_k`` variants per database, cached under
+    ``suite_cache_dir``, default the model cache's) on ``suite_limit`` samples spread over the corpus (``None``:
+    all), since every SQL turn there runs on each variant too.
     """
-    groups = {"cheap": {p: w for p, w in presets.items() if all(c in _CHEAP for c in w)},
-              "detailed": {p: w for p, w in presets.items() if any(c not in _CHEAP for c in w)}}
+    def kind_of(w: dict) -> str:
+        if any(c in _SUITE for c in w):
+            return "suite"
+        return "cheap" if all(c in _CHEAP for c in w) else "detailed"
+
+    groups = {k: {p: w for p, w in presets.items() if kind_of(w) == k} for k in ("cheap", "detailed", "suite")}
     rows: dict[str, dict] = {}
     info: dict[str, Any] = {"dataset": dataset, "spec": spec, "verify_mismatches": [], "passes": {}}
     ids_by_db: dict = {}
@@ -389,9 +406,12 @@ def run(dataset: str, spec: str, policies: list[str], presets: dict, *, limit: i
         if not group:
             continue
         # the detailed pass: spread over the samples, so that it sees every part of a corpus written in blocks
-        chosen = samples if kind == "cheap" or detailed_limit is None else spread(samples, detailed_limit)
+        cap = {"cheap": None, "detailed": detailed_limit, "suite": suite_limit}[kind]
+        chosen = samples if cap is None else spread(samples, cap)
         lim = None
         env_kwargs = {"dataset": spec, "detailed_scores": kind == "detailed", "samples": chosen}
+        if kind == "suite":
+            env_kwargs.update(ex_mode="suite", suite_k=suite_k, suite_cache_dir=suite_cache_dir)
         played_samples, objs, todo, played, secs = _play_all(env_kwargs, policies, lim, f"{dataset} {kind}",
                                                              progress)
         info["passes"][kind] = {"presets": list(group), "n_samples": len(played_samples), "elapsed_s": round(secs, 1)}
@@ -527,11 +547,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--detailed-limit", type=int, default=100,
                     help="samples played for presets that need detailed scores (dense); 0 = all")
     ap.add_argument("--margin", type=float, default=0.02, help="allowed excess over the bound's reference reward")
+    ap.add_argument("--suite-limit", type=int, default=60,
+                    help="samples per corpus for the presets that pay test-suite EX (0: all; default 60)")
+    ap.add_argument("--suite-k", type=int, default=DEFAULT_K, help="database variants per database (test-suite EX)")
+    ap.add_argument("--suite-cache-dir", default=None, help="the variants' cache (default: the model cache's)")
     ap.add_argument("--verify", type=int, default=2, help="episodes per policy replayed under each preset")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
-    names = args.presets.split(",") if args.presets else list(PRESETS)
+    names = args.presets.split(",") if args.presets else list(PRESETS) + list(SUITE_PRESETS)
     presets = {p: resolve_preset(p) for p in names}
     hacks = args.hacks.split(",") if args.hacks else list(HACKS)
     unknown = [h for h in hacks if h not in HACKS and h not in BASELINES]
@@ -574,7 +598,8 @@ def main(argv: list[str] | None = None) -> int:
         elif MIX in spec:
             picked = load_corpus(spec)
         res = run(d, spec, policies, presets, limit=None, margin=args.margin, n_verify=args.verify,
-                  detailed_limit=args.detailed_limit or None, progress=not args.no_progress, samples=picked)
+                  detailed_limit=args.detailed_limit or None, progress=not args.no_progress, samples=picked,
+                  suite_limit=args.suite_limit or None, suite_k=args.suite_k, suite_cache_dir=args.suite_cache_dir)
         results.append(res)
         print(table(res, names), flush=True)
         print(flush=True)

@@ -27,7 +27,7 @@ import pytest
 
 from textsql_clarify.baselines.hacks import HACKS, REFERENCES, HackPolicy, gold_returns_data, gold_single_integer
 from textsql_clarify.datasets import load_dataset
-from textsql_clarify.rewards.presets import PRESETS, resolve_preset
+from textsql_clarify.rewards.presets import PRESETS, SUITE_PRESETS, resolve_preset
 
 from conftest import SHARED_DATA, SPIDER
 
@@ -429,3 +429,38 @@ def test_a_user_refusal_handed_back_as_feedback_adds_no_word_the_fb_judge_counts
         assert added_words(text, "") == frozenset(), text
         assert novel_recall(text, FAKE_COUNCIL_HK, FAKE_COUNCIL_Q) == 0.0, text
     assert novel_recall("Sorry, I have nothing to add on that.", FAKE_COUNCIL_HK, FAKE_COUNCIL_Q) > 0.0
+
+
+# -- test-suite EX: the `suite` preset, played through an env with ex_mode="suite" ------------------------------
+#: the answer-prior residuals of single-instance EX (constants, table reads, counts of every table): on the
+#: variants a constant or a table read that one database happens to match fails (docs/metrics.md, Test-suite EX)
+ANSWER_PRIOR = ("data_zero", "data_zero_three", "star_mentioned", "star_widest", "table_counts_4")
+
+
+@pytest.fixture(scope="module")
+def spider_suite(tmp_path_factory):
+    if not (SPIDER / "dev.json").exists():
+        pytest.skip(f"Spider dev is absent under {SPIDER}")
+    presets = {p: resolve_preset(p) for p in SUITE_PRESETS}
+    res = RT.run("spider", "spider", POLICIES, presets, limit=None, margin=MARGIN, n_verify=1, progress=False,
+                 samples=_spider_subset(), suite_limit=None, suite_k=4,
+                 suite_cache_dir=str(tmp_path_factory.mktemp("suite_variants")))
+    res["by_policy"] = {r["policy"]: r for r in res["rows"]}
+    return res
+
+
+@pytest.mark.realdata
+def test_no_hack_beats_its_bound_under_the_suite_preset(spider_suite):
+    """Every hack under ``suite`` (``ex_suite`` + ``feedback``) on the Spider subset (32 samples, 4 variants per
+    database): no FAIL cell, the answer-prior residuals earn 0.000, and the replayed returns equal the env's."""
+    assert not spider_suite["verify_mismatches"], spider_suite["verify_mismatches"][:5]
+    rows = spider_suite["by_policy"]
+    fails = {h: rows[h]["reward"]["suite"] for h in HACKS if rows[h]["verdict"].get("suite") == "FAIL"}
+    assert not fails, fails
+    assert {h: rows[h]["reward"]["suite"] for h in ANSWER_PRIOR} == dict.fromkeys(ANSWER_PRIOR, 0.0)
+    oracle, rnd = rows["oracle"]["reward"]["suite"], rows["random"]["reward"]["suite"]
+    assert oracle >= rnd + 0.5, (oracle, rnd)
+    n = rows["oracle"]["n_samples"]
+    beaten = {h: rows[h]["reward"]["suite"] for h in HACKS if rows[h]["n_samples"] == n and not rows[h]["privileged"]
+              and rows[h]["scope"] == "episode" and rows[h]["reward"]["suite"] > oracle + 1e-9}
+    assert not beaten, (oracle, beaten)
