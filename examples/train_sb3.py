@@ -3,14 +3,20 @@
 The wrapper (:class:`textsql_clarify.envs.wrappers.CandidateActionWrapper`) turns an episode into
 ``Discrete(K + 2)`` actions (0 ask, 1..K answer with candidate k, K + 1 refuse) over float features
 (MiniLM embeddings and similarities). This script trains ``MaskablePPO`` (``action_masks``: ask once) on a
-training split, then reports on the held-out split, with 95 % bootstrap intervals
-(:func:`textsql_clarify.rewards.bootstrap.bootstrap_ci`):
+training split, then reports on the held-out split, with 95 % percentile bootstrap intervals:
 
 * mean reward (the env's scalar reward under ``--preset``);
 * ask rate on the distinguishable ambiguous samples (ambiguous, not flagged ``indistinguishable``) and on
   the others (answerable, unanswerable, indistinguishable ambiguous): asking should pay on the first only;
+* the first action's recall per group (ask on distinguishable ambiguous, answer on answerable, refuse on
+  unanswerable);
 * the same for two baselines over the same candidates: never-ask (the candidate most similar to the
-  question) and always-ask (ask, then the candidate most similar to the reply, ties to the question).
+  question) and always-ask (ask, then the candidate with most word overlap with the reply, ties to the question);
+* a paired test of the trained policy against the better baseline (:func:`paired_test`).
+
+Intervals resample databases (a cluster bootstrap) when the held-out episodes span two or more, else episodes
+(``bootstrap_unit`` in the report). ``--corpus DATA_ROOT`` trains on the training corpus
+(:func:`load_corpus`) and also plays the held-out databases' indistinguishable ambiguous samples.
 
 Split: :func:`textsql_clarify.integrations.splits.split_sample_ids`, by database (``by="db"``) where that
 option exists, else stratified by group (the report says which).
@@ -19,8 +25,8 @@ Run::
 
     pip install "textsql-clarify[sb3,hf]"
     python examples/train_sb3.py --smoke                       # 2 tiny iterations, fake encoder, seconds
-    python examples/train_sb3.py --timesteps 20000 --dataset embedded \\
-        --dataset ambiqt:../shared/data/ambiqt:../shared/data/spider_dev --out runs/sb3
+    python examples/train_sb3.py --corpus ../shared/data --per-group 150 --heldout-fraction 0.45 \\
+        --preset shaped_decision --timesteps 65536 --out runs/sb3
 
 Options: ``--preset`` (any preset name the env accepts, default ``binary``), ``--encoder minilm|hash``,
 ``--candidates K``, ``--timesteps``, ``--seed``, ``--heldout-fraction``, ``--detailed-scores`` (for a preset
@@ -40,7 +46,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from textsql_clarify.envs.wrappers import ASK, CandidateActionWrapper, HashEncoder, minilm_encoder, supported_samples
-from textsql_clarify.rewards.bootstrap import bootstrap_ci
 
 #: what a policy is: ``(wrapper, obs) -> action``
 Policy = Callable[[CandidateActionWrapper, np.ndarray], int]
@@ -59,6 +64,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-steps", type=int, default=256, help="PPO rollout length per update")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--heldout-fraction", type=float, default=0.3)
+    p.add_argument("--split-seed", type=int, default=None, help="seed of the split draw (default: --seed)")
+    p.add_argument("--corpus", default=None, metavar="DATA_ROOT",
+                   help="the training corpus of DATA_ROOT (build_training_corpus, then the samples the wrapper "
+                        "serves, balanced by group: every ambiguous one, --per-group of each other group); "
+                        "replaces --dataset")
+    p.add_argument("--per-group", type=int, default=150,
+                   help="with --corpus: answerable and unanswerable samples kept each (ambiguous: all)")
+    p.add_argument("--indistinguishable", type=int, default=60,
+                   help="with --corpus: also play up to N indistinguishable ambiguous samples of the held-out "
+                        "databases (not trained on), to check that asking pays only where the reply separates")
     p.add_argument("--limit", type=int, default=None, help="keep the first N samples of each spec")
     p.add_argument("--detailed-scores", action="store_true",
                    help="compute the env's detailed SQL scores (a preset that weights them, e.g. dense, needs it)")
@@ -69,7 +84,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def split(samples, heldout_fraction: float, seed: int) -> tuple[list[str], list[str], str]:
     """``(train ids, held-out ids, how)``: ``split_sample_ids(..., by="db")`` where it takes ``by``, else the
-    stratified-by-group split (``how`` says which)."""
+    stratified-by-group split (``how`` says which). Each side's databases:
+    ``splits.split_databases(samples, ids=(train, held))``."""
     from textsql_clarify.integrations.splits import split_sample_ids
 
     n_db = len({s.db_id for s in samples})
@@ -87,34 +103,156 @@ def distinguishable(sample) -> bool:
     return sample.group == "ambiguous" and "indistinguishable" not in sample.flags
 
 
-def evaluate(wrapper: CandidateActionWrapper, policy: Policy) -> dict[str, Any]:
-    """Play one episode per sample of ``wrapper``'s env with ``policy`` and summarise.
+def action_kind(wrapper: CandidateActionWrapper, action: int) -> str:
+    """``"clarify"`` (action 0), ``"sql"`` (1..K) or ``"feedback"`` (K + 1): the env's action type of a discrete
+    action, the decision's vocabulary (``textsql_clarify.rewards.decision``)."""
+    a = int(action)
+    return "clarify" if a == ASK else ("feedback" if a == wrapper.refuse_action else "sql")
+
+
+def play(wrapper: CandidateActionWrapper, policy: Policy) -> list[dict[str, Any]]:
+    """Play one episode per sample of ``wrapper``'s env with ``policy``: the per-episode records.
 
     Returns:
-        ``{"reward": {mean, ci95, n}, "ask_rate_distinguishable": {...}, "ask_rate_other": {...},
-        "per_sample": [...]}``; ``mean`` / ``ci95`` are ``None`` where n = 0 (undefined is not zero).
+        One dict per sample, in sample order: ``sample_id``, ``db_id`` (``splits.database_of``), ``group``,
+        ``distinguishable``, ``reward`` (the episode's summed env reward), ``asked``, ``decision`` (the first
+        action's type), ``expected_decision`` (``rewards.decision.expected_decision``; ``None`` where undefined),
+        ``decision_correct`` (``None`` where undefined), ``ex`` (the final SQL turn's ``ex`` component, ``None``
+        without one), ``actions`` (the discrete actions taken).
     """
+    from textsql_clarify.integrations.splits import database_of
+    from textsql_clarify.rewards.decision import expected_decision
+
     rows = []
     for s in wrapper.env.unwrapped.samples:
         obs, _info = wrapper.reset(options={"sample_id": s.id})
-        asked, total, done = False, 0.0, False
+        total, done, actions, ex = 0.0, False, [], None
         while not done:
             a = int(policy(wrapper, obs))
-            asked = asked or a == ASK
-            obs, r, term, trunc, _info = wrapper.step(a)
+            actions.append(a)
+            obs, r, term, trunc, info = wrapper.step(a)
             total += r
             done = term or trunc
-        rows.append({"sample_id": s.id, "group": s.group, "distinguishable": distinguishable(s),
-                     "reward": total, "asked": asked})
+            if action_kind(wrapper, a) == "sql":
+                ex = info.get("reward_components", {}).get("ex")
+        exp = expected_decision(s)
+        first = action_kind(wrapper, actions[0])
+        rows.append({"sample_id": s.id, "db_id": database_of(s), "group": s.group,
+                     "distinguishable": distinguishable(s), "reward": total, "asked": ASK in actions,
+                     "decision": first, "expected_decision": exp,
+                     "decision_correct": None if exp is None else first == exp,
+                     "ex": None if ex is None else float(ex), "actions": actions})
+    return rows
 
-    def block(values):
-        vals = [float(v) for v in values]
-        return {"mean": float(np.mean(vals)) if vals else None, "ci95": bootstrap_ci(vals), "n": len(vals)}
 
-    return {"reward": block(r["reward"] for r in rows),
-            "ask_rate_distinguishable": block(r["asked"] for r in rows if r["distinguishable"]),
-            "ask_rate_other": block(r["asked"] for r in rows if not r["distinguishable"]),
-            "per_sample": rows}
+def _cluster_bootstrap(rows: Sequence[dict], seed: int = 0, n_resamples: int = 1000):
+    """``(bootstrap, unit)``: a cluster bootstrap over the records' databases when they span two or more
+    (``unit="database"``), else over episodes (each its own cluster, ``unit="episode"``); the resampler is
+    ``DatabaseBootstrap`` of ``examples/train_decision.py`` (one definition), keyed by ``row["cluster"]``."""
+    unit = "database" if len({r["db_id"] for r in rows}) >= 2 else "episode"
+    for r in rows:
+        r["cluster"] = r["db_id"] if unit == "database" else r["sample_id"]
+    keys = sorted({r["cluster"] for r in rows})
+    return _decision_module().DatabaseBootstrap(keys, n_resamples=n_resamples, seed=seed), unit
+
+
+def _stat(rows: Sequence[dict], boot, value: Callable[[dict], float], keep: Callable[[dict], bool]) -> dict:
+    """``{mean, ci95, n, n_db}`` of ``value`` over the records ``keep`` accepts; the interval resamples
+    clusters (``_cluster_bootstrap``); ``mean`` / ``ci95`` are ``None`` where n = 0 (undefined is not zero)."""
+    dm = _decision_module()
+    kept = [r for r in rows if keep(r)]
+    vals = [float(value(r)) for r in kept]
+    num, den = _sums(boot, rows, value, keep)
+    ci, _undefined = dm._interval(boot.ratio(num, den)) if kept else (None, 0)
+    return {"mean": float(np.mean(vals)) if vals else None, "ci95": ci, "n": len(vals),
+            "n_db": len({r["db_id"] for r in kept})}
+
+
+def _sums(boot, rows, value, keep):
+    """Per-cluster sums and counts (``DatabaseBootstrap.sums`` keyed by ``row["cluster"]``)."""
+    num, den = np.zeros(len(boot.db_ids)), np.zeros(len(boot.db_ids))
+    for r in rows:
+        if keep(r):
+            k = boot.index[r["cluster"]]
+            num[k] += float(value(r))
+            den[k] += 1.0
+    return num, den
+
+
+def summarize(rows: Sequence[dict], boot) -> dict[str, Any]:
+    """A policy's held-out table from its per-episode records (:func:`play`).
+
+    Returns:
+        ``{"reward", "ask_rate_distinguishable", "ask_rate_other", "recall": {answerable, ambiguous_distinguishable,
+        unanswerable}}``, each ``{mean, ci95, n, n_db}`` (:func:`_stat`): recall is the share of episodes whose first
+        action is the right one (``expected_decision``; ask on a distinguishable ambiguous sample, answer on an
+        answerable one, refuse on an unanswerable one), ABISS §5.3 Rec per group.
+    """
+    everyone = lambda r: True  # noqa: E731
+    out = {"reward": _stat(rows, boot, lambda r: r["reward"], everyone),
+           "ask_rate_distinguishable": _stat(rows, boot, lambda r: r["asked"], lambda r: r["distinguishable"]),
+           "ask_rate_other": _stat(rows, boot, lambda r: r["asked"], lambda r: not r["distinguishable"]),
+           "recall": {}}
+    for name, keep in (("answerable", lambda r: r["group"] == "answerable"),
+                       ("ambiguous_distinguishable", lambda r: r["distinguishable"]),
+                       ("unanswerable", lambda r: r["group"] == "unanswerable")):
+        out["recall"][name] = _stat(rows, boot, lambda r: bool(r["decision_correct"]),
+                                    lambda r, keep=keep: keep(r) and r["decision_correct"] is not None)
+    return out
+
+
+def paired_test(a: Sequence[dict], b: Sequence[dict], boot) -> dict[str, Any]:
+    """Policy A against policy B on the same episodes.
+
+    * ``reward_diff``: mean per-episode reward difference A - B with a paired bootstrap interval: each resample
+      draws clusters (databases, or episodes with one database; :func:`_cluster_bootstrap`) and both policies
+      keep their episodes, so the pairing is kept (Efron and Tibshirani 1993, ch. 16 paired / cluster
+      bootstrap; percentile interval); and the episode-level paired bootstrap
+      (``rewards.bootstrap.paired_difference``, PremiseSQL's appendix on uncertainty) beside it.
+    * ``mcnemar``: exact McNemar test on per-episode decision correctness where defined (McNemar 1947, the
+      exact binomial form ``scipy.stats.binomtest(b_only, b_only + a_only, 0.5)``; ``mcnemar_exact`` of
+      ``examples/train_decision.py``); ``a_only`` counts the episodes A gets right and B wrong.
+
+    Raises:
+        ValueError: the records are not the same samples in the same order.
+    """
+    from textsql_clarify.rewards.bootstrap import paired_difference
+
+    if [r["sample_id"] for r in a] != [r["sample_id"] for r in b]:
+        raise ValueError("paired_test: the two policies played different episodes")
+    dm = _decision_module()
+    diffs = [dict(r, reward=ra["reward"] - r["reward"]) for ra, r in zip(a, b)]
+    reward_diff = _stat(diffs, boot, lambda r: r["reward"], lambda r: True)
+    ep = paired_difference({r["sample_id"]: r["reward"] for r in a}, {r["sample_id"]: r["reward"] for r in b})
+    both = [(ra["decision_correct"], rb["decision_correct"]) for ra, rb in zip(a, b)
+            if ra["decision_correct"] is not None and rb["decision_correct"] is not None]
+    mc = dm.mcnemar_exact([x for _, x in both], [x for x, _ in both])  # b_only: A right, B wrong
+    mcnemar = {"n": mc["n"], "a_only": mc["b_only"], "b_only": mc["a_only"], "p_value": mc["p_value"]}
+    return {"reward_diff": reward_diff, "reward_diff_episode_bootstrap": ep, "mcnemar_decision": mcnemar}
+
+
+def evaluate(wrapper: CandidateActionWrapper, policy: Policy, seed: int = 0) -> dict[str, Any]:
+    """Play every sample of ``wrapper`` with ``policy`` (:func:`play`) and summarise (:func:`summarize`), with
+    the bootstrap unit (``"database"`` or ``"episode"``) and the records under ``per_sample``."""
+    rows = play(wrapper, policy)
+    boot, unit = _cluster_bootstrap(rows, seed=seed)
+    return {**summarize(rows, boot), "bootstrap_unit": unit, "per_sample": rows}
+
+
+_DECISION_MODULE = None
+
+
+def _decision_module():
+    """``examples/train_decision.py`` as a module (its ``DatabaseBootstrap``, ``_interval`` and
+    ``mcnemar_exact`` are reused, so the statistics have one definition)."""
+    global _DECISION_MODULE
+    if _DECISION_MODULE is None:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("train_decision", Path(__file__).with_name("train_decision.py"))
+        _DECISION_MODULE = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_DECISION_MODULE)
+    return _DECISION_MODULE
 
 
 def _best(wrapper: CandidateActionWrapper, obs: np.ndarray, keys: Sequence[str]) -> int:
@@ -130,11 +268,49 @@ def never_ask(wrapper: CandidateActionWrapper, obs: np.ndarray) -> int:
 
 
 def always_ask(wrapper: CandidateActionWrapper, obs: np.ndarray) -> int:
-    """Ask first; then the candidate closest to the reply (overlap, cosine), ties broken by the question."""
+    """Ask first; then the candidate with the most word overlap with the reply, ties broken by the question
+    (overlap, then cosine), as :func:`never_ask` picks. The reply's cosine is not a key: it is continuous, so it
+    would never tie, and on an answerable or unanswerable sample the reply is the user's constant refusal, whose
+    cosine to each candidate is noise; its word overlap is mostly 0 there, so the question decides."""
     if wrapper.action_masks()[ASK]:
         return ASK
-    return _best(wrapper, obs, ["cand_question_cos", "cand_question_overlap", "cand_reply_cos",
-                                "cand_reply_overlap"])
+    return _best(wrapper, obs, ["cand_question_cos", "cand_question_overlap", "cand_reply_overlap"])
+
+
+def load_corpus(data_root: str, per_group: int, seed: int):
+    """The samples of ``--corpus``: :func:`~textsql_clarify.integrations.corpus.build_training_corpus` of
+    ``data_root`` unbalanced (``indistinguishable`` dropped), the samples the wrapper serves
+    (:func:`supported_samples`: no drift, no withheld gold; mini-interact's tasks have no gold SQL), then
+    :func:`~textsql_clarify.integrations.corpus.balance_by_group` with every ambiguous sample and ``per_group``
+    of each other group (the distinguishable ambiguous samples with a gold are the scarce group).
+
+    Returns:
+        ``(samples, counts)``: the samples and ``{source: {group: n}}`` of them.
+    """
+    from textsql_clarify.integrations.corpus import balance_by_group, build_training_corpus, count_by_source
+
+    corpus = build_training_corpus(data_root, per_group=10 ** 9, seed=seed)
+    served = supported_samples(corpus.samples)
+    n_amb = sum(s.group == "ambiguous" for s in served)
+    kept, _caps = balance_by_group(served, {"answerable": per_group, "ambiguous": n_amb,
+                                            "unanswerable": per_group}, seed=seed)
+    return kept, count_by_source(kept)
+
+
+def indistinguishable_check(data_root: str, held_dbs: Sequence[str], limit: int, seed: int):
+    """Up to ``limit`` indistinguishable ambiguous samples (readings return the same rows) of the held-out
+    databases, which the wrapper serves, for the check that asking pays only where the reply separates the
+    readings; drawn by a seeded shuffle of their sorted ids."""
+    import random
+
+    from textsql_clarify.integrations.corpus import build_training_corpus
+    from textsql_clarify.integrations.splits import database_of
+
+    every = build_training_corpus(data_root, per_group=10 ** 9, seed=seed, exclude_flags=()).samples
+    pick = sorted((s for s in supported_samples(every) if s.group == "ambiguous" and
+                   "indistinguishable" in s.flags and database_of(s) in set(held_dbs)), key=lambda s: s.id)
+    random.Random(f"{seed}:indistinguishable").shuffle(pick)
+    return pick[:limit]
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -145,13 +321,20 @@ def main(argv: Sequence[str] | None = None) -> dict:
         from stable_baselines3.common.monitor import Monitor
     except ImportError as e:
         sys.exit(f"train_sb3.py needs the sb3 extra: pip install 'textsql-clarify[sb3]' ({e})")
-    from textsql_clarify.integrations.splits import load_training_samples
+    from textsql_clarify.integrations.splits import load_training_samples, split_counts, split_databases
     from textsql_clarify.rewards.feedback import LexicalFeedbackJudge
 
     t0 = time.time()
-    specs = ["embedded"] if args.smoke else (args.dataset or ["embedded"])
-    samples = supported_samples(load_training_samples(specs, limit=args.limit))
-    train_ids, held_ids, how = split(samples, args.heldout_fraction, args.seed)
+    split_seed = args.seed if args.split_seed is None else args.split_seed
+    if args.corpus and not args.smoke:
+        specs = [f"corpus:{args.corpus}"]
+        samples, counts = load_corpus(args.corpus, args.per_group, split_seed)
+    else:
+        specs = ["embedded"] if args.smoke else (args.dataset or ["embedded"])
+        samples = supported_samples(load_training_samples(specs, limit=args.limit))
+        counts = None
+    train_ids, held_ids, how = split(samples, args.heldout_fraction, split_seed)
+    train_dbs, held_dbs = split_databases(samples, ids=(train_ids, held_ids))
     by_id = {s.id: s for s in samples}
     train = [by_id[i] for i in train_ids]
     held = [by_id[i] for i in held_ids]
@@ -166,8 +349,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
                                       detailed_scores=args.detailed_scores, **judge)
 
     train_env, held_env = make(train), make(held)
-    train_env.precompute()
-    held_env.precompute()
+    indist = indistinguishable_check(args.corpus, held_dbs, args.indistinguishable, split_seed) \
+        if args.corpus and not args.smoke and args.indistinguishable > 0 else []
+    indist_env = make(indist) if indist else None
+    for env in (train_env, held_env, indist_env):
+        if env is not None:
+            env.precompute()
     train_env.reset(seed=args.seed)
     timesteps = 2 * 32 if args.smoke else args.timesteps
     n_steps = 32 if args.smoke else args.n_steps
@@ -182,19 +369,33 @@ def main(argv: Sequence[str] | None = None) -> dict:
         action, _ = model.predict(obs, action_masks=wrapper.action_masks(), deterministic=True)
         return int(action)
 
-    report = {"datasets": specs, "n_train": len(train), "n_heldout": len(held), "split": how,
+    policies = (("maskable_ppo", ppo), ("never_ask", never_ask), ("always_ask", always_ask))
+    heldout = {name: evaluate(held_env, pol) for name, pol in policies}
+    best = max(("never_ask", "always_ask"), key=lambda n: heldout[n]["reward"]["mean"])
+    boot, unit = _cluster_bootstrap(heldout["maskable_ppo"]["per_sample"])
+    paired = {"baseline": best, "policy": "maskable_ppo", "bootstrap_unit": unit,
+              **paired_test(heldout["maskable_ppo"]["per_sample"], heldout[best]["per_sample"], boot)}
+    report = {"datasets": specs, "corpus_counts": counts, "n_train": len(train), "n_heldout": len(held),
+              "split": how, "heldout_fraction": args.heldout_fraction, "split_seed": split_seed,
+              "train_dbs": train_dbs, "heldout_dbs": held_dbs,
+              "split_counts": split_counts(samples, train_ids, held_ids),
               "preset": args.preset, "encoder": enc_name, "n_candidates": args.candidates,
-              "timesteps": timesteps, "seed": args.seed, "train_seconds": round(t2 - t1, 1),
-              "heldout": {name: evaluate(held_env, pol)
-                          for name, pol in (("maskable_ppo", ppo), ("never_ask", never_ask),
-                                            ("always_ask", always_ask))},
+              "timesteps": timesteps, "n_steps": n_steps, "seed": args.seed,
+              "train_seconds": round(t2 - t1, 1), "heldout": heldout, "paired_vs_best_baseline": paired,
               "train": {"maskable_ppo": evaluate(train_env, ppo)}}
+    if indist_env is not None:
+        report["heldout_indistinguishable"] = {name: evaluate(indist_env, pol) for name, pol in policies}
     report["seconds"] = round(time.time() - t0, 1)
-    for part in ("heldout", "train"):
-        for name, res in report[part].items():
+    for part in ("heldout", "heldout_indistinguishable", "train"):
+        for name, res in report.get(part, {}).items():
             print(f"{part:8s} {name:13s} reward {_fmt(res['reward'])}  ask|distinguishable "
-                  f"{_fmt(res['ask_rate_distinguishable'])}  ask|other {_fmt(res['ask_rate_other'])}")
-    print(f"split {how}; train n={len(train)}, held-out n={len(held)}; {timesteps} steps in {t2 - t1:.0f} s")
+                  f"{_fmt(res['ask_rate_distinguishable'])}  ask|other {_fmt(res['ask_rate_other'])}  recall "
+                  + "  ".join(f"{g} {_fmt(v)}" for g, v in res["recall"].items()))
+    d, m = paired["reward_diff"], paired["mcnemar_decision"]
+    print(f"paired maskable_ppo - {best}: reward diff {_fmt(d)}; McNemar on the decision: PPO only right "
+          f"{m['a_only']}, {best} only right {m['b_only']}, exact p = {m['p_value']:.3g}")
+    print(f"split {how}; train n={len(train)} on {len(train_dbs)} dbs, held-out n={len(held)} on {len(held_dbs)} "
+          f"dbs {held_dbs}; {timesteps} steps in {t2 - t1:.0f} s")
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -205,6 +406,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
 def _fmt(b: dict) -> str:
     if b["mean"] is None:
         return "n/a (n=0)"
+    if b["ci95"] is None:
+        return f"{b['mean']:.3f} (n={b['n']})"
     lo, hi = b["ci95"]
     return f"{b['mean']:.3f} [{lo:.3f}, {hi:.3f}] (n={b['n']})"
 

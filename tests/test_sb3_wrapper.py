@@ -185,3 +185,55 @@ def test_train_sb3_smoke_runs_and_reports_baselines(tmp_path):
     assert held["always_ask"]["ask_rate_other"]["mean"] == 1.0
     assert held["never_ask"]["ask_rate_distinguishable"]["mean"] == 0.0
     assert held["maskable_ppo"]["reward"]["n"] == report["n_heldout"]
+
+
+def _train_sb3():
+    spec = importlib.util.spec_from_file_location("train_sb3", EXAMPLES / "train_sb3.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_play_records_the_first_action_against_the_right_one(wrapper):
+    """Always-ask on the embedded episodes: the first action is an ask everywhere, so it is right exactly on the
+    24 ambiguous samples (all distinguishable) and wrong on the 6 answerable and 12 unanswerable ones."""
+    mod = _train_sb3()
+    rows = mod.play(wrapper, mod.always_ask)
+    assert len(rows) == 42 and all(r["decision"] == "clarify" and r["asked"] for r in rows)
+    assert sum(r["decision_correct"] for r in rows) == sum(r["group"] == "ambiguous" for r in rows) == 24
+    assert {r["expected_decision"] for r in rows if r["group"] == "unanswerable"} == {"feedback"}
+    assert mod.action_kind(wrapper, wrapper.refuse_action) == "feedback" and mod.action_kind(wrapper, 1) == "sql"
+
+
+def test_paired_test_counts_discordant_episodes_and_keeps_the_pairing():
+    """Four episodes on two databases: A is right where B is wrong on 3, never the reverse; exact McNemar gives
+    p = 2 * 0.5 ** 3 = 0.25 (two-sided binomial on 3 discordant pairs). The reward differences are 1, 1, 1, 0,
+    so the paired mean is 0.75; a database resample (db1: 1, 1; db2: 1, 0) stays within [0.5, 1]."""
+    mod = _train_sb3()
+
+    def rec(sid, db, reward, correct):
+        return {"sample_id": sid, "db_id": db, "group": "answerable", "distinguishable": False, "reward": reward,
+                "asked": False, "decision_correct": correct}
+
+    a = [rec("e1", "db1", 1.0, True), rec("e2", "db1", 1.0, True), rec("e3", "db2", 1.0, True),
+         rec("e4", "db2", 0.0, False)]
+    b = [rec("e1", "db1", 0.0, False), rec("e2", "db1", 0.0, False), rec("e3", "db2", 0.0, False),
+         rec("e4", "db2", 0.0, False)]
+    boot, unit = mod._cluster_bootstrap(a)
+    mod._cluster_bootstrap(b)
+    assert unit == "database"
+    out = mod.paired_test(a, b, boot)
+    assert out["mcnemar_decision"] == {"n": 4, "a_only": 3, "b_only": 0, "p_value": 0.25}
+    d = out["reward_diff"]
+    assert d["mean"] == 0.75 and d["n"] == 4 and d["n_db"] == 2
+    assert 0.5 <= d["ci95"][0] <= 0.75 <= d["ci95"][1] <= 1.0
+    assert out["reward_diff_episode_bootstrap"]["value"] == 0.75
+    with pytest.raises(ValueError, match="different episodes"):
+        mod.paired_test(a, b[::-1], boot)
+
+
+def test_one_database_falls_back_to_an_episode_bootstrap():
+    mod = _train_sb3()
+    rows = [{"sample_id": f"e{k}", "db_id": "only"} for k in range(3)]
+    boot, unit = mod._cluster_bootstrap(rows)
+    assert unit == "episode" and boot.db_ids == ["e0", "e1", "e2"]
