@@ -1,5 +1,6 @@
 """Bootstrap intervals (PremiseSQL's uncertainty appendix: percentile 95 % intervals over the
-benchmark's queries, paired resampling, two-sided centred-bootstrap tests).
+benchmark's queries, paired resampling) and the paired difference's p (exact McNemar on 0/1 values,
+``tests/test_paired_test.py`` for the tests themselves).
 
 Asserted against a reference computation written out here (numpy's index matrix, then percentiles), the
 normal approximation on 1,034 binary values, and the paired oracle / no-clarify runs of the embedded set.
@@ -101,16 +102,18 @@ def test_paired_difference_reference_and_edge_cases():
     (lo, hi), means = _reference(d)
     assert res["n"] == 8 and res["value"] == pytest.approx(3 / 8)
     assert res["ci95"] == pytest.approx([lo, hi], abs=1e-12)
-    extreme = np.count_nonzero(np.abs(means - d.mean()) >= abs(d.mean()) - 1e-12)
-    assert res["p_value"] == pytest.approx((1 + extreme) / 1001)
+    # 3 pairs won by a (s0, s3, s6), none by b: exact McNemar 2 * C(3,3) / 2**3 = 0.25
+    assert res["p_value"] == pytest.approx(0.25) and res["test"] == "mcnemar_exact"
     # the order of the mappings does not matter; the sign flips with the order of the runs
     assert paired_difference(dict(reversed(a.items())), b) == res
     flipped = paired_difference(b, a)
     assert flipped["value"] == -res["value"] and flipped["p_value"] == res["p_value"]
-    assert paired_difference({"x": None}, {"x": 1}) == {"value": None, "n": 0, "ci95": None, "p_value": None}
+    assert paired_difference({"x": None}, {"x": 1}) == {"value": None, "n": 0, "ci95": None, "p_value": None,
+                                                        "test": None}
     assert paired_difference({"x": 1, "y": 0}, {"x": 1, "y": 0})["p_value"] == 1.0  # no difference at all
     same = paired_difference({"x": 1, "y": 1}, {"x": 0, "y": 0})
-    assert same == {"value": 1.0, "n": 2, "ci95": [1.0, 1.0], "p_value": 1 / 1001}
+    # two pairs won by a: 2 * C(2,2) / 2**2 = 0.5 (the centred bootstrap read 1/1001: no resample moved)
+    assert same == {"value": 1.0, "n": 2, "ci95": [1.0, 1.0], "p_value": 0.5, "test": "mcnemar_exact"}
 
 
 @pytest.fixture(scope="module")
@@ -127,11 +130,13 @@ def test_paired_difference_oracle_vs_no_clarify_on_the_embedded_set(embedded_run
     # right, no-clarify answers the other reading of each; both answer the 12 answerable ones
     assert res["n"] == 36 and res["value"] == pytest.approx(24 / 36) and res["value"] > 0
     assert 0.45 < res["ci95"][0] < res["value"] < res["ci95"][1] < 0.85
-    assert res["p_value"] == 1 / 1001  # no resample comes near a zero difference
+    # 24 discordant pairs, all won by the oracle: exact McNemar 2 / 2**24
+    assert res["p_value"] == pytest.approx(2 / 2 ** 24) and res["test"] == "mcnemar_exact"
     # over the ambiguous samples alone every pair differs by 1: the interval is the point
     amb = {t.sample_id for t in o_trajs if t.group == "ambiguous"}
     sub = paired_difference({k: v for k, v in ex(o_trajs).items() if k in amb}, ex(n_trajs))
-    assert sub == {"value": 1.0, "n": 24, "ci95": [1.0, 1.0], "p_value": 1 / 1001}
+    assert sub == {"value": 1.0, "n": 24, "ci95": [1.0, 1.0], "p_value": pytest.approx(2 / 2 ** 24),
+                   "test": "mcnemar_exact"}
     # AR: the oracle asks on 24 of 48, no-clarify never
     ar = lambda ts: {t.sample_id: trajectory_metrics(t)["AR"] for t in ts}  # noqa: E731
     assert paired_difference(ar(o_trajs), ar(n_trajs))["value"] == pytest.approx(0.5)
@@ -184,7 +189,8 @@ def test_paired_difference_names_the_sample_and_refuses_mixed_id_types():
         paired_difference({1: 1.0, "s": 0.0}, {1: 0.0, "s": 1.0})
     # int ids alone still pair, in sorted order; no overlap is n = 0
     assert paired_difference({2: True, 1: False}, {1: False, 2: False})["value"] == 0.5
-    assert paired_difference({1: 1.0}, {"1": 1.0}) == {"value": None, "n": 0, "ci95": None, "p_value": None}
+    assert paired_difference({1: 1.0}, {"1": 1.0}) == {"value": None, "n": 0, "ci95": None, "p_value": None,
+                                                       "test": None}
 
 
 def test_bootstrap_ci_of_none_is_a_clear_error():

@@ -114,7 +114,9 @@ def test_leaderboard_values_and_paired_differences(runs):
     assert d["ci95"][1] < 0 and d["p_value"] < 0.01
     # the same difference straight from the trajectories' scores, keyed by sample id
     ex = {r.name: {t.sample_id: t.scores.get("ex") for t in r.trajectories} for r in runs}
-    assert d == paired_difference(ex["no-clarify"], ex["oracle"])
+    assert d == {**paired_difference(ex["no-clarify"], ex["oracle"]), "verdict": "worse"}
+    # 24 ambiguous pairs won by the oracle, none by no-clarify: exact McNemar 2 / 2**24
+    assert d["test"] == "mcnemar_exact" and d["p_value"] == pytest.approx(2 / 2 ** 24)
     # random answered SQL on 9 unanswerable samples: its EX has n=45, but pairs only over the oracle's 36
     rnd = rows["random"]
     assert rnd["metrics"]["EX"]["n"] == 45 and rnd["diff"]["EX"]["n"] == 36
@@ -238,6 +240,58 @@ def test_runs_sharing_few_or_no_samples_are_warned_about(runs_root, tmp_path, ca
     assert board["rows"][2]["diff"]["EX"]["n"] == 0 and board["rows"][2]["diff"]["EX"]["value"] is None
 
 
+def _small_runs(runs_root: Path, dst: Path, agents: tuple[str, ...], keep) -> list[Path]:
+    """Hand-made run folders: each agent's trajectories of the samples ``keep(record)`` selects."""
+    out = []
+    for a in agents:
+        (dst / a).mkdir(parents=True)
+        _write_records(dst / a, [r for r in _records(runs_root / a) if keep(r)])
+        out.append(dst / a)
+    return out
+
+
+def test_small_runs_get_exact_p_values_and_colours_by_direction(runs_root, tmp_path):
+    """At n = 3 a paired test cannot go below 0.25 (the centred bootstrap said 1/1001); fewer turns is
+    green, a lower EX red; each p names its test."""
+    amb = [r["sample_id"] for r in _records(runs_root / "oracle") if r["group"] == "ambiguous"][:3]
+    runs = load_runs(_small_runs(runs_root, tmp_path / "three", ("oracle", "no-clarify"), lambda r: r["sample_id"] in amb))
+    diff = leaderboard(runs)["rows"][1]["diff"]
+    # EX: 3 pairs won by the oracle: McNemar 2 * C(3,3) / 2**3 = 0.25
+    assert {k: diff["EX"][k] for k in ("value", "n", "p_value", "test", "verdict")} == {
+        "value": -1.0, "n": 3, "p_value": 0.25, "test": "mcnemar_exact", "verdict": "worse"}
+    # turns: the oracle asks once then answers (2 turns), no-clarify answers (1): d = (-1, -1, -1),
+    # 2 of the 8 sign assignments reach |3|: 0.25; fewer turns is better
+    turns = {r.name: {t.sample_id: len(t.turns) for t in r.trajectories} for r in runs}
+    assert [turns["no-clarify"][k] - turns["oracle"][k] for k in amb] == [-1, -1, -1]
+    assert (diff["turns"]["p_value"], diff["turns"]["test"], diff["turns"]["verdict"]) == (0.25, "signflip_exact",
+                                                                                          "better")
+    # AR over ambiguous samples only: asking is better, so never asking is worse
+    assert diff["AR"]["verdict"] == "worse"
+    page = render_html(runs)
+    row = page[page.index('<tr data-metric="turns">'):]
+    row = row[:row.index("</tr>")]
+    assert '<span class="better"' in row and "p=0.250 <span class=\"test\">exact sign-flip</span>" in row
+    row = page[page.index('<tr data-metric="EX">'):]
+    assert '<span class="worse"' in row[:row.index("</tr>")] and "exact McNemar" in row[:row.index("</tr>")]
+    md = render_tables(runs, "md")
+    assert "-1.000 [-1.000, -1.000] n=3 p=0.250 (exact McNemar) worse" in md
+    assert "p=0.001" not in md
+
+    # n = 1: one pair can never be significant
+    one = load_runs(_small_runs(runs_root, tmp_path / "one", ("oracle", "no-clarify"), lambda r: r["sample_id"] == amb[0]))
+    d = leaderboard(one, ["EX", "turns"])["rows"][1]["diff"]
+    assert (d["EX"]["n"], d["EX"]["p_value"], d["turns"]["p_value"]) == (1, 1.0, 1.0)
+
+    # AR on answerable samples: an ask there is a wasted turn, so more asks is worse (red)
+    asked = [t.sample_id for t in load_run(runs_root / "random").trajectories
+             if t.group == "answerable" and any(turn.action_type == "clarify" for turn in t.turns)]
+    assert asked, "the random agent asks on some answerable sample of the embedded set"
+    ans = load_runs(_small_runs(runs_root, tmp_path / "ans", ("oracle", "random"), lambda r: r["sample_id"] in asked))
+    d = leaderboard(ans, ["AR"])["rows"][1]["diff"]["AR"]
+    # k pairs where random asked and the oracle did not: McNemar 2 / 2**k (1 for k = 1)
+    assert d["value"] == 1.0 and d["verdict"] == "worse" and d["p_value"] == pytest.approx(min(1.0, 2 / 2 ** len(asked)))
+
+
 # ------------------------------------------------------------------------------------------ export
 
 def test_exports_md_csv_json(runs, runs_root, tmp_path, capsys):
@@ -260,7 +314,9 @@ def test_exports_md_csv_json(runs, runs_root, tmp_path, capsys):
     capsys.readouterr()
     assert main(["report", str(runs_root / "oracle"), str(runs_root / "random"), "--format", "md"]) == 0
     md = capsys.readouterr().out
-    assert "## Paired differences from oracle" in md and "| random | -1.000 [-1.000, -1.000] n=36 p=0.001 |" in md
+    # random misses all 36 pairs the oracle gets: exact McNemar 2 / 2**36 = 2.9e-11, printed, never as 0.000
+    assert "## Paired differences from oracle" in md
+    assert f"| random | -1.000 [-1.000, -1.000] n=36 p={2 / 2 ** 36:.1e} (exact McNemar) worse |" in md
     assert "| oracle | 48 | 0.750 [0.625, 0.875] 36 of n=48 |" in md  # outcomes: sql 36 of 48
     with pytest.raises(ValueError, match="unknown table format"):
         render_tables(runs, "xlsx")

@@ -30,7 +30,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 td.num .sub { display: block; color: var(--muted); font-size: 11px; }
 .nowrap { white-space: nowrap; }
 .undef { color: #999; }
-.pos { color: var(--ok); } .neg { color: var(--bad); }
+.better { color: var(--ok); } .worse { color: var(--bad); } .test { color: var(--muted); }
 .swatch { display: inline-block; width: .8em; height: .8em; border-radius: 2px; margin-right: .35em;
           vertical-align: -1px; }
 .plots { display: grid; grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); gap: 1rem; }

@@ -18,7 +18,8 @@ from .runs import Run
 
 FORMATS = ("html", "md", "csv", "json")
 UNDEFINED = "—"
-CSV_COLUMNS = ("table", "run", "breakdown", "key", "metric", "value", "ci95_lo", "ci95_hi", "n", "p_value", "count")
+CSV_COLUMNS = ("table", "run", "breakdown", "key", "metric", "value", "ci95_lo", "ci95_hi", "n", "p_value", "test",
+               "verdict", "count")
 
 
 def report_tables(runs: Sequence[Run], *, by: Sequence[str] = DEFAULT_BY) -> dict[str, Any]:
@@ -60,7 +61,7 @@ def _csv_row(table: str, run: str, metric: str, m: dict[str, Any] | None, *, bre
     run, key = _inert(str(run)), _inert(str(key))
     return {"table": table, "run": run, "breakdown": breakdown, "key": key, "metric": metric,
             "value": m.get("value"), "ci95_lo": ci[0], "ci95_hi": ci[1], "n": m.get("n", 0),
-            "p_value": m.get("p_value"), "count": m.get("count")}
+            "p_value": m.get("p_value"), "test": m.get("test"), "verdict": m.get("verdict"), "count": m.get("count")}
 
 
 def to_csv(tables: dict[str, Any]) -> str:
@@ -102,7 +103,12 @@ def _cell(m: dict[str, Any] | None, *, diff: bool = False) -> str:
         text += f" [{ci[0]:.3f}, {ci[1]:.3f}]"
     text += f" n={m['n']}" if m.get("count") is None else f" {m['count']} of n={m['n']}"
     if diff and m.get("p_value") is not None:
-        text += f" p={m['p_value']:.3f}"
+        from ..rewards.paired_test import TEST_LABELS
+        from .html import fmt_p
+
+        text += f" p={fmt_p(m['p_value'])} ({TEST_LABELS.get(m.get('test'), m.get('test'))})"
+    if diff and m.get("verdict"):
+        text += f" {m['verdict']}"
     return text
 
 
@@ -118,7 +124,9 @@ def _md_table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def to_markdown(tables: dict[str, Any]) -> str:
     """:func:`report_tables` as Markdown: the leaderboard, the paired differences, the outcomes and one table
-    per breakdown; each cell ``value [lo, hi] n=k`` (differences with their p-value), undefined as —."""
+    per breakdown; each cell ``value [lo, hi] n=k``, undefined as —. A difference adds its p-value, the test
+    that gave it and its verdict by the metric's direction: ``-1.000 [-1.000, -1.000] n=3 p=0.250
+    (exact McNemar) worse``."""
     from ..rewards.outcomes import OUTCOMES
 
     board = tables["leaderboard"]

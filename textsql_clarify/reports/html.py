@@ -53,16 +53,26 @@ def _mean_cell(m: dict[str, Any]) -> str:
     return f'<td class="num">{fmt(m["value"])}<span class="sub">{ci_txt}<span class="n">n={esc(m["n"])}</span></span></td>'
 
 
+def fmt_p(p: float) -> str:
+    """A p-value for a cell: three decimals, or two significant digits below 0.001 (``2.9e-11``), so that
+    a small exact p is never printed as 0."""
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
 def _diff_cell(d: dict[str, Any] | None) -> str:
+    from ..rewards.paired_test import TEST_LABELS
+
     if not d or not d.get("n") or d.get("value") is None:
         return f'<td class="num undef" title="no sample defined in both runs">{UNDEFINED}</td>'
     v = d["value"]
-    cls = "pos" if v > 0 else "neg" if v < 0 else ""
+    cls = d.get("verdict") or ""  # better / worse by the metric's direction; "" uncoloured
     ci = d.get("ci95")
     ci_txt = f"[{fmt(ci[0], 3)}, {fmt(ci[1], 3)}] " if ci else ""
     p = d.get("p_value")
-    p_txt = f" p={fmt(p, 3)}" if p is not None else ""
-    return (f'<td class="num"><span class="{cls}">{v:+.3f}</span><span class="sub">{ci_txt}'
+    label = TEST_LABELS.get(d.get("test"), d.get("test") or "")
+    p_txt = f' p={fmt_p(p)} <span class="test">{esc(label)}</span>' if p is not None else ""
+    title = {"better": ' title="better (the metric\'s direction)"', "worse": ' title="worse (the metric\'s direction)"'}
+    return (f'<td class="num"><span class="{cls}"{title.get(cls, "")}>{v:+.3f}</span><span class="sub">{ci_txt}'
             f'<span class="n">n={esc(d["n"])}{p_txt}</span></span></td>')
 
 
@@ -114,7 +124,10 @@ def _leaderboard_section(runs: Sequence[Run], board: dict[str, Any]) -> str:
             "over). Metrics undefined in every run are left out.")
     if len(runs) > 1:
         note += (f" Δ: the run minus {esc(board['reference'])} over the samples both runs define (n), with the paired "
-                 "bootstrap's 95 % interval and two-sided p-value (PremiseSQL's paired bootstrap).")
+                 "bootstrap's 95 % interval (PremiseSQL) and a two-sided p named by its test: exact McNemar for 0/1 "
+                 "values, else the paired sign-flip test (exact up to 16 non-zero differences, else Monte Carlo). "
+                 "Green is better and red worse by each metric's direction (turns: fewer is better; AR: fewer asks "
+                 "on answerable samples, more on ambiguous ones, uncoloured over a mix).")
         ref_ids = {t.sample_id for t in runs[0].trajectories}
         for r in runs[1:]:
             ids = {t.sample_id for t in r.trajectories}

@@ -4,7 +4,10 @@ Numbers come from each run's ``metrics.json`` (every mean with ``value``, ``n`` 
 ``docs/metrics.md``). Paired differences are computed here, from the trajectories: each run's per-sample value of a
 metric (:func:`~textsql_clarify.rewards.metrics.trajectory_metrics`, the same definitions and
 exclusions as the means) and :func:`~textsql_clarify.rewards.bootstrap.paired_difference` over the
-samples both runs define (PremiseSQL's paired bootstrap), each run against the first one.
+samples both runs define (PremiseSQL's paired bootstrap interval; the p of an exact McNemar or paired
+sign-flip test, :mod:`~textsql_clarify.rewards.paired_test`), each run against the first one. Each
+difference carries its verdict, ``better`` or ``worse``, by the metric's documented direction
+(:mod:`~textsql_clarify.rewards.direction`).
 """
 from __future__ import annotations
 
@@ -72,6 +75,12 @@ def per_sample_values(run: Run, metric: str) -> dict[str, float | None]:
     return {k: row.get(metric) for k, row in cache.items()}
 
 
+def _paired_groups(run: Run, ref: Run) -> set[str]:
+    """The groups of the samples both runs hold (what AR's direction depends on)."""
+    ids = {t.sample_id for t in run.trajectories}
+    return {t.group for t in ref.trajectories if t.sample_id in ids}
+
+
 def leaderboard(runs: Sequence[Run], metrics: Sequence[str] | None = None, *, seed: int = 0,
                 n_resamples: int = 1000) -> dict[str, Any]:
     """The runs side by side, with each run's paired difference from the first.
@@ -79,14 +88,20 @@ def leaderboard(runs: Sequence[Run], metrics: Sequence[str] | None = None, *, se
     Args:
         runs: the runs; ``runs[0]`` is the reference.
         metrics: the columns (default: :data:`HEADLINE` metrics that some run defines).
-        seed, n_resamples: of the paired bootstrap (:func:`~textsql_clarify.rewards.bootstrap.paired_difference`).
+        seed, n_resamples: of the paired bootstrap and the Monte Carlo sign-flip
+            (:func:`~textsql_clarify.rewards.bootstrap.paired_difference`).
     Returns:
         ``{"metrics": [names], "reference": runs[0].name, "rows": [{"run": name, "agent", "dataset",
         "n_trajectories", "privileged", "metrics": {m: {"value", "n", "ci95"}}, "diff": {m: {"value", "n",
-        "ci95", "p_value"}} | None (the reference)}]}``; ``diff`` is this run minus the reference over the
-        samples both define.
+        "ci95", "p_value", "test", "verdict"}} | None (the reference)}]}``; ``diff`` is this run minus the
+        reference over the samples both define; ``test`` names the test behind ``p_value``; ``verdict`` is
+        ``"better"``, ``"worse"`` or ``""`` (no difference, or a metric with no direction over these samples:
+        :func:`~textsql_clarify.rewards.direction.verdict`).
+    Raises:
+        KeyError: a metric with no documented direction.
     """
     from ..rewards.bootstrap import paired_difference
+    from ..rewards.direction import verdict
 
     names = list(metrics) if metrics is not None else defined_metrics(runs)
     rows = []
@@ -95,8 +110,12 @@ def leaderboard(runs: Sequence[Run], metrics: Sequence[str] | None = None, *, se
                "n_trajectories": r.metrics.get("n_trajectories"), "privileged": r.privileged,
                "metrics": {m: _mean(r.metrics["overall"].get(m)) for m in names}, "diff": None}
         if k > 0:
-            row["diff"] = {m: paired_difference(per_sample_values(r, m), per_sample_values(runs[0], m),
-                                                seed=seed, n_resamples=n_resamples) for m in names}
+            groups = _paired_groups(r, runs[0])
+            row["diff"] = {}
+            for m in names:
+                d = paired_difference(per_sample_values(r, m), per_sample_values(runs[0], m),
+                                      seed=seed, n_resamples=n_resamples)
+                row["diff"][m] = {**d, "verdict": verdict(m, d["value"], groups)}
         rows.append(row)
     return {"metrics": names, "reference": runs[0].name if runs else None, "rows": rows}
 

@@ -1,10 +1,12 @@
-"""Bootstrap confidence intervals over samples, and the paired bootstrap of two runs.
+"""Bootstrap confidence intervals over samples, and the paired difference of two runs.
 
 PremiseSQL (the appendix paragraph on uncertainty, before its Table 9) resamples the benchmark's queries
 with replacement, keeps the pairing of two runs over the same queries, and reports percentile 95 %
-intervals with two-sided centred-bootstrap tests. This module does the same over a run's samples: the
-unit of resampling is one sample (one defined value of a metric), the interval is Efron's percentile
-interval, and every call is deterministic for its ``seed``.
+intervals with two-sided centred-bootstrap tests. This module does the same over a run's samples for the
+intervals: the unit of resampling is one sample (one defined value of a metric), the interval is Efron's
+percentile interval, and every call is deterministic for its ``seed``. The p-value of a paired
+difference comes from an exact or permutation paired test instead
+(:mod:`~textsql_clarify.rewards.paired_test`), which stays valid at small n.
 
 Implementation (measured, ``bench/bench_bootstrap.py``): plain numpy with one seeded resampling matrix
 per sample count ``n``: ``numpy.random.default_rng(seed).integers(0, n, (n_resamples, n))`` turned into
@@ -35,6 +37,8 @@ from ..errors import TextSQLClarifyError
 DEFAULT_SEED = 0
 DEFAULT_RESAMPLES = 1000
 DEFAULT_LEVEL = 0.95
+#: Monte Carlo draws of the paired sign-flip test (:mod:`~textsql_clarify.rewards.paired_test`).
+DEFAULT_PERMUTATIONS = 9999
 
 #: cached count matrices, keyed by (n, n_resamples, seed), least recently used dropped first: at most
 #: :data:`_CACHE_SIZE` matrices and :data:`_CACHE_MAX_CELLS` cells in all (64 MB; a 1,034 x 1,000 matrix is 8 MB).
@@ -216,28 +220,37 @@ def bootstrap_cis(columns: Mapping[str, Sequence[float | bool | None]], *, n_res
 
 def paired_difference(a: Mapping[str, float | bool | None], b: Mapping[str, float | bool | None], *,
                       n_resamples: int = DEFAULT_RESAMPLES, level: float = DEFAULT_LEVEL,
-                      seed: int = DEFAULT_SEED) -> dict:
-    """Paired bootstrap of ``mean(a_i - b_i)`` over the samples both runs define (PremiseSQL's appendix
-    on uncertainty: resample the aligned queries, keeping the pairing; percentile interval; two-sided
-    centred-bootstrap test).
+                      seed: int = DEFAULT_SEED, n_permutations: int = DEFAULT_PERMUTATIONS) -> dict:
+    """``mean(a_i - b_i)`` over the samples both runs define, with the paired bootstrap's interval
+    (PremiseSQL's appendix on uncertainty: resample the aligned queries, keeping the pairing; percentile
+    interval) and the two-sided p of an exact or permutation paired test
+    (:func:`~textsql_clarify.rewards.paired_test.paired_test`: exact McNemar for 0/1 values, else the paired
+    sign-flip test, exact up to 16 non-zero differences).
+
+    The p is not the centred bootstrap's: that one reads ``1 / (n_resamples + 1)`` whenever every
+    difference is equal, even at n = 3, where no paired test can go below 2 / 2**3 = 0.25.
 
     Args:
         a, b: ``{sample id: value}`` of two runs over the same samples (bools count 1/0; ``None`` = undefined).
             Only ids present and defined in both are paired; they are taken in sorted id order, so the
             result does not depend on the mappings' order.
-        n_resamples, level, seed: as :func:`bootstrap_ci`.
+        n_resamples, level, seed: of the interval, as :func:`bootstrap_ci`; ``seed`` also seeds the
+            Monte Carlo sign-flip.
+        n_permutations: Monte Carlo draws of the sign-flip test past its exact range.
     Returns:
         ``{"value": mean difference | None, "n": k paired samples, "ci95": [lo, hi] | None,
-        "p_value": p | None}``. ``p`` is the two-sided centred-bootstrap p-value
-        ``(1 + #{b: |d*_b - d| >= |d|}) / (n_resamples + 1)`` (``d`` the observed mean difference, ``d*_b``
-        the resampled ones), so it is never 0; with every difference equal it is 1.0 when they are all 0
-        and ``1 / (n_resamples + 1)`` otherwise (no resample moves). ``n == 0``: value, ci95 and p_value
-        are ``None``. The key stays ``ci95`` whatever ``level`` is given.
+        "p_value": p | None, "test": "mcnemar_exact" | "signflip_exact" | "signflip_mc" | None}``.
+        ``n == 0``: every field but ``n`` is ``None``. Every difference equal gives the interval
+        ``[d, d]``. The key stays ``ci95`` whatever ``level`` is given.
     Raises:
         BootstrapError: a value is invalid (names the sample id), the ids do not sort (of two types), or a
             setting is invalid.
     """
+    from .paired_test import paired_test
+
     _check_settings(n_resamples, level, seed)
+    if not isinstance(n_permutations, int) or isinstance(n_permutations, bool) or n_permutations < 1:
+        raise BootstrapError(f"n_permutations must be a positive int, got {n_permutations!r}")
     for name, m in (("a", a), ("b", b)):
         if not isinstance(m, Mapping):
             raise BootstrapError(f"paired_difference: {name} must map sample ids to values, got {type(m).__name__}")
@@ -260,12 +273,10 @@ def paired_difference(a: Mapping[str, float | bool | None], b: Mapping[str, floa
     d = xa - xb
     n = int(d.size)
     if n == 0:
-        return {"value": None, "n": 0, "ci95": None, "p_value": None}
+        return {"value": None, "n": 0, "ci95": None, "p_value": None, "test": None}
     obs = float(math.fsum(d) / n)
+    p, test = paired_test(xa, xb, n_permutations=n_permutations, seed=seed)
     if bool(np.all(d == d[0])):
-        p = 1.0 if obs == 0.0 else 1.0 / (n_resamples + 1)
-        return {"value": obs, "n": n, "ci95": [obs, obs], "p_value": p}
-    means = resampled_means(d, n_resamples=n_resamples, seed=seed)
-    lo, hi = _percentile_interval(means, level)
-    extreme = int(np.count_nonzero(np.abs(means - obs) >= abs(obs) - 1e-12))
-    return {"value": obs, "n": n, "ci95": [float(lo), float(hi)], "p_value": (1 + extreme) / (n_resamples + 1)}
+        return {"value": obs, "n": n, "ci95": [obs, obs], "p_value": p, "test": test}
+    lo, hi = _percentile_interval(resampled_means(d, n_resamples=n_resamples, seed=seed), level)
+    return {"value": obs, "n": n, "ci95": [float(lo), float(hi)], "p_value": p, "test": test}
