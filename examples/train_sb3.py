@@ -231,6 +231,41 @@ def paired_test(a: Sequence[dict], b: Sequence[dict], boot) -> dict[str, Any]:
     return {"reward_diff": reward_diff, "reward_diff_episode_bootstrap": ep, "mcnemar_decision": mcnemar}
 
 
+def ask_pays(never: Sequence[dict], always: Sequence[dict]) -> dict[str, dict[str, Any]]:
+    """Where asking pays: always-ask against never-ask on the same episodes, per kind of sample.
+
+    Args:
+        never, always: the two baselines' records (:func:`play`) over the same samples.
+    Returns:
+        ``{kind: {"n", "ex_never", "ex_always", "reward_diff"}}`` for ``distinguishable`` (ambiguous, readings
+        differ), ``indistinguishable`` (ambiguous, same rows), ``answerable`` and ``unanswerable``: the mean
+        final-SQL ``ex`` of each (episodes without one left out) and the mean reward difference always - never.
+        The reply separates the candidates where ``ex_always > ex_never``; asking pays where ``reward_diff > 0``.
+        Kinds with no episode are left out.
+    Raises:
+        ValueError: the records are not the same samples in the same order.
+    """
+    if [r["sample_id"] for r in never] != [r["sample_id"] for r in always]:
+        raise ValueError("ask_pays: the two baselines played different episodes")
+
+    def kind(r):
+        return ("distinguishable" if r["distinguishable"] else "indistinguishable") if r["group"] == "ambiguous" \
+            else r["group"]
+
+    def mean(xs):
+        xs = [x for x in xs if x is not None]
+        return float(np.mean(xs)) if xs else None
+
+    out = {}
+    for k in ("distinguishable", "indistinguishable", "answerable", "unanswerable"):
+        pairs = [(a, b) for a, b in zip(never, always) if kind(a) == k]
+        if pairs:
+            out[k] = {"n": len(pairs), "ex_never": mean(a["ex"] for a, _ in pairs),
+                      "ex_always": mean(b["ex"] for _, b in pairs),
+                      "reward_diff": mean(b["reward"] - a["reward"] for a, b in pairs)}
+    return out
+
+
 def evaluate(wrapper: CandidateActionWrapper, policy: Policy, seed: int = 0) -> dict[str, Any]:
     """Play every sample of ``wrapper`` with ``policy`` (:func:`play`) and summarise (:func:`summarize`), with
     the bootstrap unit (``"database"`` or ``"episode"``) and the records under ``per_sample``."""
@@ -385,12 +420,18 @@ def main(argv: Sequence[str] | None = None) -> dict:
               "train": {"maskable_ppo": evaluate(train_env, ppo)}}
     if indist_env is not None:
         report["heldout_indistinguishable"] = {name: evaluate(indist_env, pol) for name, pol in policies}
+    both = {n: [*heldout[n]["per_sample"], *report.get("heldout_indistinguishable", {}).get(n, {}).get(
+        "per_sample", [])] for n in ("never_ask", "always_ask")}
+    report["ask_pays_heldout"] = ask_pays(both["never_ask"], both["always_ask"])
     report["seconds"] = round(time.time() - t0, 1)
     for part in ("heldout", "heldout_indistinguishable", "train"):
         for name, res in report.get(part, {}).items():
             print(f"{part:8s} {name:13s} reward {_fmt(res['reward'])}  ask|distinguishable "
                   f"{_fmt(res['ask_rate_distinguishable'])}  ask|other {_fmt(res['ask_rate_other'])}  recall "
                   + "  ".join(f"{g} {_fmt(v)}" for g, v in res["recall"].items()))
+    for k, v in report["ask_pays_heldout"].items():
+        print(f"asking on {k} (n={v['n']}): ex never {v['ex_never']}, always {v['ex_always']}; reward "
+              f"always - never {v['reward_diff']:+.3f}")
     d, m = paired["reward_diff"], paired["mcnemar_decision"]
     print(f"paired maskable_ppo - {best}: reward diff {_fmt(d)}; McNemar on the decision: PPO only right "
           f"{m['a_only']}, {best} only right {m['b_only']}, exact p = {m['p_value']:.3g}")

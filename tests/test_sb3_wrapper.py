@@ -237,3 +237,17 @@ def test_one_database_falls_back_to_an_episode_bootstrap():
     rows = [{"sample_id": f"e{k}", "db_id": "only"} for k in range(3)]
     boot, unit = mod._cluster_bootstrap(rows)
     assert unit == "episode" and boot.db_ids == ["e0", "e1", "e2"]
+
+
+def test_asking_pays_on_the_distinguishable_embedded_samples_only(wrapper):
+    """On the embedded episodes the user's reply names the meant reading, so always-ask's picks score a higher
+    EX than never-ask's on the 24 ambiguous samples; on answerable and unanswerable ones the reply is the constant
+    refusal, the question decides the pick, and the ask only costs its turn penalty."""
+    mod = _train_sb3()
+    w = _wrapper(wrapper.env.unwrapped.samples, reward_preset="shaped")
+    out = mod.ask_pays(mod.play(w, mod.never_ask), mod.play(w, mod.always_ask))
+    assert set(out) == {"distinguishable", "answerable", "unanswerable"} and out["distinguishable"]["n"] == 24
+    assert out["distinguishable"]["ex_always"] > out["distinguishable"]["ex_never"]
+    assert out["distinguishable"]["reward_diff"] > 0
+    for k in ("answerable", "unanswerable"):
+        assert out[k]["ex_always"] == out[k]["ex_never"] and out[k]["reward_diff"] == pytest.approx(-0.05)
