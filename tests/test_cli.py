@@ -183,3 +183,14 @@ def test_run_folder_names_the_dataset(spec, kind):
     from textsql_clarify.cli import _dataset_kind
 
     assert _dataset_kind(spec) == kind
+
+
+def test_generated_corpora_get_their_own_run_folders():
+    """``generate --out DIR`` always writes ``DIR/samples.jsonl``: the folder, not the file, names the corpus."""
+    from textsql_clarify.cli import _dataset_kind
+    from textsql_clarify.generation.pipeline import SAMPLES
+
+    drift, missing = f"gen/drift/{SAMPLES}", f"gen/missing schema/{SAMPLES}"
+    assert _dataset_kind(drift) == "drift" and _dataset_kind(f"jsonl:{drift}:dbs") == "drift"
+    assert _dataset_kind(missing) == "missing_schema"  # folder-safe
+    assert _dataset_kind(SAMPLES) == "samples"  # no folder to name it by

@@ -184,8 +184,15 @@ def _safe_name(text: str, limit: int = 80) -> str:
     return safe if len(safe) <= limit else safe[:20] + "_" + safe[-(limit - 21):]
 
 
+#: the file name stem that ``textsql-clarify generate`` writes in every output folder
+#: (:data:`textsql_clarify.generation.pipeline.SAMPLES`): generic, so its folder names the corpus instead.
+_GENERIC_STEMS = frozenset({"samples"})
+
+
 def _dataset_kind(spec: str) -> str:
-    """A short folder-safe name for a dataset spec: ``embedded``, ``spider``, or the JSONL file's stem."""
+    """A short folder-safe name for a dataset spec: ``embedded``, ``spider``, or the JSONL file's stem; a
+    generated corpus (``<dir>/samples.jsonl``, what ``generate --out <dir>`` writes) is named by its folder,
+    so that two corpora get two run folders (``gen/drift/samples.jsonl`` -> ``drift``)."""
     from .datasets import _LOADERS
 
     spec = str(spec)
@@ -198,7 +205,10 @@ def _dataset_kind(spec: str) -> str:
             spec = spec[: low.index(".jsonl:") + len(".jsonl")]
     elif ":" in spec and not spec.endswith(".jsonl"):
         return spec.split(":", 1)[0]
-    return Path(spec).stem or "dataset"
+    path = Path(spec)
+    if path.stem in _GENERIC_STEMS and path.parent.name:
+        return _safe_name(path.parent.name)
+    return path.stem or "dataset"
 
 
 def _eval(args: argparse.Namespace) -> int:
