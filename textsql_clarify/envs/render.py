@@ -38,7 +38,11 @@ def _schema_statements(db_path: str, mtime: float) -> tuple[tuple[str, str], ...
             "AND sql IS NOT NULL ORDER BY name").fetchall()
     finally:
         con.close()
-    return tuple((n, s.strip().rstrip(";") + ";") for n, s in rows)
+    from ..sql.schema import unusable_views
+
+    unusable = unusable_views(db_path)  # views SQLite cannot prepare here, each marked under its statement
+    return tuple((n, s.strip().rstrip(";") + ";" + (f"\n-- view {n} cannot be queried here: {unusable[n.lower()]}"
+                                                    if n.lower() in unusable else "")) for n, s in rows)
 
 
 def table_names(db_path: str) -> list[str]:
@@ -49,6 +53,10 @@ def table_names(db_path: str) -> list[str]:
 
 def schema_text(db_path: str, tables: Iterable[str] | None = None) -> str:
     """The ``CREATE`` statements of the database, one per table, optionally limited to ``tables``.
+
+    A view SQLite cannot prepare here (:func:`textsql_clarify.sql.schema.unusable_views`: it needs a collation or
+    function only the making application defined) is followed by a ``-- view NAME cannot be queried here:
+    REASON`` line.
 
     Args:
         db_path: SQLite file (opened read-only).

@@ -150,6 +150,44 @@ def _apply_limits(con: sqlite3.Connection, max_value_bytes: int, max_sql_bytes: 
         con.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, max_sql_bytes)
 
 
+def _limit_codes() -> tuple[int, ...]:
+    """The ``sqlite3.SQLITE_LIMIT_*`` codes :func:`_apply_limits` sets."""
+    return tuple(getattr(sqlite3, "SQLITE_LIMIT_" + n) for n in (*SQLITE_LIMITS, "LENGTH", "SQL_LENGTH"))
+
+
+def _current_limits(con: sqlite3.Connection) -> dict[int, int]:
+    """``{limit code: value}`` of the limits :func:`_apply_limits` sets, as ``con`` has them now (``{}``
+    without ``Connection.setlimit``)."""
+    return {code: con.getlimit(code) for code in _limit_codes()} if _HAS_SETLIMIT else {}
+
+
+def _reparse_schema(con: sqlite3.Connection, open_limits: dict[int, int]) -> bool:
+    """Have SQLite parse the schema of ``con`` again under ``open_limits`` (the limits it had when it opened,
+    :func:`_current_limits`), then put the connection's own limits back; ``True`` when the schema reads.
+
+    SQLite applies a connection's limits to the ``CREATE`` statements of its schema each time it parses them,
+    and parses them again after it dropped the parsed schema (a failed ``VACUUM`` does, and so does a failure
+    that rolls back). A table over :data:`MAX_COLUMNS` columns, a ``CREATE`` statement over ``max_sql_bytes``
+    or a view whose expression nests over ``EXPR_DEPTH`` then fails ("malformed database schema") and every
+    later statement fails with it. Limits apply to statements prepared while they are in force, so statements
+    prepared after this call are bounded as before.
+
+    Source: SQLite's documentation of ``sqlite3_limit`` (limits apply to the schema's statements too) and of
+    the schema cache (``sqlite3_reset`` / ``SQLITE_SCHEMA``).
+    """
+    if not open_limits:
+        return False
+    own = {code: con.setlimit(code, value) for code, value in open_limits.items()}  # setlimit returns the old
+    try:
+        con.execute("SELECT count(*) FROM sqlite_master").fetchall()
+        return True
+    except sqlite3.Error:
+        return False
+    finally:
+        for code, value in own.items():
+            con.setlimit(code, value)
+
+
 # -- SQLite's heap limit, one per statement --------------------------------------------------------
 def heap_cap_from_env() -> int:
     """The heap cap of a sandbox opened now, bytes (0: none): ``TEXTSQL_CLARIFY_SQLITE_HEAP_LIMIT`` when

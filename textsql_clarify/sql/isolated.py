@@ -49,8 +49,7 @@ from typing import Any
 
 from . import sandbox as _sandbox
 from .sandbox import ExecutionResult, SandboxClosedError, SQLiteSandbox, _is_transient, get_sandbox
-from .readonly import ReadOnlySchema
-from .schema import Schema, read_schema
+from .schema import Schema
 
 __all__ = ["ISOLATION_MODES", "ProcessSandbox", "WorkerPool", "check_isolation", "default_pool", "make_sandbox",
            "shutdown_default_pool"]
@@ -781,10 +780,17 @@ class ProcessSandbox:
     @property
     def schema(self) -> Schema:
         """``{table: {column: type}}`` of this database, read in this process
-        (:func:`textsql_clarify.sql.schema.read_schema`), as a :class:`~textsql_clarify.sql.readonly.ReadOnlySchema`."""
+        (:func:`textsql_clarify.sql.schema.read_schema`), as a :class:`~textsql_clarify.sql.readonly.ReadOnlySchema`;
+        as :attr:`SQLiteSandbox.schema` (views SQLite cannot prepare left out, ``DatabaseOpenError`` when
+        the schema cannot be read)."""
         if self._schema is None:
-            self._schema = ReadOnlySchema(read_schema(self.db_path))
+            self._schema = _sandbox.schema_of(self.db_path)
         return self._schema
+
+    @property
+    def unusable_views(self) -> dict[str, str]:
+        """``{view: reason}`` of the views left out of :attr:`schema`, as :attr:`SQLiteSandbox.unusable_views`."""
+        return _sandbox.views_unusable_in(self.db_path)
 
     @property
     def closed(self) -> bool:

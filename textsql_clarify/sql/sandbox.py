@@ -69,6 +69,8 @@ from .guards import (  # noqa: F401  (the public limits are re-exported for user
     WORK_UNITS_PER_SECOND,
     _apply_limits,
     _apply_process_wide_limit,
+    _current_limits,
+    _reparse_schema,
     _install_guards,
     heap_cap_from_env,
     sqlite_heap_limits,
@@ -79,7 +81,7 @@ from .cte_bound import MAX_CTE_COPIES, cte_copies
 
 _WITH = re.compile("with", re.IGNORECASE).search
 from .watchdog import _Watchdog
-from .schema import Schema, read_schema
+from .schema import Schema, read_schema, unusable_views
 from .readonly import ReadOnlySchema
 from .uri import is_wal, ro_uri
 
@@ -136,6 +138,8 @@ _MULTI_STATEMENT_MARKER = "one statement at a time"
 # SQLite messages that mean a write was refused by a layer below the authorizer.
 _FORBIDDEN_MARKERS = ("not authorized", "readonly database", "query_only", "may not be modified")
 _TOO_BIG_MARKER = "string or blob too big"
+# SQLite's message when it cannot parse a connection's schema (the start of it)
+_SCHEMA_LOST_MARKER = "malformed database schema"
 _SQL_TOO_LONG_MARKERS = ("query string is too large", "statement too long")
 
 # Per-call state shared by a sandbox and its callbacks (indices into SQLiteSandbox._state); the
@@ -244,6 +248,32 @@ def _is_memory(r: ExecutionResult) -> bool:
     return r.error_kind == "runtime" and (r.error_message or "").startswith("out of memory")
 
 
+def schema_of(db_path: str) -> ReadOnlySchema:
+    """:func:`~textsql_clarify.sql.schema.read_schema` of ``db_path`` as a read-only mapping, with SQLite's
+    failures as :class:`DatabaseOpenError` (a schema the sandbox opened but cannot read, e.g. malformed).
+
+    Raises:
+        FileNotFoundError: no such file. DatabaseOpenError: SQLite cannot read the schema.
+    """
+    try:
+        return ReadOnlySchema(read_schema(db_path))
+    except sqlite3.Error as e:
+        raise DatabaseOpenError(db_path, f"cannot read the schema: {e}") from e
+
+
+def views_unusable_in(db_path: str) -> dict[str, str]:
+    """:func:`~textsql_clarify.sql.schema.unusable_views` of ``db_path``, with SQLite's failures as
+    :class:`DatabaseOpenError`.
+
+    Raises:
+        FileNotFoundError: no such file. DatabaseOpenError: SQLite cannot read the schema.
+    """
+    try:
+        return unusable_views(db_path)
+    except sqlite3.Error as e:
+        raise DatabaseOpenError(db_path, f"cannot read the schema: {e}") from e
+
+
 def _check_positive_int(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
@@ -340,6 +370,7 @@ class SQLiteSandbox:
         self.heap_limit_bytes = heap_cap_from_env()
         self._heap_start: tuple[int, int] = (0, 0)  # (bytes held, start number) of the running statement
         self._process_limit = 0  # the process-wide limit, where no per-statement one can be set
+        self._open_limits: dict[int, int] = {}  # the SQLite limits the connection opened with (_open)
         self._con = self._open()
 
     # -- set-up -----------------------------------------------------------------------------
@@ -372,7 +403,9 @@ class SQLiteSandbox:
             raise DatabaseOpenError(self.db_path, str(e)) from e
         if hasattr(con, "enable_load_extension"):
             con.enable_load_extension(False)
-        # after the schema was read: the limits apply to what runs from now on
+        # after the schema was read: the limits apply to what runs from now on; the limits SQLite opened
+        # with are kept to parse the schema again should SQLite drop it (_reparse_schema)
+        self._open_limits = _current_limits(con)
         _apply_limits(con, self.max_value_bytes, self.max_sql_bytes)
         state = self._state
 
@@ -436,7 +469,16 @@ class SQLiteSandbox:
         Raises:
             TypeError: ``sql`` is not a ``str``.
             SandboxClosedError: the sandbox was closed.
+
+        A statement that finds the parsed schema dropped (SQLite drops it after some failures, a refused
+        ``VACUUM`` among them) and cannot parse it again under the sandbox's limits (a table over
+        :data:`MAX_COLUMNS` columns ...: "malformed database schema") has the schema parsed again under the
+        limits the connection opened with, and runs once more (:func:`~textsql_clarify.sql.guards._reparse_schema`).
         """
+        return self._execute(sql, True)
+
+    def _execute(self, sql: str, may_reparse: bool) -> ExecutionResult:
+        """:meth:`execute`; ``may_reparse``: whether a lost schema may be parsed again and the statement rerun."""
         if not isinstance(sql, str):
             raise TypeError(f"sql must be a str, got {type(sql).__name__}")
         if _WITH(sql) is not None and len(sql) < self.max_sql_bytes:
@@ -464,6 +506,7 @@ class SQLiteSandbox:
             finally:
                 lock.release()
             cur = None
+            reparsed = False
             heap, cap = _guards.STATEMENT_HEAP, self.heap_limit_bytes
             if heap is not None:  # this statement's own heap bound, from what the process holds now
                 self._heap_start = heap.enter(cap)
@@ -480,7 +523,11 @@ class SQLiteSandbox:
                     if len(rows) == batch and batch <= self.row_cap:  # there may be more
                         over_bytes = self._fetch_more(cur, rows, ncols, batch)
             except (sqlite3.Error, sqlite3.Warning, ValueError, OverflowError, MemoryError) as e:
-                return self._classify(e, time.perf_counter() - t0)
+                failed = self._classify(e, time.perf_counter() - t0)
+                if not (may_reparse and str(e).startswith(_SCHEMA_LOST_MARKER)
+                        and _reparse_schema(con, self._open_limits)):
+                    return failed
+                reparsed = True
             finally:
                 if cur is not None:
                     cur.close()
@@ -491,6 +538,8 @@ class SQLiteSandbox:
                 lock.release()
                 state[_DEADLINE] = math.inf
             elapsed = time.perf_counter() - t0
+        if reparsed:  # the schema reads again: the statement once more, as if it were the first time
+            return self._execute(sql, False)
         if description is None:
             if _is_blank(sql):
                 return _failure("syntax", "empty SQL: no statement", elapsed)
@@ -610,10 +659,26 @@ class SQLiteSandbox:
     @property
     def schema(self) -> Schema:
         """``{table: {column: type}}`` of this database (:func:`textsql_clarify.sql.schema.read_schema`), read once,
-        as a :class:`~textsql_clarify.sql.readonly.ReadOnlySchema` (``dict(sb.schema)`` gives a copy to change)."""
+        as a :class:`~textsql_clarify.sql.readonly.ReadOnlySchema` (``dict(sb.schema)`` gives a copy to change).
+        Views SQLite cannot prepare here are left out (:attr:`unusable_views`).
+
+        Raises:
+            DatabaseOpenError: the schema cannot be read (:func:`schema_of`).
+        """
         if self._schema is None:
-            self._schema = ReadOnlySchema(read_schema(self.db_path))
+            self._schema = schema_of(self.db_path)
         return self._schema
+
+    @property
+    def unusable_views(self) -> dict[str, str]:
+        """``{view: reason}`` of the views left out of :attr:`schema` because SQLite cannot prepare them
+        here (a collation or function only the making application defined;
+        :func:`textsql_clarify.sql.schema.unusable_views`). Querying one gives a ``runtime`` error.
+
+        Raises:
+            DatabaseOpenError: the schema cannot be read.
+        """
+        return views_unusable_in(self.db_path)
 
     @property
     def closed(self) -> bool:

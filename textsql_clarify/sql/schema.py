@@ -18,6 +18,7 @@ import contextvars
 import functools
 import re
 import sqlite3
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -174,36 +175,86 @@ def _parse_bounded(sql: str, max_chars: int, max_nodes: int, max_depth: int) -> 
     return tree
 
 
+class UnusableViewWarning(UserWarning):
+    """A view of a database cannot be queried outside the application that made it (it needs a collation or
+    function only that application defined, or names a table that is gone): :func:`read_schema` leaves it out.
+    The message names the file, the view and SQLite's reason."""
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
 @functools.lru_cache(maxsize=256)
-def _read_schema_cached(path: str, mtime: float) -> tuple:
+def _read_schema_cached(path: str, mtime: float) -> tuple[tuple, tuple]:
+    """``(tables, unusable)``: ``tables`` as ``((name, ((column, type), ...)), ...)``, lower-cased and sorted;
+    ``unusable``: ``((view, reason), ...)`` for the views SQLite cannot prepare here (left out of ``tables``).
+
+    Each view is prepared once with ``EXPLAIN`` (compiled, never run): a collation or function that only the
+    making application defined fails there (``PRAGMA table_info`` alone misses an ``ORDER BY ... COLLATE``)."""
     con = sqlite3.connect(ro_uri(path), uri=True)  # immutable=1 for a WAL file: no -wal/-shm beside it
     try:
-        tables = [r[0] for r in con.execute(
-            "SELECT name FROM sqlite_master WHERE type IN ('table','view') AND name NOT LIKE 'sqlite_%' ORDER BY name")]
-        out = []
-        for t in tables:
-            cols = tuple((r[1].lower(), (r[2] or "TEXT").upper()) for r in con.execute(
-                'PRAGMA table_info("' + t.replace('"', '""') + '")'))
+        entries = con.execute(
+            "SELECT name, type FROM sqlite_master WHERE type IN ('table','view') AND name NOT LIKE 'sqlite_%' "
+            "ORDER BY name").fetchall()
+        out, unusable = [], []
+        for t, kind in entries:
+            try:
+                if kind == "view":
+                    con.execute("EXPLAIN SELECT * FROM " + _quote(t)).fetchone()
+                cols = tuple((r[1].lower(), (r[2] or "TEXT").upper())
+                             for r in con.execute("PRAGMA table_info(" + _quote(t) + ")"))
+            except sqlite3.OperationalError as e:
+                if kind != "view":
+                    raise
+                unusable.append((t.lower(), str(e)))
+                continue
             out.append((t.lower(), cols))
-        return tuple(out)
+        return tuple(out), tuple(unusable)
     finally:
         con.close()
+
+
+def _read(db_path: str) -> tuple[tuple, tuple]:
+    p = Path(db_path)
+    if not p.is_file():
+        raise FileNotFoundError(f"database file not found: {db_path}")
+    return _read_schema_cached(str(p.resolve()), p.stat().st_mtime)
 
 
 def read_schema(db_path: str) -> Schema:
     """Read ``{table: {column: type}}`` (lower-cased) from a SQLite file, opened read-only.
 
     Columns are in the table's declaration order (``PRAGMA table_info``), which is the order ``*`` expands
-    to. Cached per (path, modification time).
+    to. Cached per (path, modification time). A view SQLite cannot prepare here (one that needs a collation
+    or function only the making application defined, e.g. ``ORDER BY name COLLATE mycoll`` or ``myfunc(x)``,
+    or that names a missing table) is left out, with an :class:`UnusableViewWarning` naming it (once per
+    file, view and reason: Python's default warning filter); :func:`unusable_views` lists them
+    (``docs/platform.md`` "Views the sandbox cannot query").
 
     Raises:
         FileNotFoundError: no such file.
-        sqlite3.DatabaseError: not a SQLite database.
+        sqlite3.DatabaseError: not a SQLite database, or a malformed schema (a table that cannot be read).
+
+    Source: SQLite's documentation of ``PRAGMA table_info``, ``EXPLAIN`` and application-defined
+    collations and functions (``sqlite3_create_collation``, ``sqlite3_create_function``).
     """
-    p = Path(db_path)
-    if not p.is_file():
-        raise FileNotFoundError(f"database file not found: {db_path}")
-    return {t: dict(cols) for t, cols in _read_schema_cached(str(p.resolve()), p.stat().st_mtime)}
+    tables, unusable = _read(db_path)
+    for view, reason in unusable:
+        warnings.warn(f"{db_path}: view {view!r} cannot be queried here ({reason}); it is left out of the schema",
+                      UnusableViewWarning, stacklevel=1)  # one location: shown once per message
+    return {t: dict(cols) for t, cols in tables}
+
+
+def unusable_views(db_path: str) -> dict[str, str]:
+    """``{view: SQLite's reason}`` (lower-cased names) of the views :func:`read_schema` leaves out of the
+    schema of ``db_path`` because SQLite cannot prepare them here; ``{}`` for most databases. Cached as
+    :func:`read_schema` is; no warning.
+
+    Raises:
+        FileNotFoundError, sqlite3.DatabaseError: as :func:`read_schema`.
+    """
+    return dict(_read(db_path)[1])
 
 
 # ------------------------------------------------------------------------------------ ordinal references
