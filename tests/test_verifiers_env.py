@@ -161,3 +161,18 @@ def test_plugin_resolution_and_bad_options():
     tasks = list(env.taskset)
     assert [t.data.sample_id for t in tasks] == ["uni-ans-001", "uni-ans-002"]
     assert env.taskset.make_env().max_clarifications == 1
+
+
+def test_the_cli_pushes_nothing_unless_asked(monkeypatch):
+    """verifiers' vf-eval uploads every run by default (EvalConfig.push); this entry point adds --no-push."""
+    from verifiers.v1.cli.eval import main as vf_main
+    from verifiers.v1.configs.cli.eval import EvalConfig
+
+    assert EvalConfig.model_fields["push"].default is True  # what the default here guards against
+    seen = []
+    monkeypatch.setattr(vf_main, "main", lambda args: seen.append(args))
+    verifiers_env.main(["-m", "my-model", "-n", "2"])
+    assert seen[-1] == ["--env.taskset.id", TASKSET_ID, "-m", "my-model", "-n", "2", "--no-push"]
+    verifiers_env.main(["-n", "2", "--push"])
+    assert seen[-1] == ["--env.taskset.id", TASKSET_ID, "-n", "2", "--push"]
+    assert verifiers_env.vf_eval_args(["--no-push"]).count("--no-push") == 1

@@ -12,7 +12,8 @@ API (``pip install textsql-clarify[verifiers]``, verifiers 0.4, the ``verifiers.
   program), all exported through ``__all__`` as verifiers' loaders require.
 * CLI: ``python -m textsql_clarify.integrations.verifiers_env [vf-eval flags]`` runs verifiers' own
   ``vf-eval`` on this taskset, e.g. ``-m my-model --client.base-url http://127.0.0.1:8001/v1
-  --env.taskset.dataset embedded -n 8 --no-push --no-rich``.
+  --env.taskset.dataset embedded -n 8 --no-rich``. Unlike plain ``vf-eval`` it pushes nothing to the Prime
+  Intellect platform unless given ``--push`` (:func:`vf_eval_args`).
 
 verifiers 0.4 has no ``MultiTurnEnv`` / ``Rubric`` / ``env_response`` any more (those were the 0.1
 API): an environment is a taskset of tasks plus an ``Env`` whose ``run(task, agents)`` drives an
@@ -410,12 +411,30 @@ def load_environment(dataset: str = "embedded", *, sample_ids: Sequence[str] | N
     return vf.load_environment(config)
 
 
+def vf_eval_args(argv: Sequence[str]) -> list[str]:
+    """The ``vf-eval`` arguments for this taskset: ``--env.taskset.id`` first, then ``argv``, with ``--no-push``
+    added unless ``argv`` says ``--push`` or ``--no-push`` itself.
+
+    verifiers 0.4's ``vf-eval`` uploads every finished run to the Prime Intellect platform unless told
+    ``--no-push`` (``EvalConfig.push``, default on: ``verifiers/v1/configs/cli/eval.py``); this entry point
+    keeps runs local unless the user asks for ``--push``.
+
+    Args:
+        argv: the command line after the program name.
+    Returns:
+        the list passed to ``verifiers.v1.cli.eval.main.main``.
+    """
+    args = list(argv)
+    asked = any(a in ("--push", "--no-push") or a.startswith("--push=") for a in args)
+    return ["--env.taskset.id", TASKSET_ID, *args, *(() if asked else ("--no-push",))]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """``vf-eval`` on this taskset: ``python -m textsql_clarify.integrations.verifiers_env [flags]``."""
+    """``vf-eval`` on this taskset: ``python -m textsql_clarify.integrations.verifiers_env [flags]``; nothing is
+    pushed to the platform unless ``--push`` is given (:func:`vf_eval_args`)."""
     from verifiers.v1.cli.eval.main import main as vf_eval
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    vf_eval(["--env.taskset.id", TASKSET_ID, *args])
+    vf_eval(vf_eval_args(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":
