@@ -375,7 +375,7 @@ def _metric(block: dict, name: str) -> dict:
 def table_row(trajectories: Sequence[Any], metrics: dict) -> dict[str, Any]:
     """One table row from an evaluation: reward (episode return under the env's preset), format-valid rate
     (n = actions), AR on ambiguous / answerable / unanswerable samples, EX, FB, abstained, each
-    ``{"value", "n"}`` (value ``None`` with n 0 where undefined: DESIGN.md "Undefined is not zero")."""
+    ``{"value", "n"}`` (value ``None`` with n 0 where undefined: README "Design rules": undefined is not zero)."""
     rewards = [float(sum(t.reward for t in traj.turns)) for traj in trajectories]
     by_group = metrics.get("by_group") or {}
     ov = metrics.get("overall") or {}

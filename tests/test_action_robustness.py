@@ -1,4 +1,4 @@
-"""Action strings and episode state under hostile input (DESIGN "Contracts").
+"""Action strings and episode state under hostile input (README "Design rules": contracts).
 
 * Text that is not valid Unicode (a lone surrogate, raw or as a JSON ``\\ud83d`` escape, in any string of
   a JSON action) and NUL characters are malformed actions: error observation, ``format`` component, one

@@ -1,4 +1,4 @@
-"""Action parsing: the two spellings, and survival of junk (DESIGN.md "Contracts")."""
+"""Action parsing: the two spellings, and survival of junk (README "Using it")."""
 from __future__ import annotations
 
 import json

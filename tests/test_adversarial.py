@@ -1,6 +1,6 @@
 """Adversarial regressions: one minimal test per bug found by hostile testing.
 
-Each test states the contract it checks (DESIGN.md "Contracts" or the docstring of the API under test).
+Each test states the contract it checks (README "Design rules" or the docstring of the API under test).
 """
 from __future__ import annotations
 

@@ -358,7 +358,7 @@ def test_non_trajectory_input_is_a_typed_error():
 
 
 def test_metrics_module_is_pure():
-    """rewards never import envs (DESIGN.md "Data flows one way")."""
+    """rewards never import envs (README "Design rules": data flows one way)."""
     for mod in (M.__file__, Path(M.__file__).with_name("report.py")):
         tree = ast.parse(Path(mod).read_text(encoding="utf-8"))
         names = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]

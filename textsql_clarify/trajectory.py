@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-#: action types an agent can take (DESIGN.md "Contracts"); ``invalid`` marks a malformed action.
+#: action types an agent can take (README "Using it"); ``invalid`` marks a malformed action.
 ACTION_TYPES = ("sql", "clarify", "feedback", "classify", "invalid")
 
 

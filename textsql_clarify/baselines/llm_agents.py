@@ -37,7 +37,7 @@ class TransformersAgent:
             ``tokenizer=`` given.
         tokenizer: the tokenizer, when ``model`` is a loaded model object.
         max_new_tokens: most tokens generated per action (int >= 1; default 128).
-        do_sample: sample instead of greedy decoding (default False: greedy, so runs repeat; DESIGN.md
+        do_sample: sample instead of greedy decoding (default False: greedy, so runs repeat; ``docs/simulator.md``,
             "Determinism").
         temperature, top_p: sampling settings, used only with ``do_sample``.
         seed: with ``do_sample``, each generate call seeds torch's RNG with ``seed + call number`` inside

@@ -1,6 +1,6 @@
 """Parse an agent's action string into an :class:`Action`.
 
-Two spellings are accepted (DESIGN.md "Contracts"):
+Two spellings are accepted (README "Using it"; ``docs/platform.md``, "Action strings and episode state"):
 
 * JSON: ``{"type": "sql" | "clarify" | "feedback" | "classify", "content": "..."}``
 * tagged text: ``<sql>…</sql>``, ``<clarify>…</clarify>``, ``<feedback>…</feedback>``,

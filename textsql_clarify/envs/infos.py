@@ -1,6 +1,6 @@
 """The env's ``info`` in two formats: ``python`` (``None`` = undefined) and ``typed`` (fixed types per key).
 
-The env's own infos follow DESIGN "Contracts": an undefined reward component is ``None``, not 0. Gymnasium's
+The env's own infos follow README "Design rules": an undefined reward component is ``None``, not 0. Gymnasium's
 vector envs merge infos key by key and type each key's array by the first sub-env's value
 (``VectorEnv._add_info``), so ``1.0`` in one sub-env and ``None`` in the next raises ``TypeError``
 (``AsyncVectorEnv``, plain ``SyncVectorEnv``), and an ``int`` first truncates a later ``0.625``. The

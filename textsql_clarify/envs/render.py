@@ -1,7 +1,7 @@
 """Render what the agent sees: schema text, category context, dialogue history and chat messages.
 
 The same content goes into the observation's text fields and into ``info["messages"]`` (a chat list
-for LLM agents), so both views always agree (DESIGN.md "Contracts").
+for LLM agents), so both views always agree (README "Design rules": contracts).
 """
 from __future__ import annotations
 

@@ -147,7 +147,7 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
         once with :func:`merge_infos` (same result), this stays for callers of the Gymnasium method.
 
         Gymnasium types a key's array by the first value it sees, so a reward component that is
-        ``1.0`` in one sub-env and ``None`` (undefined, DESIGN "Contracts") in the next raises
+        ``1.0`` in one sub-env and ``None`` (undefined, README "Design rules") in the next raises
         ``TypeError``, and ``0.625`` after an ``int`` would be truncated silently. Here such a key's
         array becomes an ``object`` array holding every value as given; slots of sub-envs without the
         key hold ``None``. A key that is a dict in one sub-env and a plain value (``None``) in another

@@ -1,6 +1,6 @@
 """The contract between the generation pipeline and its recipes (TIDE §3.1 anchors).
 
-A **recipe** (DESIGN.md "Words") turns one **anchor** (a gold SQL over a SQLite database, with its
+A **recipe** (``docs/generation.md``) turns one **anchor** (a gold SQL over a SQLite database, with its
 question) into zero or more candidate samples, and runs its own checks on each, in a fixed order.
 Each candidate ends as :class:`Accepted` (a validated :class:`~textsql_clarify.samples.Sample`, with
 the verdict of every check it passed) or :class:`Rejected` (the first check it failed, and why). The
@@ -107,7 +107,7 @@ class GenContext:
 
 @runtime_checkable
 class Recipe(Protocol):
-    """A generation procedure (DESIGN.md "recipe").
+    """A generation procedure (``docs/generation.md``).
 
     Attributes:
         name: registry name (``drift``, ``missing_schema``, ``lexical_overlap``, ``abiss``, ``tide_chain``,

@@ -1,6 +1,6 @@
 """Drift utterances in the user's words: style templates and the words for schema elements.
 
-A drift utterance (TIDE §2.2, DESIGN.md "Words") names what the user retracts and what replaces it,
+A drift utterance (TIDE §2.2, ``docs/generation.md``) names what the user retracts and what replaces it,
 never in SQL. This module holds
 
 * the words for schema elements: :func:`column_words` (``first_name`` -> ``first name``,

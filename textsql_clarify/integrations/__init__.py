@@ -1,4 +1,4 @@
-"""Thin adapters from the env to trainers and env protocols (DESIGN.md "Layout": integrations).
+"""Thin adapters from the env to trainers and env protocols (README "Serving: OpenEnv and verifiers", "Trainer adapters").
 
 Nothing here is imported by ``import textsql_clarify``, and this package imports nothing heavy: each
 module imports its optional library (TRL, datasets, transformers, OpenEnv, verifiers) inside its

@@ -43,8 +43,8 @@ def add_components(totals: dict[str, float | None], components: dict[str, Any] |
     """Add one step's reward components to an episode's per-component sums, in place.
 
     Numeric components (bools as 0/1) are summed; a component that is ``None`` or not finite on a
-    step leaves its sum as it was (``None`` until some step defines it: DESIGN "Undefined is not
-    zero"); nested dicts (the ``components`` detail) are skipped. Used by every adapter that reports an
+    step leaves its sum as it was (``None`` until some step defines it: README "Design rules": undefined is not
+    zero); nested dicts (the ``components`` detail) are skipped. Used by every adapter that reports an
     episode's components (TRL tool env, TRL rollout, verifiers).
 
     Args:

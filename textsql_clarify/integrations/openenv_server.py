@@ -32,7 +32,7 @@ per request and close it after, so they cannot play a multi-turn episode (``/ste
 409 "call reset() before step()"); they serve inspection only.
 
 Action: the env's action string, tagged (``<sql>``, ``<clarify>``, ``<feedback>``, ``<category>``) or
-JSON ``{"type", "content"}`` (DESIGN.md "Contracts"); a malformed one gets the env's error
+JSON ``{"type", "content"}`` (README "Using it"); a malformed one gets the env's error
 observation and ``format`` component. Observation: the env's text fields (``schema`` is
 ``db_schema`` here: pydantic reserves ``schema``), counters, the phase name, ``messages`` (the chat
 for LLM agents, ``info["messages"]``), this turn's ``reward_components``, ``reward``, ``done``
@@ -40,7 +40,7 @@ for LLM agents, ``info["messages"]``), this turn's ``reward_components``, ``rewa
 sample id, turn, episode id, step count, done, and the episode reward so far (the sum of step rewards,
 as the TRL adapters count it).
 
-The server is the env's, never the reverse: no env module imports this one (DESIGN.md "Data flows one
+The server is the env's, never the reverse: no env module imports this one (README "Design rules": data flows one
 way"). Source: OpenEnv 0.3 ``Environment`` / ``create_app`` / ``EnvClient``
 (``openenv/core/env_server/interfaces.py``, ``http_server.py``, ``openenv/core/env_client.py``) and its
 environment template (``openenv/cli/templates/openenv_env``).
@@ -109,7 +109,7 @@ class NoEpisodeError(RequestError, RuntimeError):
 
 
 class TextSQLClarifyAction(Action):
-    """One action: the env's action string (tagged or JSON, DESIGN.md "Contracts")."""
+    """One action: the env's action string (tagged or JSON, README "Using it")."""
 
     action: str = Field(..., description="the action, e.g. '<clarify>Which year?</clarify>' or "
                                          "'{\"type\": \"sql\", \"content\": \"SELECT ...\"}'")

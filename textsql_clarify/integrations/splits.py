@@ -34,7 +34,7 @@ from ..samples import Sample
 __all__ = ["split_sample_ids", "split_databases", "split_counts", "database_of", "database_units",
            "select_samples", "build_training_corpus", "load_training_samples", "spec_missing_paths", "GROUPS", "SPLIT_KINDS", "PAIR_KEYS"]
 
-#: The groups a split is stratified by (DESIGN.md "Words").
+#: The groups a split is stratified by (``docs/dataset-format.md``).
 GROUPS = ("answerable", "ambiguous", "unanswerable")
 #: The ``by`` values of :func:`split_sample_ids`.
 SPLIT_KINDS = ("group", "db")

@@ -20,7 +20,7 @@ so numpy is used.
 The resampled means are exactly those of ``x[idx].mean(axis=1)`` for that index matrix (up to float
 summation order), which is the reference the tests compare with.
 
-Undefined is not zero (DESIGN.md): ``None`` entries are left out before resampling, so an interval is
+Undefined is not zero (``docs/metrics.md``, "Aggregated metrics"): ``None`` entries are left out before resampling, so an interval is
 taken over the same n as its mean; no defined value gives no interval (``None``).
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The ``decision`` reward component: was the episode's first move the right kind of move (ask, answer, refuse)?
 
 The **decision** of an episode is the type of its first well-formed action of kind ``sql``, ``clarify`` or
-``feedback`` (DESIGN "Words"). A ``<category>`` action of the classification phase is no decision (it is scored
+``feedback`` (``docs/rewards.md``). A ``<category>`` action of the classification phase is no decision (it is scored
 by ``classification``), and neither is a malformed or refused action (scored by ``format``): the decision is the
 first well-formed answer, question or refusal that follows. An episode that ends without one (two malformed
 actions in a row, or a classification and then malformed actions) made the wrong decision: ``decision`` 0 on its

