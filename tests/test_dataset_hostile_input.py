@@ -83,11 +83,13 @@ def test_deeply_nested_abiss_list_is_a_dataset_error(tmp_path):
 
 
 # -- a lone surrogate (valid JSON escape) crashed the validation cache key with UnicodeEncodeError --------
-def test_lone_surrogate_in_gold_and_id_is_flagged_not_a_crash(tmp_path):
+def test_lone_surrogate_in_gold_and_id_reads_as_a_replacement_not_a_crash(tmp_path):
     spec = _bird(tmp_path / "b", [{**BIRD_REC, "question_id": "\udc00", "SQL": "SELECT '\ud800' FROM singer"}])
     samples = load_dataset(spec)
-    assert samples[0].flags == ("gold_error",)
-    assert load_dataset(spec)[0].flags == ("gold_error",)  # and the cache reads back
+    # the loader reads the escape as U+FFFD (docs/dataset-format.md, "Text"): the gold is a valid query
+    assert samples[0].gold_sql == "SELECT '\ufffd' FROM singer" and samples[0].id.endswith("\ufffd")
+    assert samples[0].flags == ()
+    assert load_dataset(spec)[0].flags == ()  # and the cache reads back
 
 
 # -- NUL in a spec path: ValueError('embedded null byte') traceback from Path.resolve ------------------------

@@ -322,24 +322,28 @@ def _export_sft(args: argparse.Namespace) -> int:
 
 def _data(args: argparse.Namespace) -> int:
     """``data validate SPEC`` (exit 0: nothing flagged, 1: something flagged) and ``data stats SPEC``
-    (:mod:`textsql_clarify.datasets.validate`, :mod:`textsql_clarify.datasets.stats`)."""
+    (:mod:`textsql_clarify.datasets.validate`, :mod:`textsql_clarify.datasets.stats`). The text output shows
+    control characters of ids and messages as escapes (:func:`~textsql_clarify.text.terminal_safe`); ``--json``
+    keeps them exact, as JSON escapes (:func:`~textsql_clarify.text.terminal_safe_json`)."""
     from .datasets import load_dataset
     from .datasets.stats import dataset_stats, render_stats, render_validation
     from .datasets.validate import validate_samples
+    from .text import terminal_safe, terminal_safe_json
 
     spec = args.spec.strip()
     report = validate_samples(load_dataset(spec, db_root=args.db_root, validate=False), spec=spec)
     if args.data_command == "stats":
         stats = dataset_stats(report.samples)
-        print(json.dumps({"spec": spec, **stats}, indent=2) if args.json else render_stats(stats, spec))
+        print(json.dumps({"spec": spec, **stats}, indent=2) if args.json else terminal_safe(render_stats(stats, spec)))
         return 0
     if args.json:
-        print(json.dumps({"spec": spec, "n": len(report.samples), "flagged": report.n_flagged,
-                          "counts": report.counts(), "cached": report.cached,
-                          "problems": [{"sample_id": p.sample_id, "flag": p.flag, "message": p.message}
-                                       for p in report.problems]}, indent=2, ensure_ascii=False))
-    else:
-        print(render_validation(report, spec))
+        print(terminal_safe_json(json.dumps({"spec": spec, "n": len(report.samples), "flagged": report.n_flagged,
+                                             "counts": report.counts(), "cached": report.cached,
+                                             "problems": [{"sample_id": p.sample_id, "flag": p.flag,
+                                                           "message": p.message} for p in report.problems]},
+                                            indent=2, ensure_ascii=False)))
+    else:  # ids and messages come from the dataset: a control character in them is shown, not obeyed
+        print(terminal_safe(render_validation(report, spec)))
     return 1 if report.n_flagged else 0
 
 
@@ -476,17 +480,20 @@ def _report(args: argparse.Namespace) -> int:
             page = render_html(runs, by=by)
         except ImportError as e:
             raise ValueError(str(e)) from e
-        out = Path(args.output or "report.html")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(page, encoding="utf-8")
+        from .reports.output import replace_text
+
+        out = replace_text(args.output or "report.html", page)  # never a cut page over the earlier one
         print(f"wrote {out} ({len(runs)} run(s), {sum(len(r.trajectories) for r in runs)} episodes)")
         return 0
     text = render_tables(runs, args.format, by=by)
     if args.output is None:
-        sys.stdout.write(text)
+        from .text import valid_unicode
+
+        sys.stdout.write(valid_unicode(text))
     else:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(text, encoding="utf-8")
+        from .reports.output import replace_text
+
+        replace_text(args.output, text)
         print(f"wrote {args.output}")
     return 0
 

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping
 
 from .errors import DatasetError, RecordProblem
 from .taxonomy import GROUPS, PREMISE_FLAWS, SUBCATEGORIES
+from .text import loads_valid_unicode
 
 DRIFT_SUBTYPES = ("value", "constraint", "projection")
 CHAIN_VERDICTS = ("eliminated", "transformed")
@@ -517,7 +518,7 @@ def load_jsonl(path: str | os.PathLike, *, db_root: str | os.PathLike | None = N
         if not raw.strip():
             continue
         try:
-            rec = json.loads(raw)
+            rec = loads_valid_unicode(raw)  # a lone surrogate escape reads as U+FFFD (docs/dataset-format.md)
         except json.JSONDecodeError as e:
             problems.append(RecordProblem(str(path), ln, "<record>", f"invalid JSON: {e.msg} at column {e.colno}"))
             continue

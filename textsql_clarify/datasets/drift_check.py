@@ -8,7 +8,6 @@ field, before any episode runs. The queries run in the read-only sandbox; nothin
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Sequence
 
@@ -17,6 +16,7 @@ from ..errors import RecordProblem, SQLParseError
 from ..rewards.commitments import drift_subtype
 from ..rewards.execution import is_empty_result, score_execution
 from ..samples import Sample
+from ..text import loads_valid_unicode
 
 
 def _pre_gold_problem(pre_sql: str, post_sql: str, sandbox) -> str | None:
@@ -35,7 +35,7 @@ def _lines_by_id(file: str | os.PathLike) -> dict[str, int]:
     with open(file, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
             try:
-                rec = json.loads(line)
+                rec = loads_valid_unicode(line)  # the ids as the loader read them
             except ValueError:
                 continue
             if isinstance(rec, dict) and isinstance(rec.get("id"), str):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import DatasetError, RecordProblem
+from ..text import loads_valid_unicode
 
 __all__ = ["iter_jsonl"]
 
@@ -19,7 +20,8 @@ def iter_jsonl(path: Path, problems: list[RecordProblem], what: str) -> Iterator
     """``(line number, decoded value)`` for each non-blank line of a JSONL file, streamed.
 
     Lines are split on ``\n`` only and decoded one by one (a UTF-8 byte-order mark before the first line is
-    skipped), so a byte that is not UTF-8 is reported with its line. A line that is not JSON (or nested too
+    skipped), so a byte that is not UTF-8 is reported with its line; a lone surrogate escape (``\\ud800``) is read as
+    U+FFFD (:func:`textsql_clarify.text.loads_valid_unicode`). A line that is not JSON (or nested too
     deeply, or holding an integer too long to convert) is appended to ``problems`` as a
     :class:`~textsql_clarify.errors.RecordProblem` (file, line, field ``<record>``) and not yielded.
 
@@ -44,7 +46,7 @@ def iter_jsonl(path: Path, problems: list[RecordProblem], what: str) -> Iterator
             if not raw.strip():
                 continue
             try:
-                yield ln, json.loads(raw)
+                yield ln, loads_valid_unicode(raw)  # lone surrogates read as U+FFFD
             except json.JSONDecodeError as e:
                 problems.append(RecordProblem(str(path), ln, "<record>", f"invalid JSON: {e.msg} at column {e.colno}"))
             except (RecursionError, ValueError) as e:  # nesting too deep, an integer too long to convert

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from ..errors import DatasetError, RecordProblem
 from ..samples import DIFFICULTIES, Sample, sample_from_dict
+from ..text import loads_valid_unicode
 from .spider_hardness import spider_hardness
 
 
@@ -30,7 +31,8 @@ def _read_json_list(path: Path, what: str) -> list:
     if not path.is_file():
         raise DatasetError(f"{what} not found: {path}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))  # a leading byte-order mark is not an error
+        # a leading byte-order mark is not an error; a lone surrogate escape reads as U+FFFD
+        data = loads_valid_unicode(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError) as e:
         raise DatasetError(f"cannot read {what} {path}: {e}") from e
     except json.JSONDecodeError as e:

@@ -15,7 +15,6 @@ where the anchors came from and what was skipped, and why.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 from ..errors import DatasetError, RecordProblem
 from ..samples import DIFFICULTIES
+from ..text import loads_valid_unicode
 from .base import Anchor
 
 __all__ = ["AnchorList", "UNUSABLE_FLAGS", "SAME_GOLD", "load_anchors", "anchors_from_queries", "anchor_gold",
@@ -180,7 +180,7 @@ def anchors_from_queries(db: str | os.PathLike, queries: str | os.PathLike) -> A
             problems.append(RecordProblem(str(queries), ln, fld, msg))
 
         try:
-            rec: Any = json.loads(raw)
+            rec: Any = loads_valid_unicode(raw)  # a lone surrogate escape reads as U+FFFD, as in the datasets
         except (ValueError, RecursionError) as e:
             bad("<record>", f"invalid JSON: {getattr(e, 'msg', str(e)[:120])}")
             continue

@@ -24,7 +24,8 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, by: Sequenc
 
     Args:
         run_dirs: run folders, in report order (the first is the paired differences' reference).
-        out: the ``.html`` file to write (its folder is created).
+        out: the ``.html`` file to write (its folder is created); replaced whole or left as it was
+            (:func:`~textsql_clarify.reports.output.replace_text`).
         by: the breakdowns charted and tabled.
     Returns:
         The written path.
@@ -33,8 +34,6 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, by: Sequenc
     """
     from .html import render_html
 
-    page = render_html(load_runs(run_dirs), by=by)
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page, encoding="utf-8")
-    return path
+    from .output import replace_text
+
+    return replace_text(out, render_html(load_runs(run_dirs), by=by))  # whole or not at all

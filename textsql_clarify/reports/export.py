@@ -113,7 +113,46 @@ def _cell(m: dict[str, Any] | None, *, diff: bool = False) -> str:
 
 
 def _md_escape(text: Any) -> str:
+    """A cell the package formatted itself (a number, a metric name): the table's ``|`` escaped, newlines as spaces."""
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+#: characters that open or close Markdown inline syntax wherever they stand (code spans, emphasis, strikethrough,
+#: links and images); backslash-escaped (CommonMark §2.4 allows it for any ASCII punctuation). ``|`` is escaped
+#: by :func:`_md_escape`, on every cell. A table cell never starts a line, so the block markers (``#``, ``-``,
+#: ``+``, ``>``, digits) need nothing
+_MD_SPECIAL = frozenset("\\`*[]~")
+_HTML_ENTITY = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}
+
+
+def md_text(text: Any) -> str:
+    """Text from a run (a run name, a category key) as a literal Markdown table cell: ``&``, ``<``, ``>``, ``"`` as
+    HTML entities (GitHub Markdown passes raw HTML through, so ``<img onerror=...>`` would be markup), the inline
+    Markdown punctuation backslash-escaped, ``_`` too except inside a word (``a_b`` opens no emphasis, so
+    ``answerable_without_evidence`` stays readable), line breaks and other control characters as spaces.
+    Source: CommonMark spec 0.31 §2.4 (backslash escapes), §6.2 (intraword ``_``), §6.6 (raw HTML); GitHub
+    Flavored Markdown §4.10 (tables), §6.5 (strikethrough).
+
+    Args:
+        text: any value; ``str`` is applied first.
+    Returns:
+        The escaped cell text, on one line.
+    """
+    s = str(text)
+    out = []
+    for i, ch in enumerate(s):
+        if ch in _HTML_ENTITY:
+            out.append(_HTML_ENTITY[ch])
+        elif ch in _MD_SPECIAL:
+            out.append("\\" + ch)
+        elif ch == "_":
+            inside = 0 < i < len(s) - 1 and s[i - 1].isalnum() and s[i + 1].isalnum()
+            out.append("_" if inside else "\\_")
+        elif ch < " " or "\x7f" <= ch <= "\x9f" or ch in "\u2028\u2029":
+            out.append(" ")
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 def _md_table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -132,23 +171,23 @@ def to_markdown(tables: dict[str, Any]) -> str:
     board = tables["leaderboard"]
     out = ["## Leaderboard", "",
            _md_table(["run", "episodes", *board["metrics"]],
-                     [[r["run"], r["n_trajectories"], *(_cell(r["metrics"][m]) for m in board["metrics"])]
+                     [[md_text(r["run"]), r["n_trajectories"], *(_cell(r["metrics"][m]) for m in board["metrics"])]
                       for r in board["rows"]])]
     diffs = [r for r in board["rows"] if r["diff"] is not None]
     if diffs:
-        out += ["", f"## Paired differences from {board['reference']}", "",
+        out += ["", f"## Paired differences from {md_text(board['reference'])}", "",
                 _md_table(["run", *(f"Δ {m}" for m in board["metrics"])],
-                          [[r["run"], *(_cell(r["diff"][m], diff=True) for m in board["metrics"])] for r in diffs])]
+                          [[md_text(r["run"]), *(_cell(r["diff"][m], diff=True) for m in board["metrics"])] for r in diffs])]
     rows = []
     for run, t in tables["outcomes"].items():
         shares = t.get("shares") or {}
-        rows.append([run, t.get("n"), *(_cell(shares.get(o)) for o in OUTCOMES),
+        rows.append([md_text(run), t.get("n"), *(_cell(shares.get(o)) for o in OUTCOMES),
                      _cell(t.get("turns")), _cell(t.get("clarifications"))])
     out += ["", "## Outcomes", "", _md_table(["run", "episodes", *OUTCOMES, "turns", "clarifications"], rows)]
     for b, tab in tables["by"].items():
         out += ["", f"## By {b}", "",
                 _md_table([b, "run", "episodes", *tab["metrics"]],
-                          [[r["key"], r["run"], r["n_trajectories"], *(_cell(r["metrics"][m]) for m in tab["metrics"])]
+                          [[md_text(r["key"]), md_text(r["run"]), r["n_trajectories"], *(_cell(r["metrics"][m]) for m in tab["metrics"])]
                            for r in tab["rows"]])]
     return "\n".join(out) + "\n"
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import TextSQLClarifyError
+from ..text import loads_valid_unicode
 from ..trajectory import Trajectory, Turn
 
 TRAJECTORIES = "trajectories.jsonl"
@@ -75,7 +76,7 @@ def _read_json(path: Path) -> Any:
     except UnicodeDecodeError as e:
         raise ReportError(f"{path}: not UTF-8 text ({e})") from e
     try:
-        return json.loads(text)
+        return loads_valid_unicode(text)  # a lone surrogate (an older run's) reads as U+FFFD
     except json.JSONDecodeError as e:
         raise ReportError(f"{path}:{e.lineno}: not valid JSON: {e.msg} (column {e.colno})") from e
 
@@ -141,7 +142,7 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
                 if not text.strip():
                     continue
                 try:
-                    rec = json.loads(text)
+                    rec = loads_valid_unicode(text)
                 except json.JSONDecodeError as e:
                     raise ReportError(f"{path}:{line}: not valid JSON: {e.msg} (column {e.colno})") from e
                 traj = _trajectory(path, line, rec)
