@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+import signal
 import sys
 import traceback
 from typing import Any
@@ -42,8 +43,87 @@ from gymnasium.vector.vector_env import AutoresetMode
 
 from ..errors import TextSQLClarifyError
 
-__all__ = ["TextSQLClarifyAsyncVectorEnv", "compact_worker", "flatten_info", "make_async_vector_env",
-           "vector_entry_point"]
+__all__ = ["TextSQLClarifyAsyncVectorEnv", "WorkerDiedError", "compact_worker", "flatten_info",
+           "make_async_vector_env", "vector_entry_point"]
+
+class WorkerDiedError(TextSQLClarifyError, RuntimeError):
+    """A worker process of :class:`TextSQLClarifyAsyncVectorEnv` is gone (killed by a signal, or exited) while the
+    parent sent it a command or waited for its reply; Gymnasium's own path only sees a bare ``BrokenPipeError`` or
+    ``EOFError`` of the pipe. The vector env cannot go on (the sub-env's state died with it): ``close()`` it, which
+    then returns cleanly, and build a new one.
+
+    Attributes:
+        index: the sub-env's index (0-based, its position in ``env_fns``).
+        name: the worker process's name (``Worker<TextSQLClarifyAsyncVectorEnv>-<index>``).
+        pid: its process id.
+        exitcode: ``multiprocessing``'s exit code: ``-N`` for signal N, the exit status otherwise, ``None`` where
+            the process is still there but its pipe is closed.
+    Source: Python ``multiprocessing.Process.exitcode`` docs; gymnasium 1.4 ``AsyncVectorEnv``.
+    """
+
+    def __init__(self, index: int, name: str, pid: int | None, exitcode: int | None):
+        self.index, self.name, self.pid, self.exitcode = index, name, pid, exitcode
+        if exitcode is None:
+            how = "closed its pipe but has not exited"
+        elif exitcode < 0:
+            try:
+                sig = signal.Signals(-exitcode).name
+            except ValueError:
+                sig = f"signal {-exitcode}"
+            how = f"was killed by {sig} (exit code {exitcode})"
+        else:
+            how = f"exited with code {exitcode}"
+        super().__init__(f"worker {name} (pid {pid}) of sub-env {index} {how}; the vector env cannot continue: "
+                         f"close() it and make a new one")
+
+
+class _WorkerPipe:
+    """The parent's end of one worker's pipe: ``send`` / ``recv`` / ``poll`` / ``close`` of the
+    ``multiprocessing`` connection, where a broken pipe, a reset connection or an end of file (the worker is gone)
+    becomes :class:`WorkerDiedError` naming the worker; after that every use raises it again and ``closed`` is true
+    (so Gymnasium's ``close_extras`` skips it)."""
+
+    def __init__(self, conn: Any, env: "TextSQLClarifyAsyncVectorEnv", index: int):
+        self._conn, self._env, self._index = conn, env, index
+        self.dead: WorkerDiedError | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self.dead is not None or self._conn.closed
+
+    def _died(self, cause: BaseException) -> WorkerDiedError:
+        if self.dead is None:
+            self.dead = self._env._worker_died(self._index)
+            self._conn.close()
+        return self.dead
+
+    def send(self, obj: Any) -> None:
+        if self.dead is not None:
+            raise self.dead
+        try:
+            self._conn.send(obj)
+        except (BrokenPipeError, ConnectionResetError, EOFError) as e:
+            raise self._died(e) from e
+
+    def recv(self) -> Any:
+        if self.dead is not None:
+            raise self.dead
+        try:
+            return self._conn.recv()
+        except (EOFError, ConnectionResetError, BrokenPipeError) as e:
+            raise self._died(e) from e
+
+    def poll(self, timeout: float | None = 0.0) -> bool:
+        if self.dead is not None:
+            return True  # readable: the next recv says why
+        try:
+            return self._conn.poll(timeout)
+        except (EOFError, ConnectionResetError, BrokenPipeError):
+            return True
+
+    def close(self) -> None:
+        self._conn.close()
+
 
 # leaf kinds of a schema entry; "d" marks a nested dict (its children follow, one level deeper)
 _FLOAT, _INT, _BOOL, _ARRAY, _OBJECT, _DICT = "f", "i", "b", "a", "o", "d"
@@ -282,8 +362,14 @@ class TextSQLClarifyAsyncVectorEnv(AsyncVectorEnv):
     Args:
         env_fns, shared_memory, copy, context, daemon, observation_mode, autoreset_mode, max_concurrency: as
             ``gymnasium.vector.AsyncVectorEnv`` (gymnasium 1.4); ``worker`` is always :func:`compact_worker`.
+    A worker that dies (a signal such as SIGKILL from the OOM killer, a native crash) is reported as
+    :class:`WorkerDiedError` naming the worker, its pid, its exit signal or code and the sub-env index, on the call
+    that meets it and on every later call; ``close()`` then returns cleanly (the live workers are closed, the dead
+    one is reaped).
+
     Raises:
-        As ``AsyncVectorEnv``; :class:`~textsql_clarify.errors.TextSQLClarifyError` if ``worker`` is given.
+        As ``AsyncVectorEnv``; :class:`~textsql_clarify.errors.TextSQLClarifyError` if ``worker`` is given;
+        :class:`WorkerDiedError` as above.
     """
 
     def __init__(self, env_fns: Any, **kwargs: Any):
@@ -295,6 +381,51 @@ class TextSQLClarifyAsyncVectorEnv(AsyncVectorEnv):
         #: per sub-env, the strings of its text fields as last written to shared memory (decoded once each)
         self._texts: list[dict[str, str]] = [{} for _ in env_fns]
         super().__init__(env_fns, **kwargs)
+
+    # ----------------------------------------------------------------------------------- dead workers
+    def _check_spaces(self):
+        """Gymnasium's first exchange with the workers (end of ``__init__``): the pipes are wrapped first, so a
+        worker that dies at start is named too."""
+        self.parent_pipes = [p if p is None or isinstance(p, _WorkerPipe) else _WorkerPipe(p, self, i)
+                             for i, p in enumerate(self.parent_pipes)]
+        return super()._check_spaces()
+
+    def _worker_died(self, index: int) -> WorkerDiedError:
+        """The error for worker ``index``, whose pipe broke: its exit code once the process is reaped (an end of
+        file comes as the process exits, so the wait is short)."""
+        process = self.processes[index]
+        process.join(5.0)
+        self._state = AsyncState.DEFAULT  # no reply of the pending call will come
+        return WorkerDiedError(index, process.name, process.pid, process.exitcode)
+
+    def _poll_pipe_envs(self, timeout: float | None = None) -> bool:
+        """As Gymnasium's, but a dead worker's pipe raises :class:`WorkerDiedError` instead of reading as a
+        time-out."""
+        for pipe in self.parent_pipes:
+            if isinstance(pipe, _WorkerPipe) and pipe.dead is not None:
+                raise pipe.dead
+        return super()._poll_pipe_envs(timeout)
+
+    def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
+        """As ``AsyncVectorEnv.close_extras``; where a worker is dead (seen before, found now, or met while closing)
+        the live workers are terminated (SIGTERM, Gymnasium's ``terminate=True`` path) and every process is reaped,
+        and nothing is raised."""
+        gone = [i for i, p in enumerate(self.parent_pipes) if isinstance(p, _WorkerPipe)
+                and (p.dead is not None or not self.processes[i].is_alive())]
+        if not gone:
+            try:
+                super().close_extras(timeout=timeout, terminate=terminate)
+                return
+            except WorkerDiedError:  # a worker died while closing
+                pass
+        for pipe in self.parent_pipes:
+            if pipe is not None:
+                pipe.close()
+        for process in self.processes:
+            if process.is_alive():
+                process.terminate()
+        for process in self.processes:
+            process.join()
 
     # ----------------------------------------------------------------------------------- merging
     def _decode(self, payloads: list[tuple]) -> dict[str, Any]:
