@@ -11,7 +11,9 @@ The output folder (``docs/generation.md``, "The output folder"):
 
 * ``samples.jsonl``: the accepted samples in the native JSONL format, each followed by its paired original
   when it has one; a derived database's ``db_path`` is relative to the folder (``databases/...``);
-* ``databases/``: derived databases (:attr:`~.base.GenContext.work_dir`), never a source file;
+* ``databases/``: derived databases (:attr:`~.base.GenContext.work_dir`), never a source file; at the end of a
+  run those that no written sample uses are removed (:func:`_prune_databases`), and a resumed run re-runs a
+  journaled unit whose accepted sample's database was so removed (:func:`_misses_a_database`);
 * ``rejections.json``: per recipe, candidates, accepted, the per-stage table (ABISS App. B) and the most
   frequent reasons; the samples moved out by the load-time validation and the duplicates, by id;
 * ``manifest.json``: seed, recipes, models, options, anchors (source, count, skipped, digest), counts,
@@ -82,6 +84,8 @@ class GenerationReport:
         units: (recipe, anchor) units in the plan; ``resumed``: how many came from the journal.
         load_validation: the samples moved out by the load-time validation: ``{"id", "recipe", "anchor_id",
             "reasons"}`` each.
+        removed_databases: the derived databases this run removed from ``databases/`` because no written sample
+            uses them (file names, sorted; :func:`_prune_databases`).
     """
 
     out_dir: Path
@@ -92,6 +96,7 @@ class GenerationReport:
     units: int = 0
     resumed: int = 0
     load_validation: list[dict[str, Any]] = field(default_factory=list)
+    removed_databases: list[str] = field(default_factory=list)
 
     def table(self, width: int = 100) -> str:
         """The rejection table as text (:func:`~.rejections.render_rejection_table`)."""
@@ -457,6 +462,63 @@ def _council_names(council: Any) -> list[str]:
     return [str(n) for n in names]
 
 
+def _derived_paths(rec: Mapping[str, Any] | None, out_dir: Path) -> list[Path]:
+    """The files under ``out_dir/databases/`` that a journal or sample record names as its database (``db_path``
+    relative to ``out_dir``, as :func:`_record` writes it, or absolute); none for a source database."""
+    if not rec or not isinstance(rec.get("db_path"), str):
+        return []
+    p = Path(rec["db_path"])
+    p = (p if p.is_absolute() else out_dir / p).resolve()
+    return [p] if p.parent == (out_dir / DATABASES).resolve() else []
+
+
+def _misses_a_database(unit: Mapping[str, Any], out_dir: Path) -> bool:
+    """Whether a journaled unit accepted a sample (or a paired original) over a derived database that is gone: a
+    later run removed it (:func:`_prune_databases`) because that sample was not written. The unit then runs again
+    (same seed, so the same outcomes) and rebuilds it, so the load-time validation sees what it saw the first
+    time and a resumed run writes the same files."""
+    for o in unit.get("outcomes", ()):
+        acc = o.get("accepted") if isinstance(o, dict) else None
+        if isinstance(acc, dict) and any(not p.is_file() for r in (acc.get("sample"), acc.get("paired"))
+                                         for p in _derived_paths(r, out_dir)):
+            return True
+    return False
+
+
+#: what a derived database leaves in ``databases/``: the file (``derived_db.derived_name``) and a temporary copy
+#: of a build cut short (``derived_db.build_derived``: ``.<name>.tmp-<pid>-<hex>``), with SQLite's side files
+_SIDE_FILES = ("-journal", "-wal", "-shm")
+
+
+def _prune_databases(out_dir: Path, entries: Sequence[_Entry]) -> list[str]:
+    """Remove the derived databases in ``out_dir/databases/`` that no written record uses: those of candidates
+    rejected after their database was built, of duplicates and of samples moved out by the load-time validation.
+    Only files the recipes write there are touched (``*.sqlite``, the build's temporary copies and SQLite's side files); a source database is never inside that
+    folder (:func:`generate` refuses it), and any other file is left alone.
+
+    Args:
+        out_dir: the output folder (absolute).
+        entries: the records written to ``samples.jsonl``.
+    Returns:
+        The names of the files removed, sorted.
+    """
+    work = out_dir / DATABASES
+    if not work.is_dir():
+        return []
+    used = {p for e in entries for p in _derived_paths(e.rec, out_dir)}
+    removed = []
+    for p in sorted(work.iterdir()):
+        if not p.is_file() or p.is_symlink():
+            continue
+        name = p.name
+        base = next((name[: -len(s)] for s in _SIDE_FILES if name.endswith(s)), name)
+        ours = base.endswith(".sqlite") or (base.startswith(".") and ".sqlite.tmp-" in base)
+        if ours and (work / base).resolve() not in used:
+            p.unlink()
+            removed.append(name)
+    return removed
+
+
 def _clear(out_dir: Path) -> None:
     """Remove what an earlier run wrote in ``out_dir`` (only our files and our databases folder)."""
     for name in (JOURNAL, SAMPLES, REJECTIONS, MANIFEST):
@@ -602,7 +664,8 @@ def _generate_in(out: Path, anchors: Any, anchors_list: list[Anchor], built: lis
     journal = _Journal(out / JOURNAL, header, resume)
     plan = [(r, a) for r in built for a in anchors_list]
     fps = {a.id: _anchor_fp(a) for a in anchors_list}
-    todo = [(r, a) for r, a in plan if journal.done.get((r.name, a.id), {}).get("anchor_fp") != fps[a.id]]
+    todo = [(r, a) for r, a in plan if journal.done.get((r.name, a.id), {}).get("anchor_fp") != fps[a.id]
+            or _misses_a_database(journal.done[(r.name, a.id)], out)]
     resumed = len(plan) - len(todo)
     ctxs = {r.name: GenContext(work_dir=work, council=council, timeout_s=float(timeout_s), options=dict(opts))
             for r in built}
@@ -624,6 +687,7 @@ def _generate_in(out: Path, anchors: Any, anchors_list: list[Anchor], built: lis
         print(f"validating {len(entries)} samples (the load-time checks) ...", file=sys.stderr, flush=True)
     entries, moved = _validate(entries, out, tables, frozenset(keep_flags))
     _write_atomic(out / SAMPLES, "".join(json.dumps(e.rec, ensure_ascii=False) + "\n" for e in entries))
+    removed = _prune_databases(out, entries)  # after samples.jsonl names what stays
     counts = _counts(entries, built)
     from .. import __version__
 
@@ -638,5 +702,6 @@ def _generate_in(out: Path, anchors: Any, anchors_list: list[Anchor], built: lis
     _write_atomic(out / REJECTIONS, json.dumps(rejections, indent=2, ensure_ascii=False) + "\n")
     _write_atomic(out / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     return GenerationReport(out_dir=out, samples_path=out / SAMPLES, tables=[tables[r.name] for r in built],
-                            counts=counts, manifest=manifest, units=len(plan), resumed=resumed, load_validation=moved)
+                            counts=counts, manifest=manifest, units=len(plan), resumed=resumed, load_validation=moved,
+                            removed_databases=removed)
 
