@@ -412,3 +412,36 @@ def test_no_docstring_points_to_a_file_outside_the_repository():
     assert cited == []
     readme = (root.parent / "README.md").read_text("utf-8")
     assert "### Design rules" in readme  # what 'README "Design rules"' in the docstrings names
+
+
+def test_openenv_manifest_is_read_by_openenv_and_serves_the_env():
+    """``openenv.yaml`` at the repository root, read as OpenEnv's own code reads it: the app field by its
+    Daytona runtime's parser, the fields of the template ``openenv init`` writes, and the app import string
+    resolved the way ``python -m uvicorn <app>`` resolves it."""
+    from pathlib import Path
+
+    import openenv.cli
+    import yaml
+    from fastapi import FastAPI
+    from openenv.core.containers.runtime.daytona_provider import DaytonaProvider
+    from uvicorn.importer import import_from_string
+
+    import textsql_clarify
+    from textsql_clarify.integrations import openenv_server
+
+    text = (Path(textsql_clarify.__file__).parent.parent / "openenv.yaml").read_text("utf-8")
+    manifest = yaml.safe_load(text)
+    template = yaml.safe_load((Path(openenv.cli.__file__).parent / "templates" / "openenv_env" / "openenv.yaml")
+                              .read_text("utf-8"))
+    assert set(template) <= set(manifest)  # spec_version, name, type, runtime, app, port
+    assert {k: manifest[k] for k in ("spec_version", "type", "runtime")} == {
+        k: template[k] for k in ("spec_version", "type", "runtime")}
+    assert manifest["name"] and isinstance(manifest["port"], int)
+    # openenv's EnvironmentInfo takes the action and observation class names from these two fields
+    assert manifest["action"] == openenv_server.TextSQLClarifyAction.__name__
+    assert manifest["observation"] == openenv_server.TextSQLClarifyObservation.__name__
+    app = DaytonaProvider._parse_app_field(text)
+    assert app == manifest["app"] == "textsql_clarify.integrations.openenv_app:app"
+    served = import_from_string(app)
+    assert isinstance(served, FastAPI)
+    assert {"/reset", "/step", "/state", "/schema", "/health"} <= {getattr(r, "path", None) for r in served.routes}
