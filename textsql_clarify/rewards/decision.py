@@ -47,7 +47,7 @@ from typing import Any
 from ..samples import Sample
 
 __all__ = ["DECISIONS", "expected_decision", "expected_for", "decision_score", "first_decision",
-           "balanced_accuracy", "decision_recalls"]
+           "balanced_accuracy", "balanced_accuracy_ci", "decision_recalls"]
 
 #: the three decision types, in report order: answer, ask, refuse.
 DECISIONS: tuple[str, ...] = ("sql", "clarify", "feedback")
@@ -161,3 +161,42 @@ def balanced_accuracy(recalls: Mapping[str, Mapping[str, Any]] | Iterable[tuple[
     vals = [r["value"] for r in recalls.values()]
     return {"value": sum(vals) / len(vals) if vals else None, "n": sum(r["n"] for r in recalls.values()),
             "k": len(vals)}
+
+
+def balanced_accuracy_ci(hits: Iterable[float | bool], expected: Iterable[str], *, n_resamples: int = 1000,
+                         seed: int = 0, level: float = 0.95) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the balanced decision accuracy, stratified by right decision: each
+    type's episodes are resampled among themselves (their counts are the benchmark's design, not chance), with
+    :func:`~textsql_clarify.rewards.bootstrap.resample_counts` at ``seed + k`` for the k-th type of
+    :data:`DECISIONS`, and each resample's recalls are averaged.
+
+    Args:
+        hits: per episode, 1/0 (``True``/``False``): the first decision was the right one.
+        expected: per episode, its right decision (one of :data:`DECISIONS`), aligned with ``hits``.
+        n_resamples, seed, level: the bootstrap's settings (default 1,000, 0, 0.95).
+    Returns:
+        ``(lo, hi)``; ``None`` with no episode; ``(v, v)`` where every type's recall is the same in every
+        resample (each type's hits all equal).
+    Raises:
+        ValueError: lengths differ, or a right decision is outside :data:`DECISIONS`.
+    """
+    import numpy as np
+
+    from .bootstrap import _percentile_interval, resample_counts
+
+    h = np.asarray([float(x) for x in hits], dtype=float)
+    e = np.asarray(list(expected), dtype=object)
+    if e.size != h.size:
+        raise ValueError(f"hits and expected differ in length ({h.size} vs {e.size})")
+    bad = sorted({str(x) for x in e if x not in DECISIONS})
+    if bad:
+        raise ValueError(f"unknown right decision(s) {bad}; expected one of {list(DECISIONS)}")
+    if h.size == 0:
+        return None
+    strata = [(k, h[e == d]) for k, d in enumerate(DECISIONS) if (e == d).any()]
+    if all(np.all(x == x[0]) for _, x in strata):
+        v = float(np.mean([x[0] for _, x in strata]))
+        return (v, v)
+    recalls = [resample_counts(int(x.size), n_resamples=n_resamples, seed=seed + k) @ x / x.size for k, x in strata]
+    lo, hi = _percentile_interval(np.mean(np.vstack(recalls), axis=0), level)
+    return (float(lo), float(hi))

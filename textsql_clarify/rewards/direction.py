@@ -28,6 +28,8 @@ DIRECTIONS: dict[str, Direction | None] = {
     "table_recall": "higher", "table_precision": "higher", "spurious_tables": "lower",
     "column_precision": "higher", "column_recall": "higher", "cell_precision": "higher",
     "cell_recall": "higher", "cell_f1": "higher",
+    # the first decision (rewards/decision.py): accuracy and balanced accuracy
+    "DEC": "higher", "DEC_bacc": "higher",
     # the agent's
     "format_valid_rate": "higher",
 }

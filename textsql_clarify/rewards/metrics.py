@@ -41,6 +41,7 @@ from ..samples import DIFFICULTIES, DRIFT_SUBTYPES, SAMPLE_FLAGS
 from ..taxonomy import GROUPS, PREMISE_FLAWS, SUBCATEGORIES, group_of
 from ..trajectory import ACTION_TYPES, Trajectory
 from .bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_ci, bootstrap_cis, bootstrap_settings
+from .decision import balanced_accuracy_ci, expected_for, first_decision
 from .outcomes import outcome_summary
 
 OUTCOMES = ("sql", "feedback", "abstain", "truncated")
@@ -61,6 +62,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "premisesql": ("SQL_behaviour", "DET", "TYPE", "GEN", "VAL"),
     "article": ("table_recall", "table_precision", "spurious_tables", "column_precision", "column_recall",
                 "cell_precision", "cell_recall", "cell_f1"),
+    "decision": ("DEC", "DEC_bacc"),
     "agent": ("format_valid_rate",),
 }
 #: every fixed metric name, in report order.
@@ -416,6 +418,13 @@ def trajectory_metrics(t: Trajectory, *, original: bool = False) -> dict[str, fl
     * Article families (article: "Retrieval", "Output: columns and cells", "Component"): the env's
       ``scores`` as given: table/column/cell precision and recall, ``cell_f1``, ``spurious_tables`` (a
       count per episode), ``components.<set>.precision|recall``.
+    * ``DEC`` (the ``decision`` reward component's metric, ``textsql_clarify/rewards/decision.py``; ABISS §5.1):
+      1 when the episode's first decision (its first ``sql``, ``clarify`` or ``feedback`` action) is the type its
+      sample calls for (answerable: ``sql``, ambiguous: ``clarify``, unanswerable: ``feedback``), else 0 (none
+      made counts 0); ``None`` where the right type is undefined (``indistinguishable`` ambiguous samples, a
+      premise flaw on a sample that is not unanswerable). By group it is the recall of that group's decision.
+      ``DEC_bacc`` is a run-level value (``None`` per trajectory): the balanced accuracy, the mean of those
+      recalls over the types present (a constant policy scores 1 / k), computed by :func:`aggregate`.
     * ``format_valid_rate`` (ours; :func:`format_valid`): here the episode's share of actions that were
       well formed and allowed (``None`` without a turn); :func:`aggregate` pools it over actions, so its
       n there is the number of actions.
@@ -438,9 +447,23 @@ def trajectory_metrics(t: Trajectory, *, original: bool = False) -> dict[str, fl
     out.update(_tide(t))
     out.update(_premise(t, original))
     out.update(_article(t))
+    out["DEC"], out["DEC_bacc"] = _decision(t), None
     flags = _format_valid_flags(t)
     out["format_valid_rate"] = sum(flags) / len(flags) if flags else None
     return out
+
+
+def _expected(t: Trajectory) -> str | None:
+    """The right first decision of the trajectory's sample (``rewards/decision.py``), from its labels."""
+    return expected_for(t.group, t.flags, t.premise_flaw)
+
+
+def _decision(t: Trajectory) -> float | None:
+    """``DEC`` of one trajectory (:func:`trajectory_metrics`)."""
+    expected = _expected(t)
+    if expected is None:
+        return None
+    return float(first_decision(turn.action_type for turn in t.turns) == expected)
 
 
 def _sample_type(t: Trajectory) -> str | None:
@@ -518,6 +541,13 @@ def _block(rows: list[dict[str, float | None]], names: Sequence[str], trajs: Seq
     means = {m: mean(cols[m]) for m in names}  # validates the values first (MetricsError names the index)
     cis = bootstrap_cis(cols, **boot)
     out = {m: _cell(means[m], cis[m]) for m in names}
+    if "DEC_bacc" in out:  # balanced over the decision types present: not a mean of per-episode values
+        pairs = [(r["DEC"], _expected(t)) for r, t in zip(rows, trajs) if r.get("DEC") is not None]
+        hits, expected = [h for h, _ in pairs], [e for _, e in pairs]
+        recalls = {d: [h for h, e in pairs if e == d] for d in dict.fromkeys(expected)}
+        value = sum(sum(v) / len(v) for v in recalls.values()) / len(recalls) if recalls else None
+        ci = balanced_accuracy_ci(hits, expected, n_resamples=boot["n_resamples"], seed=boot["seed"])
+        out["DEC_bacc"] = {"value": value, "n": len(pairs), "ci95": None if ci is None else [ci[0], ci[1]]}
     flags = [f for t in trajs if t.protocol == "f" for f in _format_valid_flags(t)]
     out["format_valid_rate"] = _cell(mean(flags), bootstrap_ci(flags, **boot))  # pooled over actions
     return out

@@ -39,7 +39,7 @@ HEADLINE_ROWS = ("EX", "EX_suite", "FB", "abstained", "AIR", "AR", "DEA", "DRR",
                  "format_valid_rate")
 #: family key -> title of its table.
 FAMILY_TITLES = {"abiss": "ABISS", "tide": "TIDE", "premisesql": "PremiseSQL", "article": "article",
-                 "agent": "agent"}
+                 "decision": "decision", "agent": "agent"}
 #: the breakdowns the CLI prints unless told (``eval --by``).
 DEFAULT_BREAKDOWNS = ("group", "subcategory")
 #: outcome column headers of the breakdown outcome tables.
