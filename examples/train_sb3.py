@@ -26,7 +26,7 @@ Run::
     pip install "textsql-clarify[sb3,hf]"
     python examples/train_sb3.py --smoke                       # 2 tiny iterations, fake encoder, seconds
     python examples/train_sb3.py --corpus ../shared/data --per-group 150 --heldout-fraction 0.45 \\
-        --preset shaped_decision --timesteps 65536 --out runs/sb3
+        --preset shaped_decision --timesteps 20480 --out runs/sb3
 
 Options: ``--preset`` (any preset name the env accepts, default ``binary``), ``--encoder minilm|hash``,
 ``--candidates K``, ``--timesteps``, ``--seed``, ``--heldout-fraction``, ``--detailed-scores`` (for a preset
