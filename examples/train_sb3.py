@@ -29,7 +29,8 @@ Run::
         --preset shaped_decision --timesteps 20480 --out runs/sb3
 
 Options: ``--preset`` (any preset name the env accepts, default ``binary``), ``--encoder minilm|hash``,
-``--candidates K``, ``--timesteps``, ``--seed``, ``--heldout-fraction``, ``--detailed-scores`` (for a preset
+``--candidates K``, ``--timesteps``, ``--seed``, ``--heldout-fraction``, ``--split-seed``, ``--corpus DATA_ROOT``
+with ``--per-group N`` and ``--indistinguishable N``, ``--detailed-scores`` (for a preset
 that weights the env's detailed SQL scores), ``--out`` (writes ``report.json``).
 Needs the ``sb3`` extra (stable-baselines3, sb3-contrib), imported lazily; the ``minilm`` encoder needs ``hf``.
 """
