@@ -85,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="keep samples flagged 'indistinguishable' (readings that return the same rows) in the means; "
                         "by default they are left out of every mean and counted")
     _dataset_options(e)
+    _score_parser(sub)
 
     m = sub.add_parser("models", help="trainable offline models: prepare a plain checkpoint, or print its folder")
     msub = m.add_subparsers(dest="models_command", required=True)
@@ -498,6 +499,65 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _score_parser(sub: argparse._SubParsersAction) -> None:
+    """``score --dataset SPEC --predictions FILE``: the options of :func:`_score`."""
+    from .sql.variants import DEFAULT_K
+
+    c = sub.add_parser("score", help="score a file of predicted SQL (JSONL {id, sql} or one query per line in gold "
+                                     "order) through the environment, with Spider's exact-set-match (EM)")
+    c.add_argument("--dataset", required=True, help="dataset spec the predictions are for (as eval's --dataset)")
+    c.add_argument("--predictions", required=True, metavar="FILE",
+                   help="JSONL lines {\"id\": <sample id>, \"sql\": ...}, or Spider's predicted.txt: one query per "
+                        "line in the dataset's gold order (told apart by content; docs/metrics.md)")
+    c.add_argument("--out", default=None, help="folder for trajectories.jsonl, metrics.json and run.json (default: "
+                                               "runs/<dataset kind>-predictions-<file stem>)")
+    c.add_argument("--ex-mode", default="single", choices=["single", "suite"],
+                   help="'suite': also test-suite EX over --suite-k database variants (as eval's)")
+    c.add_argument("--suite-k", type=int, default=None, metavar="K",
+                   help=f"with --ex-mode suite: database variants per database (default {DEFAULT_K})")
+    c.add_argument("--suite-cache-dir", default=None, metavar="DIR", help="with --ex-mode suite: variants' folder")
+    c.add_argument("--isolation", default="in_process", choices=["in_process", "process"],
+                   help="where the SQL runs (as eval's)")
+    c.add_argument("--include-indistinguishable", action="store_true", help="as eval's")
+    c.add_argument("--by", default="group,subcategory", metavar="B1,B2", help="breakdown tables to print (as eval's)")
+    c.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    c.add_argument("--json", action="store_true", help="print metrics.json to stdout instead of the tables")
+    _dataset_options(c)
+
+
+def _score(args: argparse.Namespace) -> int:
+    """Read the predictions, replay them through the env, print eval's tables and the EM table."""
+    from .baselines.predictions import read_predictions, render_exact_match, score_predictions
+    from .datasets import load_dataset
+    from .rewards.report import parse_breakdowns, render_table
+
+    breakdowns = parse_breakdowns(args.by)
+    suite_kwargs = {}
+    if args.ex_mode == "suite":
+        if args.suite_k is not None and args.suite_k < 1:
+            raise ValueError(f"--suite-k must be >= 1, got {args.suite_k}")
+        suite_kwargs = {"ex_mode": "suite", "suite_k": args.suite_k, "suite_cache_dir": args.suite_cache_dir}
+    elif args.suite_k is not None or args.suite_cache_dir is not None:
+        raise ValueError("--suite-k and --suite-cache-dir need --ex-mode suite")
+    samples = load_dataset(args.dataset, db_root=args.db_root, validate=not args.no_validate)
+    predictions = read_predictions(args.predictions, samples)
+    stem = Path(args.predictions).stem
+    if args.out is None:
+        args.out = str(Path("runs") / f"{_dataset_kind(args.dataset)}-predictions-{_safe_name(stem)}")
+    _, metrics = score_predictions(samples, predictions, out_dir=args.out, progress=not args.no_progress,
+                                   dataset=args.dataset, name=_safe_name(stem), isolation=args.isolation,
+                                   include_indistinguishable=args.include_indistinguishable, **suite_kwargs)
+    if args.json:
+        print(json.dumps(metrics, indent=2, default=str))
+        return 0
+    print(f"dataset={args.dataset} predictions={args.predictions} episodes={len(samples)}")
+    print(render_table(metrics, breakdowns=breakdowns))
+    print()
+    print(render_exact_match(metrics))
+    print(f"wrote {Path(args.out)}: trajectories.jsonl, metrics.json and run.json")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Returns the exit status (0 ok, 2 bad input; ``data validate``: 1 when a sample is flagged)."""
     args = _parser().parse_args(argv)
@@ -518,6 +578,8 @@ def main(argv: list[str] | None = None) -> int:
             return _generate(args)
         if args.command == "report":
             return _report(args)
+        if args.command == "score":
+            return _score(args)
     except (TextSQLClarifyError, ValueError, OSError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,340 @@
+"""Score a file of predicted SQL through the env (``textsql-clarify score``), as Spider's and BIRD's
+evaluation scripts score a predictions file, plus Spider's exact-set-match (EM).
+
+Two file formats, told apart by content (:func:`read_predictions`):
+
+- **JSONL**: one ``{"id": <sample id>, "sql": <query>}`` object per line (other fields are allowed; a
+  ``db_id`` field must name the sample's database);
+- **lines**: Spider's ``predicted.txt``, one query per line in the dataset's gold order; blank lines are
+  skipped and a line may end in a tab and the database id, as Spider's evaluation script reads them.
+
+Each prediction is replayed as a one-turn SQL episode by :class:`ReplayAgent` through
+:func:`~textsql_clarify.baselines.rollout.evaluate`, so EX, EX_strict (and with ``ex_mode="suite"`` EX_suite)
+are exactly what ``textsql-clarify eval`` computes, and the same ``trajectories.jsonl``, ``metrics.json`` and
+``run.json`` are written. :func:`add_exact_match` then adds EM (:mod:`textsql_clarify.rewards.exact_match`)
+with its n and interval to ``metrics.json``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import SQLParseError, TextSQLClarifyError
+from ..samples import Sample
+
+__all__ = ["PredictionsError", "ReplayAgent", "read_predictions", "add_exact_match", "score_predictions",
+           "render_exact_match"]
+
+
+class PredictionsError(TextSQLClarifyError, ValueError):
+    """A predictions file that cannot be scored: the message names the file, the line and the field."""
+
+
+class ReplayAgent:
+    """Answers every episode with the prediction for its sample: ``{"type": "sql", "content": <sql>}``.
+
+    Not privileged: it reads the sample id from ``info["sample_id"]`` (the env's info after ``reset``) and is
+    told nothing else, so the run's ``privileged`` flag stays false. JSON carries any query text, including
+    one that holds ``</sql>``. An episode that goes on after the answer (a drift utterance) gets the same
+    query again.
+
+    Args:
+        predictions: ``{sample id: SQL}``.
+    Raises (from ``act``):
+        KeyError: the episode's sample has no prediction.
+    """
+
+    name = "predictions"
+    privileged = False
+
+    def __init__(self, predictions: Mapping[str, str]) -> None:
+        self.predictions = dict(predictions)
+
+    def begin_episode(self, sample: Sample | None) -> None:
+        """Nothing to prepare: the sample id arrives with each ``info``."""
+
+    def act(self, observation: Mapping[str, Any], info: Mapping[str, Any]) -> str:
+        """The JSON SQL action of the episode's prediction."""
+        sid = info.get("sample_id")
+        if sid not in self.predictions:
+            raise KeyError(f"no prediction for sample {sid!r}")
+        return json.dumps({"type": "sql", "content": self.predictions[sid]}, ensure_ascii=False)
+
+
+# ----------------------------------------------------------------------------------------- reading
+
+def _error(file: str, line: int | None, field: str | None, message: str) -> PredictionsError:
+    where = file + (f", line {line}" if line is not None else "") + (f", field {field!r}" if field else "")
+    return PredictionsError(f"{where}: {message}")
+
+
+def read_predictions(path: str | Path, samples: Sequence[Sample]) -> dict[str, str]:
+    """Read a predictions file (module docstring) against the dataset it predicts.
+
+    The format is told by content: a file whose first non-blank line starts with ``{`` is JSONL, any other
+    is one query per line (SQL never starts with ``{``).
+
+    Args:
+        path: the file (UTF-8).
+        samples: the dataset's samples, in gold order.
+    Returns:
+        ``{sample id: SQL}`` with one entry per sample.
+    Raises:
+        PredictionsError: the file is empty; a JSONL line is not a JSON object, lacks ``id`` or ``sql`` or has
+            one of another type, names an unknown id, repeats an id, or names another database; the ids do not
+            cover the dataset; a line file holds another number of queries than the dataset has samples, or a
+            line's tab-separated database id is not its sample's. Each names the file and the line.
+        OSError: the file cannot be read.
+
+    Source: Spider's evaluation script's reading of ``predicted.txt`` (Yu et al. 2018, the released
+    evaluation; one query per line, blank lines skipped, ``query<TAB>db_id`` accepted).
+    """
+    file = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise _error(file, None, None, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    lines = text.splitlines()
+    first = next((ln.strip() for ln in lines if ln.strip()), None)
+    if first is None:
+        raise _error(file, None, None, f"holds no prediction; the dataset has {len(samples)} samples")
+    if first.startswith("{"):
+        return _read_jsonl(file, lines, samples)
+    return _read_lines(file, lines, samples)
+
+
+def _read_jsonl(file: str, lines: list[str], samples: Sequence[Sample]) -> dict[str, str]:
+    by_id = {s.id: s for s in samples}
+    out: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for no, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise _error(file, no, None, f"not valid JSON ({e.msg} at column {e.colno}); "
+                                         "a JSONL predictions file holds one {\"id\", \"sql\"} object per line") from None
+        if not isinstance(rec, dict):
+            raise _error(file, no, None, f"must be a JSON object {{\"id\", \"sql\"}}, got {type(rec).__name__}")
+        for fld in ("id", "sql"):
+            if fld not in rec:
+                raise _error(file, no, fld, "missing")
+            if not isinstance(rec[fld], str):
+                raise _error(file, no, fld, f"must be a string, got {type(rec[fld]).__name__}")
+        sid = rec["id"]
+        if sid not in by_id:
+            example = next(iter(by_id))
+            raise _error(file, no, "id", f"unknown sample id {sid!r}: not in the dataset (its ids look like {example!r})")
+        if sid in seen:
+            raise _error(file, no, "id", f"sample id {sid!r} repeated (first on line {seen[sid]})")
+        db = rec.get("db_id")
+        if db is not None and db != by_id[sid].db_id:
+            raise _error(file, no, "db_id", f"{db!r} is not the database of sample {sid!r} ({by_id[sid].db_id!r})")
+        seen[sid] = no
+        out[sid] = rec["sql"]
+    missing = [s.id for s in samples if s.id not in out]
+    if missing:
+        shown = ", ".join(repr(m) for m in missing[:3]) + (", ..." if len(missing) > 3 else "")
+        raise _error(file, None, None, f"{len(out)} predictions for {len(samples)} samples: {len(missing)} sample(s) "
+                                       f"have none ({shown})")
+    return out
+
+
+def _read_lines(file: str, lines: list[str], samples: Sequence[Sample]) -> dict[str, str]:
+    kept = [(no, raw.strip()) for no, raw in enumerate(lines, 1) if raw.strip()]
+    if len(kept) != len(samples):
+        skipped = len(lines) - len(kept)
+        raise _error(file, None, None, f"{len(kept)} queries (one per non-blank line{f', {skipped} blank skipped' if skipped else ''}) "
+                                       f"for {len(samples)} samples: a line file must hold one query per sample, in "
+                                       f"the dataset's gold order")
+    out: dict[str, str] = {}
+    for (no, line), sample in zip(kept, samples):
+        sql = line
+        if "\t" in line:  # Spider's "query<TAB>db_id"
+            head, tail = line.rsplit("\t", 1)
+            tail = tail.strip()
+            if tail and " " not in tail:
+                if tail != sample.db_id:
+                    raise _error(file, no, "db_id", f"{tail!r} is not the database of sample {sample.id!r} "
+                                                    f"({sample.db_id!r}), the sample at this position in gold order")
+                sql = head.strip()
+        out[sample.id] = sql
+    return out
+
+
+def predictions_digest(predictions: Mapping[str, str]) -> str:
+    """First 12 hex digits of the SHA-256 of the predictions (sorted JSON): names their content in the run's
+    agent spec, so a run folder is never resumed with another file's predictions."""
+    blob = json.dumps(sorted(predictions.items()), ensure_ascii=False).encode("utf-8", "backslashreplace")
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+# ----------------------------------------------------------------------------------------- EM
+
+def _em_values(samples: Sequence[Sample], predictions: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, int]]:
+    """``({sample id: ExactMatch | None}, counts)``: ``None`` where the sample has no gold SQL or the gold
+    cannot be read (counted in ``gold_unreadable``)."""
+    from ..rewards.exact_match import exact_match, foreign_keys
+    from ..sql.schema import read_schema
+
+    facts: dict[str, tuple] = {}
+    out: dict[str, Any] = {}
+    counts = {"no_gold": 0, "gold_unreadable": 0, "pred_unreadable": 0}
+    for s in samples:
+        if not s.gold_sql:
+            out[s.id] = None
+            counts["no_gold"] += 1
+            continue
+        if s.db_path not in facts:
+            try:
+                facts[s.db_path] = (read_schema(s.db_path), foreign_keys(s.db_path))
+            except (OSError, sqlite3.Error):  # no schema: columns are resolved from the queries alone
+                facts[s.db_path] = (None, ())
+        schema, keys = facts[s.db_path]
+        try:
+            verdict = exact_match(predictions[s.id], s.gold_sql, schema, keys)
+        except SQLParseError:
+            out[s.id] = None
+            counts["gold_unreadable"] += 1
+            continue
+        counts["pred_unreadable"] += verdict.error is not None
+        out[s.id] = verdict
+    return out, counts
+
+
+def add_exact_match(metrics: dict[str, Any], trajectories: Sequence[Any], samples: Sequence[Sample],
+                    predictions: Mapping[str, str]) -> dict[str, Any]:
+    """Add Spider's exact-set-match to an eval ``metrics`` dict, in place, and return it.
+
+    ``overall["EM"]`` and each breakdown row's ``metrics["EM"]`` get ``{"value", "n", "ci95"}`` over the
+    trajectories the metrics averaged (the ``indistinguishable`` exclusion is the run's), with the run's
+    bootstrap settings; ``exact_match`` holds each component's rate the same way, and the counts of samples
+    without a gold, with a gold that cannot be read (both undefined, out of the means) and with a prediction
+    that cannot be read (a miss, as Spider scores it).
+
+    Args:
+        metrics: :func:`~textsql_clarify.rewards.metrics.aggregate`'s dict of the run.
+        trajectories: the run's trajectories (each has ``sample_id``, ``flags`` and the breakdown keys).
+        samples: the samples played.
+        predictions: ``{sample id: SQL}``.
+    Returns:
+        ``metrics``.
+    Raises:
+        KeyError: a trajectory's sample has no prediction.
+
+    Source: Yu et al. 2018 (Spider), §Evaluation Metrics (Exact Matching); intervals as in
+    :mod:`textsql_clarify.rewards.bootstrap`.
+    """
+    from ..rewards.bootstrap import bootstrap_cis
+    from ..rewards.exact_match import COMPONENTS
+    from ..rewards.metrics import BREAKDOWNS, INDISTINGUISHABLE, _key  # _key: a trajectory's row, as aggregate keys it
+
+    verdicts, counts = _em_values(samples, predictions)
+    boot = metrics.get("bootstrap") or {}
+    settings = {"seed": boot.get("seed", 0), "n_resamples": boot.get("n_resamples", 1000)}
+    keep = [t for t in trajectories
+            if metrics.get("include_indistinguishable") or INDISTINGUISHABLE not in (t.flags or ())]
+
+    def cells(trajs: Sequence[Any]) -> dict[str, dict[str, Any]]:
+        cols: dict[str, list] = {"EM": []}
+        for c in COMPONENTS:
+            cols[c] = []
+        for t in trajs:
+            v = verdicts[t.sample_id]
+            cols["EM"].append(None if v is None else float(v.match))
+            for c in COMPONENTS:
+                cols[c].append(None if v is None else float(v.components[c]))
+        cis = bootstrap_cis(cols, **settings)
+        out = {}
+        for name, values in cols.items():
+            defined = [x for x in values if x is not None]
+            out[name] = {"value": sum(defined) / len(defined) if defined else None, "n": len(defined),
+                         "ci95": None if cis[name] is None else [cis[name][0], cis[name][1]]}
+        return out
+
+    whole = cells(keep)
+    metrics["overall"]["EM"] = whole["EM"]
+    metrics["exact_match"] = {
+        "source": "Yu et al. 2018 (Spider), Evaluation: exact-set-match, values ignored (docs/metrics.md)",
+        "components": {c: whole[c] for c in COMPONENTS},
+        **counts,
+    }
+    for b in BREAKDOWNS:
+        rows = metrics.get(f"by_{b}") or {}
+        for k, row in rows.items():
+            part = [t for t in keep if _key(t, b) == k]
+            row.setdefault("metrics", {})["EM"] = cells(part)["EM"]
+    return metrics
+
+
+def render_exact_match(metrics: Mapping[str, Any]) -> str:
+    """Plain-text table of EM and its components (value, 95 % interval, n), then EM and EX by difficulty.
+
+    Args:
+        metrics: a dict :func:`add_exact_match` filled.
+    Returns:
+        The lines, joined by ``"\\n"``, every line under 100 columns.
+    """
+    from ..rewards.report import format_ci, format_mean, format_value
+
+    em = metrics["exact_match"]
+    lines = ["Exact-set-match (Spider, Yu et al. 2018; values ignored)",
+             f"{'component':<18} {'value':>6}  {'95% CI':<16} {'n':>6}"]
+    for name, cell in [("EM", metrics["overall"]["EM"]), *em["components"].items()]:
+        lines.append(f"{name:<18} {format_value(cell):>6}  {format_ci(cell):<16} {cell['n']:>6}")
+    notes = [f"{em[k]} {label}" for k, label in (("pred_unreadable", "predictions unreadable (scored as misses)"),
+                                                 ("gold_unreadable", "golds unreadable (left out)"),
+                                                 ("no_gold", "samples without gold SQL (left out)")) if em.get(k)]
+    if notes:
+        lines.append("; ".join(notes))
+    rows = metrics.get("by_difficulty") or {}
+    if len(rows) > 1 or (rows and "unknown" not in rows):
+        lines.append("")
+        lines.append(f"{'difficulty':<12} {'EM':<18} {'EX':<18}")
+        lines.append(f"{'overall':<12} {format_mean(metrics['overall']['EM']):<18} "
+                     f"{format_mean(metrics['overall'].get('EX')):<18}")
+        for k, row in rows.items():
+            m = row.get("metrics", {})
+            lines.append(f"{k:<12} {format_mean(m.get('EM')):<18} {format_mean(m.get('EX')):<18}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------- scoring
+
+def score_predictions(samples: Sequence[Sample], predictions: Mapping[str, str], *, out_dir: str | Path | None = None,
+                      seed: int = 0, progress: bool = True, dataset: str | None = None, name: str = "predictions",
+                      **env_kwargs: Any) -> tuple[list, dict[str, Any]]:
+    """Replay every prediction through the env and aggregate, with EM.
+
+    Args:
+        samples: the dataset's samples, in gold order.
+        predictions: ``{sample id: SQL}``, one per sample (:func:`read_predictions`).
+        out_dir: where ``trajectories.jsonl``, ``metrics.json`` and ``run.json`` go (as ``eval`` writes them;
+            ``metrics.json`` is then rewritten with EM), or ``None``.
+        seed, progress, dataset: as :func:`~textsql_clarify.baselines.rollout.evaluate`.
+        name: the predictions' name in the run's agent spec (``predictions:<name>@<digest>``).
+        env_kwargs: env options (``ex_mode``, ``suite_k``, ``isolation``, ...), as for ``evaluate``.
+    Returns:
+        ``(trajectories, metrics)``; metrics as ``evaluate`` returns them plus :func:`add_exact_match`'s fields.
+    Raises:
+        PredictionsError: a sample has no prediction.
+        Whatever :func:`~textsql_clarify.baselines.rollout.evaluate` raises.
+    """
+    from ..reports.output import replace_text
+    from .rollout import evaluate
+
+    missing = [s.id for s in samples if s.id not in predictions]
+    if missing:
+        raise PredictionsError(f"{len(missing)} sample(s) have no prediction, e.g. {missing[0]!r}")
+    spec = f"predictions:{name}@{predictions_digest({s.id: predictions[s.id] for s in samples})}"
+    trajs, metrics = evaluate(samples, ReplayAgent(predictions), seed=seed, out_dir=out_dir, progress=progress,
+                              agent_spec=spec, dataset=dataset, **env_kwargs)
+    add_exact_match(metrics, trajs, samples, predictions)
+    if out_dir is not None:
+        replace_text(Path(out_dir) / "metrics.json", json.dumps(metrics, indent=2, ensure_ascii=False, default=str) + "\n")
+    return trajs, metrics
