@@ -21,7 +21,7 @@ import socket
 import traceback
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..errors import TextSQLClarifyError
 from ..samples import Sample
@@ -223,8 +223,8 @@ class EpisodeWorker:
         return socket.gethostname()
 
     def run(self, chunk: list[tuple[int, str]], seed: int) -> dict:
-        """Play the episodes of ``chunk`` (``(index, sample_id)`` pairs; contiguous indices when
-        ``num_envs > 1``), episode ``i`` with reset seed ``seed + i``.
+        """Play the episodes of ``chunk`` (``(index, sample_id)`` pairs), episode ``i`` with reset seed
+        ``seed + i``.
 
         Returns:
             ``{"trajectories": [...]}`` in chunk order, or, when an episode raised,
@@ -247,12 +247,10 @@ class EpisodeWorker:
                     current = (i, sid)
                     out.append(run_episode(self.env, self.agent, index=i, seed=seed + i))
                 return {"trajectories": out}
-            first = chunk[0][0]
-            part = self.samples[first:first + len(chunk)]
             current = None  # lockstep plays the chunk at once; the agent's notes name the sample
-            return {"trajectories": run_lockstep(part, self.agent, num_envs=self.num_envs, seed=seed + first,
-                                                 simulator=self.simulator, feedback_judge=self.judge,
-                                                 **self.env_kwargs)}
+            return {"trajectories": run_lockstep(self.samples, self.agent, num_envs=self.num_envs, seed=seed,
+                                                 indices=[i for i, _ in chunk], simulator=self.simulator,
+                                                 feedback_judge=self.judge, **self.env_kwargs)}
         except Exception as e:  # reported to the driver, which raises RayEpisodeError
             if current is None:  # lockstep: find the failing sample by replaying the chunk one at a time
                 current = self._locate(chunk, seed)
@@ -306,11 +304,11 @@ def _chunks(n: int, num_actors: int, chunk_size: int | None) -> list[range]:
     return [range(a, min(a + chunk_size, n)) for a in range(0, n, chunk_size)]
 
 
-def _raise_failure(err: dict, chunk: range, samples: Sequence[Sample], actor: int) -> None:
+def _raise_failure(err: dict, chunk: Sequence[int], samples: Sequence[Sample], actor: int) -> None:
     """Raise :class:`RayEpisodeError` for an actor's ``{"error": ...}`` report."""
     ids = [samples[i].id for i in chunk]
     where = (f"sample {err['sample_id']} (episode {err['index']})" if err["sample_id"] is not None
-             else f"one of samples {ids[0]} .. {ids[-1]} (episodes {chunk.start}..{chunk.stop - 1}, played in lockstep)")
+             else f"one of samples {ids[0]} .. {ids[-1]} (episodes {chunk[0]}..{chunk[-1]}, played in lockstep)")
     notes = "".join(f"\n  {n}" for n in err["notes"])
     raise RayEpisodeError(
         f"{where} failed on Ray actor {actor} (host {err['host']}): {err['type']}: {err['message']}{notes}\n"
@@ -321,7 +319,9 @@ def _raise_failure(err: dict, chunk: range, samples: Sequence[Sample], actor: in
 
 def run_ray(samples: Sequence[Sample], agent: Any, *, seed: int = 0, num_envs: int = 1, bar: Any = None,
             address: str | None = None, num_actors: int | None = None, chunk_size: int | None = None,
-            actor_cpus: float = 1.0, **env_kwargs: Any) -> list[Trajectory]:
+            actor_cpus: float = 1.0, indices: Sequence[int] | None = None,
+            on_done: Callable[[list[tuple[int, Trajectory]]], None] | None = None,
+            **env_kwargs: Any) -> list[Trajectory]:
     """Play one episode per sample on a pool of Ray actors; return the trajectories in sample order.
 
     Args:
@@ -338,10 +338,13 @@ def run_ray(samples: Sequence[Sample], agent: Any, *, seed: int = 0, num_envs: i
             one per chunk.
         chunk_size: episodes per task (``None``: about four tasks per actor, at most :data:`MAX_CHUNK`).
         actor_cpus: CPUs each actor reserves (Ray's ``num_cpus``; > 0).
+        indices: the episodes to play (``None``: all); episode ``i`` stays sample ``i`` with seed ``seed + i``,
+            so a resumed run plays the ones it lacks as a full run would.
+        on_done: called with each chunk's ``(index, trajectory)`` pairs as it comes back (the run journal's batch).
         env_kwargs: :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` options (``simulator`` as a spec,
             such as ``"rule"`` or ``"transformers"``, so that each actor builds its own user).
     Returns:
-        The trajectories, in sample order.
+        The trajectories, in sample order (in ``indices`` order when given).
     Raises:
         RayUnavailableError: Ray is not installed. ValueError: bad ``num_actors``, ``chunk_size``,
         ``actor_cpus`` or ``num_envs``. RayEpisodeError: an episode raised in an actor, or an actor
@@ -356,7 +359,8 @@ def run_ray(samples: Sequence[Sample], agent: Any, *, seed: int = 0, num_envs: i
     if isinstance(actor_cpus, bool) or not isinstance(actor_cpus, (int, float)) or not actor_cpus > 0:
         raise ValueError(f"actor_cpus must be a number > 0, got {actor_cpus!r}")
     samples = list(samples)
-    if not samples:
+    order = list(range(len(samples))) if indices is None else [int(i) for i in indices]
+    if not order:
         return []
     started = init_ray(address)
     actors: list = []
@@ -364,7 +368,7 @@ def run_ray(samples: Sequence[Sample], agent: Any, *, seed: int = 0, num_envs: i
         total = float(ray.cluster_resources().get("CPU", 1.0))
         if num_actors is None:
             num_actors = max(1, int(total // actor_cpus))
-        chunks = _chunks(len(samples), num_actors, chunk_size)
+        chunks = [[order[j] for j in r] for r in _chunks(len(order), num_actors, chunk_size)]
         num_actors = min(num_actors, len(chunks))
         if num_actors * actor_cpus > total:
             warnings.warn(f"{num_actors} Ray actors of {actor_cpus} CPU each need {num_actors * actor_cpus:g} CPUs, "
@@ -373,7 +377,7 @@ def run_ray(samples: Sequence[Sample], agent: Any, *, seed: int = 0, num_envs: i
         samples_ref, agent_ref = ray.put(samples), ray.put(agent)
         actors = [worker_cls.remote(samples_ref, agent_ref, dict(env_kwargs), num_envs, _package_root())
                   for _ in range(num_actors)]
-        trajs: list[Trajectory | None] = [None] * len(samples)
+        trajs: dict[int, Trajectory] = {}
         todo = list(range(len(chunks)))[::-1]  # chunk numbers, popped from the end in order
         in_flight: dict[Any, tuple[int, int]] = {}  # object ref -> (actor, chunk number)
 
@@ -405,8 +409,8 @@ def run_ray(samples: Sequence[Sample], agent: Any, *, seed: int = 0, num_envs: i
                 cause = getattr(e, "cause", None) or e
                 raise RayEpisodeError(
                     f"Ray actor {k} failed while holding samples {ids[0]} .. {ids[-1]} (episodes "
-                    f"{chunks[c].start}..{chunks[c].stop - 1}): {cause}",
-                    sample_id=ids[0] if len(ids) == 1 else None, index=chunks[c].start if len(ids) == 1 else None,
+                    f"{chunks[c][0]}..{chunks[c][-1]}): {cause}",
+                    sample_id=ids[0] if len(ids) == 1 else None, index=chunks[c][0] if len(ids) == 1 else None,
                     sample_ids=ids) from e
             if "error" in result:
                 _raise_failure(result["error"], chunks[c], samples, k)
@@ -415,11 +419,13 @@ def run_ray(samples: Sequence[Sample], agent: Any, *, seed: int = 0, num_envs: i
                     raise RayEpisodeError(f"Ray actor {k} returned sample {t.sample_id} for episode {i} "
                                           f"({samples[i].id})", sample_id=samples[i].id, index=i)
                 trajs[i] = t
+            if on_done is not None:
+                on_done([(i, trajs[i]) for i in chunks[c]])
             if bar is not None:
                 bar.update(len(chunks[c]))
             if todo:
                 submit(k)
-        return trajs  # type: ignore[return-value]
+        return [trajs[i] for i in order]
     finally:
         for a in actors:
             try:

@@ -6,7 +6,7 @@ import json
 import numbers
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from tqdm import tqdm
 
@@ -75,6 +75,8 @@ def run_episode(env: Any, agent: Any, *, sample_id: str | None = None, index: in
 
 
 def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: int = 0, bar: Any = None,
+                 indices: Sequence[int] | None = None,
+                 on_done: Callable[[list[tuple[int, Trajectory]]], None] | None = None,
                  **env_kwargs: Any) -> list[Trajectory]:
     """Play one episode per sample on ``num_envs`` envs in lockstep; each turn's clarifications from all
     envs go to the shared simulated user in one ``respond(batch)``.
@@ -96,10 +98,14 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
         num_envs: envs played at once (>= 1).
         seed: reset seed of the first episode.
         bar: an optional tqdm bar, advanced by one per finished episode.
+        indices: the episodes to play, in order (``None``: all of them); episode ``i`` is still sample ``i``
+            with seed ``seed + i``, so a resumed run plays the episodes it lacks as a full run would.
+        on_done: called once per turn with the ``(index, trajectory)`` pairs of the episodes that ended in it
+            (the run journal's batch).
         env_kwargs: :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` options; the simulator and the FB
             judge are built once and shared.
     Returns:
-        The trajectories, in sample order.
+        The trajectories, in sample order (in ``indices`` order when given).
     Raises:
         ValueError: ``num_envs`` below 1.
         TypeError: the agent has no ``fork`` and cannot be deep-copied.
@@ -113,7 +119,8 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
     num_envs = _check_num_envs(num_envs)
     sim = make_simulator(env_kwargs.pop("simulator", "rule"))
     judge = env_kwargs.pop("feedback_judge", None) or default_judge()
-    n_envs = min(num_envs, len(samples)) or 1
+    order = list(range(len(samples))) if indices is None else [int(i) for i in indices]
+    n_envs = min(num_envs, len(order)) or 1
     envs = [TextSQLClarifyEnv(samples=samples, simulator=sim, feedback_judge=judge, **env_kwargs)
             for _ in range(n_envs)]
     batched = callable(getattr(agent, "act_batch", None))
@@ -126,15 +133,16 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
                         f"deep-copied ({e}); give it a fork(k) method that returns the agent for env k "
                         f"(sharing any model it holds)") from e
     try:
-        trajs: list[Trajectory | None] = [None] * len(samples)
+        trajs: dict[int, Trajectory] = {}
         live: dict[int, list] = {}  # env slot -> [episode index, obs, info, turns taken]
-        nxt = 0
-        while nxt < len(samples) or live:
+        nxt = 0  # position in order
+        while nxt < len(order) or live:
             for k in range(n_envs):
-                if k not in live and nxt < len(samples):
-                    obs, info = envs[k].reset(seed=seed + nxt, options={"index": nxt})
+                if k not in live and nxt < len(order):
+                    i = order[nxt]
+                    obs, info = envs[k].reset(seed=seed + i, options={"index": i})
                     agents[k].begin_episode(envs[k].current_sample if getattr(agents[k], "privileged", False) else None)
-                    live[k] = [nxt, obs, info, 0]
+                    live[k] = [i, obs, info, 0]
                     nxt += 1
             results: dict[int, tuple] = {}
             pending = []
@@ -163,17 +171,21 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
                     results[k] = out
             for (k, _), out in zip(pending, answer_clarifications(sim, [(envs[k], req) for k, req in pending])):
                 results[k] = out
+            finished: list[tuple[int, Trajectory]] = []
             for k, (obs, _reward, terminated, truncated, info) in results.items():
                 if terminated or truncated:
-                    trajs[live.pop(k)[0]] = info["trajectory"]
+                    finished.append((live.pop(k)[0], info["trajectory"]))
                     if bar is not None:
                         bar.update(1)
                 else:
                     live[k][1], live[k][2] = obs, info
+            trajs.update(finished)
+            if finished and on_done is not None:
+                on_done(finished)
     finally:
         for e in envs:  # their sandboxes and, with isolation="process", their worker processes
             e.close()
-    return trajs  # type: ignore[return-value]
+    return [trajs[i] for i in order]
 
 
 def paired_original_ids(samples: Sequence[Sample]) -> set[str] | None:
@@ -196,8 +208,8 @@ def paired_original_ids(samples: Sequence[Sample]) -> set[str] | None:
 def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: str | os.PathLike | None = None,
              progress: bool = True, num_envs: int = 1, agent_spec: str | None = None,
              include_indistinguishable: bool = False, backend: str = "local", ray_address: str | None = None,
-             ray_actors: int | None = None, dataset: str | None = None,
-             **env_kwargs: Any) -> tuple[list[Trajectory], dict]:
+             ray_actors: int | None = None, dataset: str | None = None, resume: bool | None = None,
+             agent_options: dict[str, Any] | None = None, **env_kwargs: Any) -> tuple[list[Trajectory], dict]:
     """Run ``agent`` once on every sample, in order, and aggregate.
 
     Args:
@@ -205,8 +217,14 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
         agent: the agent, or a spec string for :func:`~textsql_clarify.baselines.agents.make_agent`
             (``"oracle"``, ``"no-clarify"``, ``"random"`` (seeded with ``seed``), ``"hf:PATH"`` ...).
         seed: reset seed of the first episode (episode i uses ``seed + i``).
-        out_dir: if given, write ``trajectories.jsonl``, ``metrics.json`` and ``run.json`` (what ran:
-            :func:`run_info`) there (created if needed).
+        out_dir: if given, write ``trajectories.jsonl``, ``metrics.json``, ``timings.jsonl`` and ``run.json``
+            (what ran: :func:`run_info`, plus ``episodes_resumed``) there (created if needed), atomically and
+            resumably (:mod:`~textsql_clarify.baselines.run_journal`): each finished episode goes to
+            ``journal.jsonl`` as it ends (fsynced per batch); the final files are written to temporary names and
+            renamed over the old ones, then the journal is removed. ``trajectories.jsonl`` holds no wall-clock
+            field (each SQL turn's ``elapsed_s`` is in ``timings.jsonl``), so a resumed run writes it and
+            ``metrics.json`` byte for byte as an uninterrupted run does. The returned trajectories are then the
+            records as they read back from JSON, timings included.
         progress: show a tqdm progress bar.
         num_envs: episodes played at once (:func:`run_lockstep`); their clarifications reach the
             simulated user in one batch, which a transformers user answers in one padded call per
@@ -226,11 +244,20 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
             (``None``: ``RAY_ADDRESS``, else a new local instance); unused when Ray is already initialised.
         ray_actors: ``backend="ray"``: actors in the pool (``None``: one per cluster CPU).
         dataset: the dataset spec the samples came from (the CLI's ``--dataset``), recorded in ``run.json``.
+        resume: with ``out_dir``: ``None`` (default) continues a journal of the same configuration
+            (:func:`~textsql_clarify.baselines.run_journal.run_config`: samples, dataset, agent, seed, preset
+            and every env option) and plays only the episodes it lacks, starts a run where there is none, and
+            refuses one of another configuration; ``True`` also refuses a folder with no journal; ``False``
+            discards any journal and starts over.
+        agent_options: how the agent was built beyond its spec (the CLI's ``--max-new-tokens``, ``--device``),
+            part of the configuration a journal is resumed under.
         env_kwargs: passed to :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` (``limit`` keeps the first
             ``limit`` samples).
 
     Raises:
         FileExistsError: ``out_dir`` is an existing file (checked before any episode runs).
+        RunFolderError: ``out_dir`` holds the journal of another configuration (or, with ``resume=True``, none),
+            or another eval is writing to it.
         ValueError: ``num_envs`` below 1, an unknown ``backend``.
         RayUnavailableError: ``backend="ray"`` without Ray installed (``pip install 'textsql-clarify[ray]'``).
         RayEpisodeError: ``backend="ray"`` and an episode raised in an actor (the message names the sample).
@@ -242,7 +269,7 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
         plus a ``run`` block ``{"agent": spec or name, "privileged": bool}``; ``privileged`` true marks a run
         whose agent was given each episode's sample (the gold), so its scores are no model's.
     """
-    from ..envs.env import TextSQLClarifyEnv, episode_samples
+    from ..envs.env import episode_samples
 
     samples = episode_samples("", samples, env_kwargs.pop("limit", None))
     if not samples:  # as the env says it, for every backend (Ray returned empty metrics for limit=0)
@@ -257,60 +284,112 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
     if backend == "ray":
         from .ray_runner import import_ray
         import_ray()  # a missing Ray fails before any folder is made
-    created: list[Path] = []
-    if out_dir is not None:  # fail before the run, not after it
-        if Path(out_dir).exists() and not Path(out_dir).is_dir():
-            raise FileExistsError(f"output folder {out_dir} exists and is not a folder")
-        created = [p for p in (Path(out_dir), *Path(out_dir).parents) if not p.exists()]
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
     num_envs = _check_num_envs(num_envs)
-    bar = tqdm(total=len(samples), desc=f"eval {getattr(agent, 'name', 'agent')}", unit="ep", disable=not progress)
-    try:
-        with bar:
-            if backend == "ray":
-                from .ray_runner import run_ray
-                trajs = run_ray(samples, agent, seed=seed, num_envs=num_envs, bar=bar, address=ray_address,
-                                num_actors=ray_actors, **env_kwargs)
-            elif num_envs > 1:
-                trajs = run_lockstep(samples, agent, num_envs=num_envs, seed=seed, bar=bar, **env_kwargs)
-            else:
-                env = TextSQLClarifyEnv(samples=samples, **env_kwargs)
-                trajs = []
-                try:
-                    for i in range(len(samples)):
-                        trajs.append(run_episode(env, agent, index=i, seed=seed + i))
-                        bar.update(1)
-                finally:
-                    env.close()  # its sandboxes and, with isolation="process", its worker processes
-    except BaseException:
-        for p in created:  # a run that failed (a bad option, a model that cannot load) leaves no empty folder
-            try:
-                p.rmdir()  # only an empty folder this call made
-            except OSError:
-                break
-        raise
     run = {"agent": agent_spec if agent_spec is not None else str(getattr(agent, "name", type(agent).__name__)),
            "privileged": bool(getattr(agent, "privileged", False))}
     originals = paired_original_ids(samples)
     if out_dir is None:
+        trajs = _play(samples, agent, range(len(samples)), seed=seed, num_envs=num_envs, backend=backend,
+                      ray_address=ray_address, ray_actors=ray_actors, progress=progress, env_kwargs=env_kwargs)
         return trajs, {**aggregate(trajs, original_ids=originals, include_indistinguishable=include_indistinguishable),
                        "run": run}
+    from .run_journal import TIMINGS, EvalJournal, exclusive_folder, replace_files, run_config, split_timing
+
     out = Path(out_dir)
-    with open(out / "trajectories.jsonl", "w", encoding="utf-8") as fh:
-        for t in trajs:
-            # ASCII escapes: a lone surrogate from an agent's output cannot break the file
-            fh.write(json.dumps(t.to_dict(), ensure_ascii=True, default=str) + "\n")
-    metrics = {**aggregate(trajs, original_ids=originals, include_indistinguishable=include_indistinguishable),
-               "run": run}
-    with open(out / "metrics.json", "w", encoding="utf-8") as fh:
-        json.dump(metrics, fh, indent=2, ensure_ascii=False)
-        fh.write("\n")
-    info = run_info(run, dataset=dataset, seed=seed, backend=backend, num_envs=num_envs, n_samples=len(samples),
-                    env_kwargs=env_kwargs)
-    with open(out / "run.json", "w", encoding="utf-8") as fh:
-        json.dump(info, fh, indent=2, ensure_ascii=False, default=str)
-        fh.write("\n")
+    if out.exists() and not out.is_dir():  # fail before the run, not after it
+        raise FileExistsError(f"output folder {out_dir} exists and is not a folder")
+    created = [p for p in (out, *out.parents) if not p.exists()]
+    out.mkdir(parents=True, exist_ok=True)
+    config = run_config(samples, dataset=dataset, agent=run["agent"], privileged=run["privileged"], seed=seed,
+                        backend=backend, num_envs=num_envs, include_indistinguishable=include_indistinguishable,
+                        env_kwargs=env_kwargs, agent_options=agent_options)
+    journal = None
+    try:
+        with exclusive_folder(out):
+            journal = EvalJournal(out, config, [s.id for s in samples], resume=resume)
+            todo = [i for i in range(len(samples)) if i not in journal.done]
+
+            def journaled(batch: list[tuple[int, Trajectory]]) -> None:
+                for i, t in batch:
+                    journal.add(i, t)
+                journal.sync()  # one fsync per batch of finished episodes
+
+            _play(samples, agent, todo, seed=seed, num_envs=num_envs, backend=backend, ray_address=ray_address,
+                  ray_actors=ray_actors, progress=progress, env_kwargs=env_kwargs, on_done=journaled,
+                  initial=journal.resumed)
+            records = [journal.done[i] for i in range(len(samples))]
+            trajs = [Trajectory.from_dict(r) for r in records]  # fresh and journaled episodes read alike
+            metrics = {**aggregate(trajs, original_ids=originals,
+                                   include_indistinguishable=include_indistinguishable), "run": run}
+            parts = [split_timing(r) for r in records]
+            info = run_info(run, dataset=dataset, seed=seed, backend=backend, num_envs=num_envs,
+                            n_samples=len(samples), env_kwargs=env_kwargs)
+            info["episodes_resumed"] = journal.resumed
+            # ASCII escapes in the JSONL files: a lone surrogate from an agent's output cannot break them
+            replace_files(out, {
+                "trajectories.jsonl": _jsonl_bytes(rest for rest, _ in parts),
+                TIMINGS: _jsonl_bytes(timing for _, timing in parts),
+                "metrics.json": _json_bytes(metrics),
+                "run.json": _json_bytes(info),
+            })
+            journal.remove()  # the run is whole: the next eval here starts over
+    except BaseException:
+        if journal is not None:
+            journal.close()
+            if not journal.done:  # nothing played: the run leaves no journal, and no folder it made
+                journal.path.unlink(missing_ok=True)
+        for p in created:  # a run that failed before any episode (a bad option, a model that cannot load)
+            try:           # leaves no empty folder
+                p.rmdir()  # only an empty folder this call made
+            except OSError:
+                break
+        raise
     return trajs, metrics
+
+
+def _jsonl_bytes(records: Any) -> bytes:
+    """One ASCII JSON line per record (trajectories.jsonl, timings.jsonl)."""
+    return "".join(json.dumps(r, ensure_ascii=True) + "\n" for r in records).encode("ascii")
+
+
+def _json_bytes(obj: Any) -> bytes:
+    """``obj`` as indented UTF-8 JSON with a final newline (metrics.json, run.json); a lone surrogate, which
+    UTF-8 cannot encode, is written as a backslash escape instead of failing the write."""
+    return (json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n").encode("utf-8", "backslashreplace")
+
+
+def _play(samples: Sequence[Sample], agent: Any, indices: Sequence[int], *, seed: int, num_envs: int, backend: str,
+          ray_address: str | None, ray_actors: int | None, progress: bool, env_kwargs: dict,
+          on_done: Callable[[list[tuple[int, Trajectory]]], None] | None = None, initial: int = 0) -> list[Trajectory]:
+    """Play episodes ``indices`` (episode ``i``: sample ``i``, reset seed ``seed + i``) on the chosen runner
+    (Ray, lockstep or one env), with a tqdm bar over all samples that starts at ``initial``; ``on_done`` gets
+    each batch of finished ``(index, trajectory)`` pairs. Returns the trajectories in ``indices`` order."""
+    from ..envs.env import TextSQLClarifyEnv
+
+    indices = list(indices)
+    bar = tqdm(total=len(samples), initial=initial, desc=f"eval {getattr(agent, 'name', 'agent')}", unit="ep",
+               disable=not progress)
+    with bar:
+        if not indices:
+            return []
+        if backend == "ray":
+            from .ray_runner import run_ray
+            return run_ray(samples, agent, seed=seed, num_envs=num_envs, bar=bar, address=ray_address,
+                           num_actors=ray_actors, indices=indices, on_done=on_done, **env_kwargs)
+        if num_envs > 1:
+            return run_lockstep(samples, agent, num_envs=num_envs, seed=seed, bar=bar, indices=indices,
+                                on_done=on_done, **env_kwargs)
+        env = TextSQLClarifyEnv(samples=samples, **env_kwargs)
+        trajs = []
+        try:
+            for i in indices:
+                trajs.append(run_episode(env, agent, index=i, seed=seed + i))
+                bar.update(1)
+                if on_done is not None:
+                    on_done([(i, trajs[-1])])  # a batch of one episode
+        finally:
+            env.close()  # its sandboxes and, with isolation="process", their worker processes
+        return trajs
 
 
 def _spec_name(value: Any) -> Any:

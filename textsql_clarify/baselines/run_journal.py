@@ -1,0 +1,310 @@
+"""Atomic, resumable eval run folders: the episode journal, the config fingerprint and the final-file writer.
+
+:func:`~textsql_clarify.baselines.rollout.evaluate` with an ``out_dir`` streams every finished episode to
+``journal.jsonl`` in the run folder (a header line with the run's configuration and its fingerprint, then one
+line per episode, flushed per line and fsynced per batch of finished episodes). A run killed at any moment
+keeps every episode journaled before the kill; the next run of the same configuration plays only the others.
+The final files (``trajectories.jsonl``, ``metrics.json``, ``timings.jsonl``, ``run.json``) are each written
+whole to a temporary name in the same folder, fsynced, and only then renamed over the old ones with
+``os.replace``, so a kill or a failed write leaves the earlier run's files as they were, never a truncated
+one. The journal is removed once all of them are in place (``docs/platform.md``, section "Run folders").
+
+Wall-clock fields (``elapsed_s`` of each SQL turn's execution, and ``elapsed_s`` / ``budget_s`` of its
+test-suite check) are moved out of ``trajectories.jsonl`` into ``timings.jsonl`` (:func:`split_timing`), so
+``trajectories.jsonl`` and ``metrics.json`` of a resumed run are byte-identical to an uninterrupted run's.
+
+Source: Python's ``os.replace`` / ``os.fsync`` docs; POSIX ``rename(2)`` and ``flock(2)``.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from ..errors import TextSQLClarifyError
+
+__all__ = ["JOURNAL", "JOURNAL_FORMAT", "TIMINGS", "EvalJournal", "RunFolderError", "config_fingerprint",
+           "exclusive_folder", "normalize_record", "replace_files", "run_config", "split_timing"]
+
+JOURNAL = "journal.jsonl"
+TIMINGS = "timings.jsonl"
+#: Bumped when the journal's layout changes (a journal of another format is refused, as another configuration).
+JOURNAL_FORMAT = 1
+
+
+class RunFolderError(TextSQLClarifyError, ValueError):
+    """A run folder cannot be resumed or written: its journal is of another configuration, is no eval journal,
+    ``resume=True`` found nothing to resume, or another eval holds the folder. The message names the folder
+    and the way out (``--fresh``, or another ``--out``)."""
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as the configuration records it: JSON values as they are, mappings and sequences item by item,
+    anything else by its ``name`` attribute or class name (a simulator or judge object)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return str(getattr(value, "name", None) or type(value).__name__)
+
+
+def run_config(samples: Sequence[Any], *, dataset: str | None, agent: str, privileged: bool, seed: int,
+               backend: str, num_envs: int, include_indistinguishable: bool, env_kwargs: Mapping[str, Any],
+               agent_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The configuration a journal is resumed under: everything that decides the episodes and the metrics.
+
+    Args:
+        samples: the samples played, in order (after any limit); each is recorded by id and all of them by a
+            SHA-256 digest of their ``to_dict()`` records, so an edited dataset file is another configuration.
+        dataset: the dataset spec (the CLI's ``--dataset``); agent: the agent spec or name; privileged: whether
+            the agent sees the gold; seed: reset seed of episode 0; backend: ``local`` | ``ray``; num_envs: envs
+            played at once; include_indistinguishable: the metrics option.
+        env_kwargs: the env options (simulator, preset, budget, category mode, protocol, isolation, EX mode ...).
+        agent_options: options the agent was built with (the CLI's ``--max-new-tokens``, ``--device``).
+    Returns:
+        A JSON-ready dict; :func:`config_fingerprint` digests it. The package version is part of it, so a
+        journal written by another version is not resumed.
+    """
+    from .. import __version__
+
+    digest = hashlib.sha256()
+    for s in samples:
+        rec = s.to_dict() if callable(getattr(s, "to_dict", None)) else s
+        digest.update(json.dumps(rec, sort_keys=True, ensure_ascii=True, default=str).encode("ascii"))
+        digest.update(b"\n")
+    return {"format": JOURNAL_FORMAT, "version": __version__, "dataset": dataset, "n_samples": len(samples),
+            "samples_sha256": digest.hexdigest(), "agent": agent, "privileged": bool(privileged),
+            "agent_options": _plain(dict(agent_options or {})), "seed": int(seed), "backend": backend,
+            "num_envs": int(num_envs), "include_indistinguishable": bool(include_indistinguishable),
+            "env": _plain(dict(sorted(env_kwargs.items())))}
+
+
+def config_fingerprint(config: Mapping[str, Any]) -> str:
+    """SHA-256 hex digest of ``config`` as canonical JSON (sorted keys, ASCII): equal configurations, equal
+    fingerprints, in any process (never Python's ``hash()``, which is salted per process)."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, ensure_ascii=True).encode("ascii")).hexdigest()
+
+
+def normalize_record(trajectory: Any) -> dict[str, Any]:
+    """A trajectory's ``to_dict()`` record as it reads back from JSON (tuples as lists, other objects as their
+    ``str``): the form both a fresh and a journaled episode take, so the files written from either are equal."""
+    return json.loads(json.dumps(trajectory.to_dict(), ensure_ascii=True, default=str))
+
+
+def split_timing(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split a trajectory record into its wall-clock-free part and its timings.
+
+    Args:
+        record: a :func:`normalize_record` dict (left unchanged).
+    Returns:
+        ``(rest, timing)``: ``rest`` is ``record`` without ``turns[*].execution.elapsed_s`` and
+        ``turns[*].execution.suite.elapsed_s`` / ``budget_s`` (a line of ``trajectories.jsonl``); ``timing`` is
+        ``{"sample_id", "turns": [{"index", "elapsed_s"[, "suite_elapsed_s", "suite_budget_s"]}]}`` over the
+        turns that had them, in seconds (a line of ``timings.jsonl``).
+    """
+    rest = json.loads(json.dumps(record))  # a deep copy of plain JSON values
+    turns = []
+    for turn in rest.get("turns") or []:
+        ex = turn.get("execution")
+        if not isinstance(ex, dict):
+            continue
+        entry: dict[str, Any] = {"index": turn.get("index")}
+        if "elapsed_s" in ex:
+            entry["elapsed_s"] = ex.pop("elapsed_s")
+        suite = ex.get("suite")
+        if isinstance(suite, dict):
+            for key in ("elapsed_s", "budget_s"):
+                if key in suite:
+                    entry[f"suite_{key}"] = suite.pop(key)
+        if len(entry) > 1:
+            turns.append(entry)
+    return rest, {"sample_id": rest.get("sample_id"), "turns": turns}
+
+
+def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    """The top-level keys where two configurations differ, as ``key: old -> new`` (values cut to 60 chars)."""
+    keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    cut = lambda v: (json.dumps(v, ensure_ascii=True)[:60])  # noqa: E731 - a one-line formatter
+    return "; ".join(f"{k}: {cut(old.get(k))} -> {cut(new.get(k))}" for k in keys) or "the fingerprint"
+
+
+class EvalJournal:
+    """The append-only episode journal of one run folder (``journal.jsonl``).
+
+    Line 1 is ``{"header": {"fingerprint": sha256, "config": run_config(...)}}``; every other line is
+    ``{"index": i, "sample_id": id, "trajectory": record}`` for one finished episode, written with ASCII
+    escapes. A line cut by a kill, an unreadable line or one naming another sample ends the journal there:
+    it and the lines after it are dropped (the file is truncated to the last good line) and those episodes
+    run again.
+
+    Attributes:
+        path: the journal file. done: episode index -> :func:`normalize_record` dict, of every episode
+            journaled (read back or added). resumed: how many were read back from an earlier run.
+
+    Args:
+        out_dir: the run folder (it exists). config: :func:`run_config`'s dict. sample_ids: the ids of the
+            samples, in episode order. resume: ``None`` (default): continue a journal of the same configuration,
+            start one where there is none, refuse one of another configuration; ``True``: the same, but
+            a folder without a journal is refused too; ``False``: start over (any journal is replaced).
+    Raises:
+        RunFolderError: a journal of another configuration or format, a first line that is no eval journal
+            header (unless ``resume=False``), or ``resume=True`` and no journal.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike, config: Mapping[str, Any], sample_ids: Sequence[str],
+                 resume: bool | None = None):
+        self.path = Path(out_dir) / JOURNAL
+        self.config = dict(config)
+        self.fingerprint = config_fingerprint(self.config)
+        self.done: dict[int, dict[str, Any]] = {}
+        self.resumed = 0
+        self._ids = list(sample_ids)
+        exists = self.path.is_file() and self.path.stat().st_size > 0
+        if resume is True and not exists:
+            raise RunFolderError(f"{self.path.parent}: nothing to resume (no {JOURNAL}); run without --resume to "
+                                 f"start the run")
+        good = self._read() if exists and resume is not False else 0
+        if good:
+            with open(self.path, "r+b") as fh:
+                fh.truncate(good)  # drop a line cut by a kill, so the next line starts clean
+            self.fh = open(self.path, "a", encoding="ascii", newline="\n")
+            self.resumed = len(self.done)
+        else:
+            self.fh = open(self.path, "w", encoding="ascii", newline="\n")
+            self._line({"header": {"fingerprint": self.fingerprint, "config": self.config}})
+            self.sync()
+
+    def _read(self) -> int:
+        """Load the finished episodes of the journal into :attr:`done`; return the byte length up to its last
+        good line (0 when not even the header line is whole). Raises RunFolderError (see the class doc)."""
+        data = self.path.read_bytes()
+        pos = good = 0
+        while pos < len(data):
+            end = data.find(b"\n", pos)
+            if end < 0:
+                break  # a line cut by a kill
+            try:
+                rec = json.loads(data[pos:end].decode("ascii"))
+            except (UnicodeDecodeError, ValueError):
+                if pos == 0:
+                    raise RunFolderError(f"{self.path}: line 1 is not an eval journal header; use --fresh "
+                                         f"(resume=False) to start over, or another --out folder") from None
+                break
+            if pos == 0:
+                header = rec.get("header") if isinstance(rec, dict) else None
+                if not isinstance(header, dict) or not isinstance(header.get("config"), dict):
+                    raise RunFolderError(f"{self.path}: line 1 is not an eval journal header; use --fresh "
+                                         f"(resume=False) to start over, or another --out folder")
+                if header.get("fingerprint") != self.fingerprint:
+                    raise RunFolderError(
+                        f"{self.path.parent} holds the journal of an unfinished run of another configuration "
+                        f"({_differences(header['config'], self.config)}); use --fresh (resume=False) to discard it "
+                        f"and start over, or another --out folder")
+            else:
+                i = rec.get("index") if isinstance(rec, dict) else None
+                if not (isinstance(i, int) and 0 <= i < len(self._ids) and rec.get("sample_id") == self._ids[i]
+                        and isinstance(rec.get("trajectory"), dict)):
+                    break  # a damaged line: it and the rest are played again, as after a cut line
+                self.done[i] = rec["trajectory"]
+            pos = good = end + 1
+        return good
+
+    def _line(self, rec: Mapping[str, Any]) -> None:
+        self.fh.write(json.dumps(rec, ensure_ascii=True) + "\n")
+        self.fh.flush()  # in the OS's hands: a killed process loses nothing written here
+
+    def add(self, index: int, trajectory: Any) -> dict[str, Any]:
+        """Journal episode ``index`` (a :class:`~textsql_clarify.trajectory.Trajectory`), flushed; return its
+        :func:`normalize_record` dict. Call :meth:`sync` at the end of each batch."""
+        rec = normalize_record(trajectory)
+        self._line({"index": int(index), "sample_id": self._ids[index], "trajectory": rec})
+        self.done[int(index)] = rec
+        return rec
+
+    def sync(self) -> None:
+        """fsync the journal: the batch written so far survives a crash of the machine, not only of the process."""
+        os.fsync(self.fh.fileno())
+
+    def close(self) -> None:
+        """Sync and close the file (idempotent)."""
+        if not self.fh.closed:
+            self.sync()
+            self.fh.close()
+
+    def remove(self) -> None:
+        """Close and delete the journal (after the run's final files are all in place)."""
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+
+def _write_all(fh: Any, data: bytes) -> None:
+    """Write ``data`` to the open binary file ``fh`` (one seam, so tests can fail a write half-way)."""
+    fh.write(data)
+
+
+def replace_files(out_dir: str | os.PathLike, files: Mapping[str, bytes]) -> None:
+    """Write every ``name -> bytes`` of ``files`` into ``out_dir`` atomically: each to a temporary file in the
+    same folder, flushed and fsynced, all of them before the first ``os.replace`` onto its name; then the
+    folder is fsynced. A failure while writing leaves every old file as it was and removes the temporaries;
+    a kill between two renames leaves whole files only (some new, some old), and the journal, still there,
+    lets the next run of the configuration write them all again.
+
+    Raises:
+        OSError: a temporary file cannot be written or renamed (the old files are then unchanged, except those
+            already renamed over).
+    """
+    out = Path(out_dir)
+    tmps: list[tuple[str, Path]] = []
+    try:
+        for name, data in files.items():
+            fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
+            tmps.append((name, Path(tmp)))
+            with os.fdopen(fd, "wb") as fh:
+                _write_all(fh, data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        for name, tmp in tmps:
+            os.replace(tmp, out / name)
+    except BaseException:
+        for _, tmp in tmps:
+            tmp.unlink(missing_ok=True)
+        raise
+    with contextlib.suppress(OSError):  # the renames themselves made durable; not every platform opens folders
+        fd = os.open(out, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def exclusive_folder(out_dir: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive advisory lock (``flock``) on the run folder while a run writes it, so a second eval on
+    the same folder is refused instead of interleaving one journal (no lock where ``fcntl`` is missing).
+
+    Raises:
+        RunFolderError: another process holds the folder's lock.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    fd = os.open(out_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise RunFolderError(f"another eval is writing to {out_dir} (it holds the folder's lock); wait for it "
+                                 f"to end, or give another --out folder") from None
+        yield
+    finally:
+        os.close(fd)
