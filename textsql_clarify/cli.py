@@ -509,6 +509,8 @@ def _score_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--predictions", required=True, metavar="FILE",
                    help="JSONL lines {\"id\": <sample id>, \"sql\": ...}, or Spider's predicted.txt: one query per "
                         "line in the dataset's gold order (told apart by content; docs/metrics.md)")
+    c.add_argument("--limit", type=int, default=None,
+                   help="score only the first N samples of the dataset (the file then predicts those N)")
     c.add_argument("--out", default=None, help="folder for trajectories.jsonl, metrics.json and run.json (default: "
                                                "runs/<dataset kind>-predictions-<file stem>)")
     c.add_argument("--ex-mode", default="single", choices=["single", "suite"],
@@ -539,7 +541,9 @@ def _score(args: argparse.Namespace) -> int:
         suite_kwargs = {"ex_mode": "suite", "suite_k": args.suite_k, "suite_cache_dir": args.suite_cache_dir}
     elif args.suite_k is not None or args.suite_cache_dir is not None:
         raise ValueError("--suite-k and --suite-cache-dir need --ex-mode suite")
-    samples = load_dataset(args.dataset, db_root=args.db_root, validate=not args.no_validate)
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    samples = load_dataset(args.dataset, limit=args.limit, db_root=args.db_root, validate=not args.no_validate)
     predictions = read_predictions(args.predictions, samples)
     stem = Path(args.predictions).stem
     if args.out is None:
