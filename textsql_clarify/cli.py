@@ -73,6 +73,13 @@ def _parser() -> argparse.ArgumentParser:
                         "envs per actor")
     e.add_argument("--ray-actors", type=int, default=None, metavar="N",
                    help="with --ray: actors in the pool (default: one per cluster CPU)")
+    again = e.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="continue the unfinished run journaled in --out (journal.jsonl) and fail if there is none; "
+                            "without --resume or --fresh a journal of the same configuration is continued, one of "
+                            "another is refused (docs/platform.md, Run folders)")
+    again.add_argument("--fresh", "--no-resume", dest="fresh", action="store_true",
+                       help="discard any journal in --out and play every episode again")
     e.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     e.add_argument("--json", action="store_true", help="print metrics.json to stdout instead of the table")
     e.add_argument("--by", default="group,subcategory", metavar="B1,B2",
@@ -255,7 +262,12 @@ def _eval(args: argparse.Namespace) -> int:
                           protocol=args.protocol, num_envs=args.num_envs, agent_spec=args.agent,
                           include_indistinguishable=args.include_indistinguishable,
                           backend="local" if args.ray is None else "ray", ray_address=args.ray or None,
-                          ray_actors=args.ray_actors, dataset=args.dataset, **suite_kwargs)
+                          ray_actors=args.ray_actors, dataset=args.dataset,
+                          resume=True if args.resume else (False if args.fresh else None),
+                          agent_options={"max_new_tokens": args.max_new_tokens, "device": args.device}, **suite_kwargs)
+    resumed = _resumed_episodes(args.out)
+    if resumed:
+        print(f"resumed {_plural(resumed, 'episode')} of {len(samples)} from the journal in {args.out}", file=sys.stderr)
     if args.json:
         print(json.dumps(metrics, indent=2, default=str))
     else:
@@ -274,6 +286,14 @@ def _eval(args: argparse.Namespace) -> int:
         line = f"wrote {Path(args.out)}: trajectories.jsonl, metrics.json and run.json"
         print(line if len(line) <= 100 else f"wrote {Path(args.out)}:\n  trajectories.jsonl, metrics.json and run.json")
     return 0
+
+
+def _resumed_episodes(out: str) -> int:
+    """``episodes_resumed`` of the ``run.json`` that eval just wrote in ``out`` (0 when it says none)."""
+    try:
+        return int(json.loads((Path(out) / "run.json").read_text(encoding="utf-8")).get("episodes_resumed") or 0)
+    except (OSError, ValueError, AttributeError):
+        return 0
 
 
 def _models(args: argparse.Namespace) -> int:

@@ -1,0 +1,171 @@
+"""eval run folders are atomic and resumable: a SIGKILLed eval continues from its journal and writes the same
+bytes as an uninterrupted run; a write that fails half-way leaves the earlier run's files whole; a journal of
+another configuration is refused."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from textsql_clarify.baselines import run_journal
+from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.baselines.run_journal import JOURNAL, RunFolderError
+from textsql_clarify.cli import main
+from textsql_clarify.datasets import load_dataset
+
+COMPARED = ("trajectories.jsonl", "metrics.json")
+REPO = Path(__file__).resolve().parents[1]
+
+#: a scripted agent: the oracle, pausing SLOW_S seconds before each action, so a test can kill it mid-run
+#: (the pause is read from the environment, so it is no part of the run's configuration)
+SLOW_AGENT = textwrap.dedent('''
+    import os, time
+    from textsql_clarify.baselines.agents import OracleAgent
+
+    class SlowOracle(OracleAgent):
+        def act(self, obs, info):
+            time.sleep(float(os.environ.get("SLOW_S", "0")))
+            return super().act(obs, info)
+''')
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {name: (folder / name).read_bytes() for name in COMPARED}
+
+
+def _journal_episodes(path: Path) -> int:
+    """Complete episode lines of a journal (its header not counted)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return 0
+    return max(0, data.count(b"\n") - 1)
+
+
+@pytest.fixture
+def slow_agent(tmp_path) -> str:
+    file = tmp_path / "slow_agent.py"
+    file.write_text(SLOW_AGENT, encoding="utf-8")
+    return f"{file}:SlowOracle"
+
+
+def test_a_sigkilled_eval_resumes_to_the_bytes_of_an_uninterrupted_run(tmp_path, slow_agent):
+    killed = tmp_path / "killed"
+    args = ["eval", "--agent", slow_agent, "--limit", "16", "--no-progress"]
+    env = {**os.environ, "SLOW_S": "0.3", "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-c", "from textsql_clarify.cli import main; raise SystemExit(main())",
+                             *args, "--out", str(killed)], env=env, cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 240
+        while _journal_episodes(killed / JOURNAL) < 1 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proc.poll() is None, proc.stderr.read().decode()  # still running, with an episode journaled
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    done_before = _journal_episodes(killed / JOURNAL)
+    assert 1 <= done_before < 16
+    assert not (killed / "trajectories.jsonl").exists()  # nothing final is written before the run ends
+
+    assert main([*args, "--out", str(killed)]) == 0  # the default: the journal of the same configuration
+    info = json.loads((killed / "run.json").read_text(encoding="utf-8"))
+    assert info["episodes_resumed"] == done_before
+    assert not (killed / JOURNAL).exists()  # a finished run removes its journal
+
+    whole = tmp_path / "whole"
+    assert main([*args, "--out", str(whole)]) == 0
+    assert json.loads((whole / "run.json").read_text(encoding="utf-8"))["episodes_resumed"] == 0
+    assert _files(killed) == _files(whole)
+    assert len((whole / "trajectories.jsonl").read_text(encoding="utf-8").splitlines()) == 16
+
+
+def test_a_write_that_fails_half_way_leaves_the_earlier_run_whole(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    assert main(["eval", "--agent", "random", "--limit", "8", "--no-progress", "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def half_then_fail(fh, data):
+        fh.write(data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(run_journal, "_write_all", half_then_fail)
+    args = ["eval", "--agent", "no-clarify", "--limit", "8", "--no-progress", "--out", str(out)]
+    assert main(args) == 2  # the OSError, reported
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.name != JOURNAL}
+    assert after == before  # every old file byte for byte, and no temporary file left
+    assert _journal_episodes(out / JOURNAL) == 8  # the played episodes are kept
+
+    monkeypatch.undo()
+    assert main(args) == 0  # writes the files from the journal, playing nothing again
+    assert json.loads((out / "run.json").read_text(encoding="utf-8"))["episodes_resumed"] == 8
+    fresh = tmp_path / "fresh"
+    assert main([*args[:-1], str(fresh)]) == 0
+    assert _files(out) == _files(fresh)
+
+
+def test_a_journal_of_another_configuration_is_refused_and_fresh_starts_over(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    monkeypatch.setattr(run_journal, "replace_files", lambda *a, **k: (_ for _ in ()).throw(OSError("disk gone")))
+    assert main(["eval", "--agent", "random", "--limit", "4", "--no-progress", "--out", str(out)]) == 2
+    monkeypatch.undo()
+    journal = (out / JOURNAL).read_bytes()
+    capsys.readouterr()
+    assert main(["eval", "--agent", "random", "--seed", "1", "--limit", "4", "--no-progress", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "another configuration" in err and "seed: 0 -> 1" in err and "--fresh" in err
+    assert (out / JOURNAL).read_bytes() == journal  # refused: the journal untouched
+
+    assert main(["eval", "--agent", "random", "--seed", "1", "--limit", "4", "--no-progress", "--fresh",
+                 "--out", str(out)]) == 0
+    assert json.loads((out / "run.json").read_text(encoding="utf-8"))["episodes_resumed"] == 0
+    assert json.loads((out / "run.json").read_text(encoding="utf-8"))["seed"] == 1
+
+
+def test_resume_without_a_journal_is_refused(tmp_path, capsys):
+    assert main(["eval", "--limit", "2", "--no-progress", "--resume", "--out", str(tmp_path / "run")]) == 2
+    assert "nothing to resume" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # the refused run leaves no folder behind
+
+
+def test_lockstep_resume_from_a_cut_journal_matches_a_sequential_run(tmp_path):
+    samples = load_dataset("embedded", limit=10)
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    evaluate(samples, "random", seed=2, out_dir=whole, progress=False, num_envs=3)
+    # a journal of the same configuration holding episodes 0..3 and half of episode 4's line, as a kill leaves it
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(run_journal, "replace_files", lambda *a, **k: (_ for _ in ()).throw(OSError("killed")))
+    with pytest.raises(OSError):
+        evaluate(samples, "random", seed=2, out_dir=cut, progress=False, num_envs=3)
+    monkey.undo()
+    lines = (cut / JOURNAL).read_bytes().splitlines(keepends=True)
+    assert len(lines) == 11
+    (cut / JOURNAL).write_bytes(b"".join(lines[:5]) + lines[5][: len(lines[5]) // 2])
+    trajs, metrics = evaluate(samples, "random", seed=2, out_dir=cut, progress=False, num_envs=3)
+    assert json.loads((cut / "run.json").read_text(encoding="utf-8"))["episodes_resumed"] == 4
+    assert _files(cut) == _files(whole)
+    assert [t.sample_id for t in trajs] == [s.id for s in samples]
+
+
+def test_timings_live_in_timings_jsonl_not_in_the_compared_files(tmp_path):
+    samples = load_dataset("embedded", limit=6)
+    trajs, _ = evaluate(samples, "oracle", out_dir=tmp_path, progress=False)
+    rows = [json.loads(x) for x in (tmp_path / "trajectories.jsonl").read_text(encoding="utf-8").splitlines()]
+    timings = [json.loads(x) for x in (tmp_path / "timings.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["sample_id"] for r in rows] == [t["sample_id"] for t in timings] == [s.id for s in samples]
+    for row, timing, traj in zip(rows, timings, trajs):
+        sql = [t for t in row["turns"] if t["execution"] is not None]
+        assert all("elapsed_s" not in t["execution"] for t in sql)
+        assert [t["index"] for t in timing["turns"]] == [t["index"] for t in sql]
+        # the returned trajectories keep the timing that timings.jsonl holds
+        live = {t.index: t.execution["elapsed_s"] for t in traj.turns if t.execution is not None}
+        assert {t["index"]: t["elapsed_s"] for t in timing["turns"]} == live
+    assert "elapsed_s" not in (tmp_path / "metrics.json").read_text(encoding="utf-8")
