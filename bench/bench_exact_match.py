@@ -22,7 +22,10 @@ EX 1), the same for EX_strict; ``--out FILE`` writes the figures and the disagre
 Spider's own evaluation script (and test-suite-sql-eval) is not installable from the package registry reached
 here, so there is no side-by-side run against it.
 
-    python bench/bench_exact_match.py [--spider ../shared/data/spider_dev] [--limit N] [--out FILE]
+With ``--ex-mode suite`` each rewrite is also scored by test-suite EX (K = 8 fuzzed variants of its database,
+Zhong et al. 2020), and EM's agreement with EX_suite is printed under each kind.
+
+    python bench/bench_exact_match.py [--spider ../shared/data/spider_dev] [--limit N] [--ex-mode suite] [--out FILE]
 """
 from __future__ import annotations
 
@@ -196,7 +199,10 @@ def main() -> int:
     ap.add_argument("--spider", default=str(REPO.parent / "shared" / "data" / "spider_dev"))
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
+    ap.add_argument("--ex-mode", default="single", choices=["single", "suite"],
+                    help="'suite': also EM's agreement with test-suite EX (K = 8 variants, built once and cached)")
     args = ap.parse_args()
+    env = {"ex_mode": "suite"} if args.ex_mode == "suite" else {}
     samples = load_dataset(f"spider:{args.spider}", limit=args.limit)
     report = {"n_samples": len(samples), "kinds": {}}
     print(f"{'kind':<15} {'rewrites':>8} {'EM':>6} {'EX':>6} {'n(EM,EX)':>8} {'agree':>6} "
@@ -211,18 +217,26 @@ def main() -> int:
             if new is not None:
                 preds[s.id] = new
                 used.append(s)
-        trajs, metrics = score_predictions(used, preds, progress=False)
+        if not used:  # a --limit too small for this kind
+            print(f"{kind:<15} {0:>8}")
+            continue
+        trajs, metrics = score_predictions(used, preds, progress=False, **env)
         verdicts, _ = _em_values(used, preds)
         em = {sid: (None if v is None else v.match) for sid, v in verdicts.items()}
         relaxed = agreement(trajs, metrics, em, "ex")
         strict = agreement(trajs, metrics, em, "ex_strict")
+        suite = agreement(trajs, metrics, em, "ex_suite") if env else None
         report["kinds"][kind] = {"rewrites": len(used), "EM": metrics["overall"]["EM"], "EX": metrics["overall"]["EX"],
                                  "EX_strict": metrics["overall"]["EX_strict"], "vs_EX": relaxed, "vs_EX_strict": strict,
+                                 **({"EX_suite": metrics["overall"]["EX_suite"], "vs_EX_suite": suite} if env else {}),
                                  "components": {c: v["value"] for c, v in metrics["exact_match"]["components"].items()}}
         f = lambda c: "—" if c["value"] is None else f"{c['value']:.3f}"  # noqa: E731
         print(f"{kind:<15} {len(used):>8} {f(metrics['overall']['EM']):>6} {f(metrics['overall']['EX']):>6} "
               f"{relaxed['n']:>8} {relaxed['agree']:>6} {relaxed['em1_ex0']:>7} {relaxed['em0_ex1']:>7} "
               f"{strict['agree']:>7} {strict['em1_ex0']:>8} {strict['em0_ex1']:>8}")
+        if suite is not None:
+            print(f"{'':<15} EX_suite {metrics['overall']['EX_suite']['value']:.3f}: agree {suite['agree']}/{suite['n']}, "
+                  f"EM 1 / EX_suite 0: {suite['em1_ex0']}, EM 0 / EX_suite 1: {suite['em0_ex1']}")
     total = {k: sum(r["vs_EX"][k] for r in report["kinds"].values()) for k in ("n", "agree", "em1_ex0", "em0_ex1")}
     print(f"all kinds: agreement with relaxed EX {total['agree']}/{total['n']} = {total['agree'] / total['n']:.3f}; "
           f"EM 1 / EX 0: {total['em1_ex0']}, EM 0 / EX 1: {total['em0_ex1']}")
