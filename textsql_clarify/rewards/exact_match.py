@@ -50,7 +50,7 @@ from __future__ import annotations
 import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlglot import exp
@@ -366,8 +366,7 @@ class _Converter:
 
 
 def _with(head: SpiderQuery, op: str, tail: SpiderQuery) -> SpiderQuery:
-    from dataclasses import replace
-
+    """``head`` followed by ``tail`` through the set operation ``op``."""
     return replace(head, **{"except_" if op == "except" else op: tail})
 
 
