@@ -12,6 +12,9 @@ with the recipes of :mod:`textsql_clarify.generation` and prints the per-stage r
 ``docs/generation.md``). ``report RUN_DIR [RUN_DIR ...]`` writes one self-contained HTML report of eval run
 folders (leaderboard with paired differences, outcomes, charts with intervals, dialogue browser), or with
 ``--format md|csv|json`` their tables alone (:mod:`textsql_clarify.reports`, ``docs/metrics.md``).
+``score --dataset SPEC --predictions FILE`` replays a file of predicted SQL (JSONL ``{"id", "sql"}`` or one query
+per line in gold order) through the env as one-turn SQL episodes, writes eval's three files and tables, and adds
+Spider's exact-set-match (:mod:`textsql_clarify.baselines.predictions`, ``docs/metrics.md``).
 """
 from __future__ import annotations
 
