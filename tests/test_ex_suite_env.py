@@ -189,10 +189,14 @@ def test_eval_with_the_suite_mode_writes_ex_suite_beside_ex(tmp_path, capsys, ca
     assert suite["n"] == ex["n"] == 12 and suite["value"] <= ex["value"] and suite["ci95"] is not None
     assert list(metrics["overall"]).index("EX_suite") == list(metrics["overall"]).index("EX_strict") + 1
     assert f"EX_suite" in printed and f"{suite['value']:.3f}" in printed
+    info = json.loads((out / "run.json").read_text(encoding="utf-8"))
+    assert (info["ex_mode"], info["suite_k"]) == ("suite", K)  # a report can tell a suite run from a plain one
     # the single-instance run has no suite metric at all
     assert main(["eval", "--agent", "no-clarify", "--limit", "12", "--out", str(tmp_path / "plain"),
                  "--no-progress", "--json"]) == 0
     plain = json.loads(capsys.readouterr().out)
     assert "EX_suite" not in plain["overall"] and plain["overall"]["EX"] == ex
+    info = json.loads((tmp_path / "plain" / "run.json").read_text(encoding="utf-8"))
+    assert (info["ex_mode"], info["suite_k"]) == ("single", None)
     assert main(["eval", "--suite-k", "3", "--out", str(tmp_path / "bad"), "--no-progress"]) == 2
     assert "--ex-mode suite" in capsys.readouterr().err

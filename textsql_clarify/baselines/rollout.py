@@ -413,10 +413,12 @@ def run_info(run: dict, *, dataset: str | None, seed: int, backend: str, num_env
         env_kwargs: the env options evaluate passed on (simulator, isolation, preset, budget, protocol ...).
     Returns:
         A JSON-ready dict: ``agent``, ``privileged``, ``dataset``, ``n_samples``, ``seed``, ``simulator``,
-        ``reward_preset``, ``max_clarifications``, ``category_mode``, ``protocol``, ``isolation``, ``backend``,
+        ``reward_preset``, ``max_clarifications``, ``category_mode``, ``protocol``, ``isolation``, ``ex_mode``
+        (``single`` | ``suite``), ``suite_k`` (variants per database; ``None`` without test-suite EX), ``backend``,
         ``num_envs`` and ``version`` (the package's); env options not given are the env's defaults.
     """
     from .. import __version__
+    from ..sql.variants import DEFAULT_K
 
     return {"agent": run.get("agent"), "privileged": run.get("privileged"), "dataset": dataset,
             "n_samples": n_samples, "seed": seed,
@@ -425,5 +427,7 @@ def run_info(run: dict, *, dataset: str | None, seed: int, backend: str, num_env
             "max_clarifications": env_kwargs.get("max_clarifications", 3),
             "category_mode": env_kwargs.get("category_mode", "taxonomy_free"),
             "protocol": env_kwargs.get("protocol", "f"),
-            "isolation": env_kwargs.get("isolation", "in_process"), "backend": backend, "num_envs": num_envs,
-            "version": __version__}
+            "isolation": env_kwargs.get("isolation", "in_process"),
+            "ex_mode": env_kwargs.get("ex_mode", "single"),
+            "suite_k": (env_kwargs.get("suite_k") or DEFAULT_K) if env_kwargs.get("ex_mode") == "suite" else None,
+            "backend": backend, "num_envs": num_envs, "version": __version__}
