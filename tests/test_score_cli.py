@@ -120,3 +120,23 @@ def test_suite_mode_adds_test_suite_ex_beside_em(spider_root, golds, tmp_path, c
     assert overall["EX_suite"]["n"] == overall["EX"]["n"] == N
     assert overall["EX_suite"]["value"] == pytest.approx((N - 1) / N)  # the changed value fails on the variants too
     assert overall["EM"]["value"] == 1.0 and overall["EM"]["n"] == N
+
+
+def test_an_interrupted_journal_of_other_predictions_is_refused_and_fresh_rescores(spider_root, golds, tmp_path,
+                                                                                    monkeypatch, capsys):
+    """A score run cut before its final write leaves its journal; scoring another predictions file into the same
+    folder is refused (the predictions' digest is in the configuration), and ``--fresh`` scores the new file."""
+    from textsql_clarify.baselines import run_journal
+
+    first, second, out = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "run"
+    first.write_text("".join(json.dumps({"id": i, "sql": q}) + "\n" for i, q, _ in golds))
+    second.write_text("".join(json.dumps({"id": i, "sql": "SELECT 1"}) + "\n" for i, _, _ in golds))
+    monkeypatch.setattr(run_journal, "replace_files", lambda *a, **k: (_ for _ in ()).throw(OSError("disk gone")))
+    assert _score(spider_root, first, out) == 2
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert _score(spider_root, second, out) == 2
+    assert "another configuration" in capsys.readouterr().err
+    assert _score(spider_root, second, out, "--fresh") == 0
+    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    assert (metrics["overall"]["EM"]["value"], metrics["overall"]["EX"]["value"]) == (0.0, 0.0)

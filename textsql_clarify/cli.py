@@ -529,6 +529,9 @@ def _score_parser(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("score", help="score a file of predicted SQL (JSONL {id, sql} or one query per line in gold "
                                      "order) through the environment, with Spider's exact-set-match (EM)")
     c.add_argument("--dataset", required=True, help="dataset spec the predictions are for (as eval's --dataset)")
+    c.add_argument("--fresh", "--no-resume", dest="fresh", action="store_true",
+                   help="discard a journal left in --out by an interrupted run (default: continue one of the same "
+                        "predictions and options; another one is refused)")
     c.add_argument("--predictions", required=True, metavar="FILE",
                    help="JSONL lines {\"id\": <sample id>, \"sql\": ...}, or Spider's predicted.txt: one query per "
                         "line in the dataset's gold order (told apart by content; docs/metrics.md)")
@@ -573,7 +576,8 @@ def _score(args: argparse.Namespace) -> int:
         args.out = str(Path("runs") / f"{_dataset_kind(args.dataset)}-predictions-{_safe_name(stem)}")
     _, metrics = score_predictions(samples, predictions, out_dir=args.out, progress=not args.no_progress,
                                    dataset=args.dataset, name=_safe_name(stem), isolation=args.isolation,
-                                   include_indistinguishable=args.include_indistinguishable, **suite_kwargs)
+                                   include_indistinguishable=args.include_indistinguishable,
+                                   resume=False if args.fresh else None, **suite_kwargs)
     if args.json:
         print(json.dumps(metrics, indent=2, default=str))
         return 0
