@@ -109,6 +109,17 @@ def _select(d, name: str, value: str) -> None:
     Select(d.find_element("css selector", f'#dlg-filters select[name="{name}"]')).select_by_value(value)
 
 
+def _reset(d) -> None:
+    """Click the form's reset and wait for the filter to run (the page applies it on the next task, after the
+    browser has reset the fields)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    d.find_element("css selector", '#dlg-filters button[type="reset"]').click()
+    WebDriverWait(d, 10).until(lambda drv: drv.find_element("id", "dlg-count").get_attribute("data-shown")
+                               == str(drv.execute_script("return document.querySelectorAll("
+                                                         "'#dialogues details.episode').length")))
+
+
 def test_report_renders_filters_and_keeps_screenshots(built, driver):
     d = driver
     d.get(built["report"].resolve().as_uri())
@@ -154,7 +165,7 @@ def test_report_renders_filters_and_keeps_screenshots(built, driver):
     d.execute_script("document.getElementById('dialogues').scrollIntoView();")
     d.save_screenshot(str(ARTIFACTS / "report_dialogues.png"))
 
-    d.find_element("css selector", '#dlg-filters button[type="reset"]').click()
+    _reset(d)
     assert _visible(d) == 144
     _select(d, "outcome", "feedback")
     want = sum(1 for a in AGENTS for t in trajs[a] if t["outcome"] == "feedback")
@@ -166,7 +177,7 @@ def test_report_renders_filters_and_keeps_screenshots(built, driver):
     box = d.find_element("css selector", '#dlg-filters input[name="text"]')
     box.send_keys("uni-scope-002")
     assert _visible(d) == 1
-    d.find_element("css selector", '#dlg-filters button[type="reset"]').click()
+    _reset(d)
     assert _visible(d) == 144
 
     # the whole page (Chromium caps a screenshot at 16,384 px)
@@ -189,3 +200,108 @@ def test_hostile_agent_text_stays_text_in_the_browser(built, driver):
     assert first.find_element("css selector", "pre.sql").text == PAYLOAD
     assert "<img src=y" in first.find_element("css selector", ".question").text
     assert d.find_element("id", "dlg-count").text == "48 of 48 episodes shown"  # the page's script still ran
+
+
+def _episode(d, run: str, sample_id: str):
+    """The ``<details class="episode">`` of ``sample_id`` in run ``run`` (``r0``, ``r1`` ...), opened."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def find(drv):
+        for ep in drv.find_elements("css selector", f'#dialogues details.episode[data-run="{run}"]'):
+            if ep.find_element("css selector", "summary code").get_attribute("textContent") == sample_id:
+                return ep
+        return False
+
+    ep = WebDriverWait(d, 10).until(find, message=f"no episode of {sample_id} in run {run}")
+    d.execute_script("arguments[0].open = true; arguments[0].scrollIntoView();", ep)
+    return ep
+
+
+def test_expected_answer_opens_behind_its_toggle(built, driver):
+    """The no-clarify run answers the personal-email reading of uni-overlap-001; its episode's 'expected' toggle shows
+    the dataset's gold (institutional_email), the hidden knowledge and the personal-email reading as the other one."""
+    d = driver
+    d.get(built["report"].resolve().as_uri())
+    sample = next(s for s in load_dataset("embedded") if s.id == "uni-overlap-001")
+    assert "institutional_email" in sample.gold_sql and "personal_email" in sample.interpretations[0].gold_sql
+    ep = _episode(d, "r1", "uni-overlap-001")  # no-clarify
+    assert ep.find_element("css selector", "li.turn pre.sql").text == sample.interpretations[0].gold_sql
+    toggle = ep.find_element("css selector", "details.expected")
+    gold = toggle.find_element("css selector", "pre.gold")
+    assert toggle.get_attribute("open") is None and not gold.is_displayed()  # closed until asked
+    toggle.find_element("css selector", "summary").click()
+    assert toggle.get_attribute("open") is not None and gold.is_displayed()
+    assert gold.text == sample.gold_sql
+    body = toggle.find_element("css selector", ".expected-body").text
+    assert sample.hidden_knowledge in body and "flags: none" in body
+    readings = toggle.find_elements("css selector", "li.reading")
+    assert len(readings) == len(sample.interpretations) == 1
+    assert readings[0].find_element("css selector", "pre.alt").text == sample.interpretations[0].gold_sql
+    assert sample.interpretations[0].hidden_knowledge in readings[0].text
+
+    # a drift sample: the post-drift gold beside the first gold
+    drift = next(s for s in load_dataset("embedded") if s.drift is not None)
+    ep = _episode(d, "r0", drift.id)
+    toggle = ep.find_element("css selector", "details.expected")
+    toggle.find_element("css selector", "summary").click()
+    golds = [p.text for p in toggle.find_elements("css selector", "pre.gold")]
+    assert golds == [drift.gold_sql, drift.drift.post_gold_sql]
+    assert drift.drift.utterance in toggle.text
+
+
+def test_headline_chips_first_and_the_rest_folded(built, driver):
+    """A SQL turn shows its reward, EX and decision; its other components sit in a closed 'more' group whose count
+    is what the trajectory records beyond those."""
+    d = driver
+    d.get(built["report"].resolve().as_uri())
+    rec = next(t for t in built["trajs"]["no-clarify"] if t["sample_id"] == "uni-overlap-001")
+    comps = rec["turns"][0]["reward_components"]
+
+    def leaves(node, prefix=""):
+        return [x for k, v in node.items()
+                for x in (leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"])]
+
+    names = leaves(comps)
+    headline = [k for k in ("reward", "ex", "ex_post", "fb", "decision") if k == "reward" or k in names]
+    assert headline == ["reward", "ex", "decision"] and len(names) > 20
+    ep = _episode(d, "r1", "uni-overlap-001")
+    turn = ep.find_element("css selector", "li.turn")
+    shown = [c.get_attribute("data-key") for c in turn.find_elements("css selector", ":scope > .comps > .comp")]
+    assert shown == headline
+    assert all(c.is_displayed() for c in turn.find_elements("css selector", ":scope > .comps > .comp"))
+    more = turn.find_element("css selector", "details.more-comps")
+    assert more.get_attribute("open") is None
+    folded = more.find_elements("css selector", ".comp")
+    assert len(folded) == len(names) - 2 and not any(c.is_displayed() for c in folded)  # ex and decision are headline
+    assert more.find_element("css selector", "summary").text == f"{len(names) - 2} more"
+    more.find_element("css selector", "summary").click()
+    assert all(c.is_displayed() for c in folded)
+    # the final scores: EX, EX_post, FB, decision first
+    final = ep.find_element("css selector", ".final")
+    shown = [c.get_attribute("data-key") for c in final.find_elements("css selector", ":scope > .comps > .comp")]
+    assert shown == [k for k in ("ex", "ex_post", "fb", "decision") if k in rec["scores"]]
+    assert final.find_element("css selector", "details.more-comps").get_attribute("open") is None
+
+
+def test_wide_tables_scroll_in_their_own_box_with_a_fixed_first_column(built, driver):
+    """The page never scrolls sideways at 1,400 px; the per-category tables (wider than their box) scroll inside it,
+    and their first column stays at the box's left edge when scrolled."""
+    d = driver
+    d.get(built["report"].resolve().as_uri())
+    d.execute_script("document.querySelectorAll('details').forEach(function (e) { e.open = true; });")
+    page = d.execute_script("var e = document.documentElement; return [e.scrollWidth, e.clientWidth]")
+    assert page[0] <= page[1], page
+    boxes = d.execute_script(
+        "return Array.from(document.querySelectorAll('table.category')).map(function (t) {"
+        " var box = t.closest('.scroll'); return [box.scrollWidth, box.clientWidth]; })")
+    assert boxes and any(sw > cw for sw, cw in boxes), boxes  # at least one is wider than its box
+    moved = d.execute_script(
+        "var t = Array.from(document.querySelectorAll('table.category')).find(function (t) {"
+        " var b = t.closest('.scroll'); return b.scrollWidth > b.clientWidth; });"
+        "var box = t.closest('.scroll'); box.scrollLeft = 400;"
+        "var key = t.querySelector('td.key'), head = t.querySelector('th.key'), other = t.querySelector('td.num');"
+        "return [box.scrollLeft, key.getBoundingClientRect().left - box.getBoundingClientRect().left,"
+        " head.getBoundingClientRect().left - box.getBoundingClientRect().left,"
+        " other.getBoundingClientRect().left - box.getBoundingClientRect().left];")
+    assert moved[0] == 400 and abs(moved[1]) < 1 and abs(moved[2]) < 1, moved
+    assert moved[3] < 0 or moved[3] > 0  # a number cell moved with the scroll (not pinned)

@@ -178,6 +178,40 @@ def test_dialogue_browser_lists_every_episode_with_its_filters(runs, page):
     assert 'id="dlg-count" data-shown="144">144 of 144 episodes shown' in page
 
 
+def test_each_episode_gets_its_expected_side_from_the_dataset_run_json_names(runs, runs_root, page, tmp_path):
+    """Every episode carries one closed 'expected' block with its sample's gold SQL, hidden knowledge and other readings
+    (from the embedded set run.json names); trajectories.jsonl itself holds no gold. A run whose dataset does not load
+    says why."""
+    samples = {s.id: s for s in load_dataset("embedded")}
+    blocks = re.findall(r'<details class="expected">(.*?)</details>', page, re.S)
+    assert len(blocks) == 144
+    answered = [s for s in samples.values() if s.gold_sql]
+    for s in answered:
+        assert page.count(f'<pre class="gold">{html.escape(s.gold_sql, quote=True)}</pre>') == 3, s.id
+    for s in samples.values():
+        for i in s.interpretations:
+            assert page.count(f'<pre class="alt">{html.escape(i.gold_sql, quote=True)}</pre>') >= 3, s.id
+        if s.drift:
+            assert page.count(html.escape(s.drift.post_gold_sql, quote=True)) >= 3, s.id
+    n_unanswerable = sum(s.group == "unanswerable" for s in samples.values())
+    assert page.count("none (an unanswerable sample has no gold SQL)") == 3 * n_unanswerable == 36
+    overlap = samples["uni-overlap-001"]
+    text = (runs_root / "no-clarify" / "trajectories.jsonl").read_text()
+    assert overlap.interpretations[0].gold_sql in text  # what the agent answered ...
+    assert overlap.gold_sql not in text and overlap.hidden_knowledge not in text  # ... but no gold side
+
+    moved = _copy_run(runs_root / "no-clarify", tmp_path / "moved")
+    info = json.loads((moved / "run.json").read_text())
+    (moved / "run.json").write_text(json.dumps({**info, "dataset": str(tmp_path / "gone.jsonl")}))
+    nameless = _copy_run(runs_root / "random", tmp_path / "nameless")
+    (nameless / "run.json").write_text(json.dumps({**info, "agent": "random", "dataset": None}))
+    other = render_html(load_runs([moved, nameless]))
+    assert other.count('<details class="expected">') == 96 and '<pre class="gold">' not in other
+    assert other.count(f"Not available: the dataset &#x27;{tmp_path / 'gone.jsonl'}&#x27; named in run.json did not "
+                       "load here: DatasetError") == 48
+    assert other.count("Not available: run.json names no dataset") == 48
+
+
 def test_agent_text_cannot_inject_markup(runs_root, tmp_path):
     bad = _copy_run(runs_root / "no-clarify", tmp_path / "hostile")
     recs = _records(bad)

@@ -20,7 +20,11 @@ h2 { font-size: 1.2rem; margin: 2rem 0 .5rem; border-bottom: 1px solid var(--lin
 h3 { font-size: 1rem; margin: 1.2rem 0 .4rem; }
 nav a { margin-right: .9rem; }
 .note { color: var(--muted); font-size: .9em; }
-.scroll { overflow-x: auto; }
+.scroll { overflow-x: auto; max-width: 100%; }
+/* wide tables scroll in their own box; their first column (the row's name) stays in view */
+.scroll table:not(.category) tr > :first-child, .scroll table.category .key {
+  position: sticky; left: 0; z-index: 1; background: #fff; box-shadow: inset -1px 0 0 var(--line); }
+.scroll table tr > th:first-child, .scroll table.category th.key { background: var(--bg2); }
 table { border-collapse: collapse; margin: .4rem 0 1rem; font-size: 13px; }
 th, td { border: 1px solid var(--line); padding: .25rem .5rem; text-align: left; vertical-align: top; }
 th { background: var(--bg2); font-weight: 600; }
@@ -64,6 +68,13 @@ pre { background: var(--bg2); border: 1px solid var(--line); border-radius: 4px;
 .comp { border: 1px solid var(--line); border-radius: 3px; padding: 0 .35em; background: #fff; white-space: nowrap; }
 .comp .k { color: var(--muted); } .comp .v { font-variant-numeric: tabular-nums; font-weight: 600; }
 .final { margin-top: .4rem; }
+details.more-comps { margin: 0 0 .25rem; font-size: 12px; }
+details.more-comps > summary { cursor: pointer; color: var(--muted); }
+details.expected { margin: .3rem 0 .5rem; border-left: 3px solid #8a6d00; padding-left: .5rem; }
+details.expected > summary { cursor: pointer; font-weight: 600; color: #8a6d00; }
+.expected-body > div { margin: .25rem 0; }
+ol.readings { margin: .2rem 0; padding-left: 1.4rem; }
+.ep-body, .expected-body { overflow-wrap: anywhere; min-width: 0; }
 [hidden] { display: none !important; }
 """
 

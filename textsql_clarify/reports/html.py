@@ -4,8 +4,10 @@ Sections: the runs (what each one was, from ``run.json``), the leaderboard (head
 intervals and n) and each run's paired difference from the first run, the outcomes per run, bar charts
 per breakdown (inline SVG from :mod:`~textsql_clarify.reports.plots`), the per-category tables, and a
 dialogue browser: every trajectory, filterable by run, group, subcategory, outcome and score, showing the
-question, each turn (the action, the user's reply with its relevancy label, the SQL, the execution) and
-each turn's reward components.
+question, each turn (the action, the user's reply with its relevancy label, the SQL, the execution), each turn's
+reward components (the headline ones first, the rest folded) and, behind a toggle, what the episode expected: the
+gold SQL (and the post-drift gold), the hidden knowledge, the other readings and the sample's flags, read from the
+dataset that ``run.json`` names (:mod:`~textsql_clarify.reports.expected`).
 
 Every piece of text from a run (agent output above all) goes through :func:`html.escape`; the page's one
 script (:mod:`~textsql_clarify.reports.assets`) never turns data into markup, and its Content-Security-Policy
@@ -19,12 +21,16 @@ from typing import Any, Iterable, Sequence
 
 from . import assets
 from .leaderboard import (DEFAULT_BY, PLOTTED, UNBOUNDED, category_table, leaderboard, outcome_table)
+from .expected import ExpectedSource, expected_sources
 from .plots import COLOURS, bar_chart_svg
 from .runs import Run
 
 UNDEFINED = "—"
 #: per-episode scores the dialogue browser can filter on (``scores`` key -> label), where some episode has them.
 SCORE_FILTERS = (("ex", "EX"), ("fb", "FB"), ("ex_post", "EX_post"), ("abstained", "abstained"))
+#: the chips shown first, in this order, on a turn's components and an episode's final scores; every other
+#: component or score is folded behind a toggle (about 30 per SQL turn would bury these).
+HEADLINE_CHIPS = ("reward", "ex", "ex_post", "fb", "decision")
 
 
 def esc(value: Any) -> str:
@@ -195,11 +201,11 @@ def _tables_section(tables: Sequence[dict[str, Any]]) -> str:
         names = tab["metrics"]
         out.append(f'<details open><summary><b>By {esc(tab["by"])}</b></summary><div class="scroll">'
                    f'<table class="category" data-by="{esc(tab["by"])}">'
-                   f"<tr><th>{esc(tab['by'])}</th><th>run</th><th>episodes</th>"
+                   f"<tr><th class=\"key\">{esc(tab['by'])}</th><th>run</th><th>episodes</th>"
                    + "".join(f"<th>{esc(m)}</th>" for m in names) + "</tr>")
         per_key = max(1, len(tab["rows"]) // max(1, len(tab["keys"])))  # one row per run and key, key-major
         for j, row in enumerate(tab["rows"]):
-            key_td = (f'<td rowspan="{per_key}">{esc(row["key"])}</td>' if j % per_key == 0 else "")
+            key_td = (f'<td class="key" rowspan="{per_key}">{esc(row["key"])}</td>' if j % per_key == 0 else "")
             out.append(f"<tr>{key_td}<td class=\"nowrap\">{esc(row['run'])}</td>"
                        f"<td class=\"num\">{esc(row['n_trajectories'])}</td>"
                        + "".join(_mean_cell(row["metrics"][m]) for m in names) + "</tr>")
@@ -223,6 +229,65 @@ def score_state(v: Any) -> str:
     if v is None:
         return "undef"
     return "pass" if float(v) >= 1.0 else "fail"
+
+
+def _chip(k: str, v: Any) -> str:
+    return f'<span class="comp" data-key="{esc(k)}"><span class="k">{esc(k)}</span> <span class="v">{esc(fmt(v))}</span></span>'
+
+
+def _chips(items: Sequence[tuple[str, Any]], title: str, what: str) -> str:
+    """Score chips: the :data:`HEADLINE_CHIPS` present first, in their order, then every other one folded in a
+    closed ``<details class="more-comps">`` whose summary counts them."""
+    head = {k: v for k, v in items if k in HEADLINE_CHIPS}
+    rest = [(k, v) for k, v in items if k not in HEADLINE_CHIPS]
+    out = [f'<div class="comps" title="{esc(title)}"><span class="note">{esc(what)}:</span>'
+           + "".join(_chip(k, head[k]) for k in HEADLINE_CHIPS if k in head) + "</div>"]
+    if rest:
+        out.append(f'<details class="more-comps"><summary>{len(rest)} more</summary><div class="comps">'
+                   + "".join(_chip(k, v) for k, v in rest) + "</div></details>")
+    return "".join(out)
+
+
+def _sql_block(label: str, sql: str | None, missing: str) -> str:
+    if sql is None:
+        return f'<div><b>{esc(label)}:</b> <span class="note">{esc(missing)}</span></div>'
+    return f'<div><b>{esc(label)}:</b><pre class="gold">{esc(sql)}</pre></div>'
+
+
+def _expected_html(t: Any, source: ExpectedSource) -> str:
+    """The closed ``<details class="expected">`` of one episode: the sample's gold SQL (and post-drift gold), hidden
+    knowledge, evidence, chain, other readings (each with its gold and hidden knowledge), premise flaw and flags."""
+    flags = ", ".join(t.flags) if t.flags else "none"
+    body = []
+    sample, reason = source.sample(t.sample_id)
+    if sample is None:
+        body.append(f'<p class="note">Not available: {esc(reason)}.</p>')
+    else:
+        missing = ("withheld by the source (clarification only; EX undefined)" if sample.gold_withheld
+                   else "none (an unanswerable sample has no gold SQL)")
+        body.append(_sql_block("gold SQL", sample.gold_sql, missing))
+        if sample.drift is not None:
+            body.append(f'<div><b>drift ({esc(sample.drift.subtype)}):</b> user: {esc(sample.drift.utterance)}</div>'
+                        + _sql_block("post-drift gold SQL", sample.drift.post_gold_sql, ""))
+        body.append(f'<div><b>hidden knowledge:</b> {esc(sample.hidden_knowledge or "(none)")}</div>')
+        if sample.evidence:
+            body.append("<div><b>evidence (shown to the agent):</b> " + esc(" | ".join(sample.evidence)) + "</div>")
+        if sample.chain is not None:
+            c = sample.chain
+            body.append(f"<div><b>chain ({esc(c.verdict)}):</b> " + " · ".join(
+                f"{lay}: {esc(x.question)} → {esc(x.answer)} (not {esc(x.alternative)})"
+                for lay, x in (("L1", c.l1), ("L2", c.l2))) + "</div>")
+        if sample.interpretations:
+            items = "".join(f'<li class="reading"><b>{esc(i.description or f"reading {n + 2}")}</b>: '
+                            f'{esc(i.hidden_knowledge)}<pre class="alt">{esc(i.gold_sql)}</pre></li>'
+                            for n, i in enumerate(sample.interpretations))
+            body.append(f'<div><b>other readings ({len(sample.interpretations)}):</b><ol class="readings">{items}'
+                        "</ol></div>")
+        elif t.group == "ambiguous":
+            body.append('<div><b>other readings:</b> <span class="note">none recorded</span></div>')
+    body.append(f"<div><b>flags:</b> {esc(flags)}</div>")
+    return ('<details class="expected"><summary>expected: gold SQL, hidden knowledge, other readings, flags</summary>'
+            '<div class="expected-body">' + "".join(body) + "</div></details>")
 
 
 def _turn_html(turn: Any) -> str:
@@ -253,15 +318,13 @@ def _turn_html(turn: Any) -> str:
         parts.append(f'<div class="note">commitment drift (TIDE Rec(τ)): {esc(fmt(turn.commitment_drift))}</div>')
     comps = list(_flatten(turn.reward_components or {}))
     if comps:
-        parts.append('<div class="comps" title="this turn\'s reward components (— = undefined)">'
-                     '<span class="note">reward components:</span>'
-                     + "".join(f'<span class="comp"><span class="k">{esc(k)}</span> <span class="v">{esc(fmt(v))}</span>'
-                               "</span>" for k, v in comps) + "</div>")
+        parts.append(_chips([("reward", turn.reward)] + comps, "this turn's reward and reward components (— = undefined)",
+                            "reward components"))
     parts.append("</li>")
     return "".join(parts)
 
 
-def _episode_html(k: int, run: Run, t: Any) -> str:
+def _episode_html(k: int, run: Run, t: Any, source: ExpectedSource) -> str:
     from ..rewards.metrics import UNKNOWN_SUBCATEGORY
     from ..rewards.outcomes import episode_outcome
 
@@ -292,11 +355,10 @@ def _episode_html(k: int, run: Run, t: Any) -> str:
             f'data-outcome="{esc(outcome)}" data-score="{esc(scores)}" data-search="{esc(search)}">'
             f"<summary>{summary}</summary><div class=\"ep-body\">"
             f'<p class="question"><b>Question:</b> {esc(question)}</p>'
-            f'<p class="note">{esc(" · ".join(meta))}</p>'
-            '<ol class="turns">' + "".join(_turn_html(turn) for turn in t.turns) + "</ol>"
-            '<div class="final"><b>Final scores</b><div class="comps scores">'
-            + "".join(f'<span class="comp"><span class="k">{esc(a)}</span> <span class="v">{esc(fmt(b))}</span></span>'
-                      for a, b in scores_tab) + "</div></div></div></details>")
+            f'<p class="note">{esc(" · ".join(meta))}</p>' + _expected_html(t, source)
+            + '<ol class="turns">' + "".join(_turn_html(turn) for turn in t.turns) + "</ol>"
+            '<div class="final"><b>Final scores</b>'
+            + _chips(scores_tab, "the episode's final scores (— = undefined)", "scores") + "</div></div></details>")
 
 
 def _options(name: str, label: str, values: Sequence[tuple[str, str]]) -> str:
@@ -304,7 +366,7 @@ def _options(name: str, label: str, values: Sequence[tuple[str, str]]) -> str:
     return f'<label>{esc(label)}<select name="{esc(name)}">{opts}</select></label>'
 
 
-def _dialogues_section(runs: Sequence[Run]) -> str:
+def _dialogues_section(runs: Sequence[Run], sources: Sequence[ExpectedSource]) -> str:
     from ..rewards.metrics import UNKNOWN_SUBCATEGORY
     from ..rewards.outcomes import OUTCOMES, episode_outcome
     from ..taxonomy import GROUPS, SUBCATEGORIES
@@ -332,8 +394,11 @@ def _dialogues_section(runs: Sequence[Run]) -> str:
             + "</form>")
     return ('<section id="dialogues"><h2>Dialogue browser</h2><p class="note">Every episode of every run. Click one '
             "to read its question, each turn (the agent's action, the simulated user's reply with its relevancy label, "
-            "the SQL and how it ran) and each turn's reward components.</p>" + form
-            + '<div id="episodes">' + "".join(_episode_html(k, r, t) for k, r, t in trajs) + "</div></section>")
+            "the SQL and how it ran) and each turn's reward components (reward, EX, FB, decision first; the rest under "
+            "'more'). 'expected' opens what the episode expected: the gold SQL (and the post-drift gold), the hidden "
+            "knowledge, the other readings and the sample's flags, from the dataset run.json names.</p>" + form
+            + '<div id="episodes">' + "".join(_episode_html(k, r, t, sources[k]) for k, r, t in trajs)
+            + "</div></section>")
 
 
 def render_html(runs: Sequence[Run], *, by: Sequence[str] = DEFAULT_BY, title: str | None = None) -> str:
@@ -345,7 +410,10 @@ def render_html(runs: Sequence[Run], *, by: Sequence[str] = DEFAULT_BY, title: s
         by: the breakdowns charted and tabled (``metrics.json``'s ``by_<name>``), in order.
         title: the page title (default: "textsql-clarify report: <run names>").
     Returns:
-        One HTML document (UTF-8 text) with inline CSS, script and SVG, and nothing it must fetch.
+        One HTML document (UTF-8 text) with inline CSS, script and SVG, and nothing it must fetch. Each run's
+        dataset (``run.json``'s ``dataset`` spec) is loaded once, without validation, for the episodes' expected
+        side (:func:`~textsql_clarify.reports.expected.expected_sources`); one that does not load is named on its
+        episodes instead.
     Raises:
         ValueError: an unknown breakdown.
         ImportError: matplotlib is not installed (the ``report`` extra).
@@ -368,5 +436,6 @@ def render_html(runs: Sequence[Run], *, by: Sequence[str] = DEFAULT_BY, title: s
             f"<h1>{esc(title)}</h1><p class=\"note\">textsql-clarify {esc(__version__)} · {esc(len(runs))} run(s) · "
             f"{esc(sum(len(r.trajectories) for r in runs))} episodes · {esc(boot_txt)}</p><nav>{nav}</nav>"
             + _runs_section(runs) + _leaderboard_section(runs, board) + _outcomes_section(runs)
-            + _plots_section(runs, tables) + _tables_section(tables) + _dialogues_section(runs)
+            + _plots_section(runs, tables) + _tables_section(tables)
+            + _dialogues_section(runs, expected_sources(runs))
             + f"<script>{assets.JS}</script></body></html>\n")
