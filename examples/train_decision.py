@@ -779,7 +779,8 @@ def run_sft(model: Any, folder: str, records: list[dict], args: argparse.Namespa
                     warmup_steps=0, max_length=max(lengths) + 8, assistant_only_loss=assistant_only, logging_steps=1,
                     save_strategy="no", report_to=[], use_cpu=not _cuda(), bf16=args.bf16, seed=args.seed,
                     data_seed=args.seed, disable_tqdm=True, activation_checkpointing=False, dataloader_num_workers=0)
-    trainer = SFTTrainer(model=model, args=cfg, train_dataset=Dataset.from_list(records), processing_class=tok)
+    trainer = SFTTrainer(model=model, args=cfg, train_dataset=Dataset.from_list(records), processing_class=tok,
+                         callbacks=[_train_grpo_module().step_timer([], "SFT")])
     trainer.train()
     steps = [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h]
     return trainer.model, {
@@ -849,7 +850,7 @@ def run_grpo(model: Any, tok: Any, rows: list[dict], args: argparse.Namespace, w
     eos_ids = {int(tok.eos_token_id)} | ({int(tok.pad_token_id)} if tok.pad_token_id is not None else set())
     reward = make_decision_reward(args.max_new_tokens, eos_ids, steps)
     trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=reward, train_dataset=Dataset.from_list(rows),
-                          args=cfg, callbacks=[_train_grpo_module().step_timer(step_times)])
+                          args=cfg, callbacks=[_train_grpo_module().step_timer(step_times, "GRPO")])
     trainer.train()
     logs = [h for h in trainer.state.log_history if "reward" in h]
     for k, row in enumerate(steps):

@@ -17,9 +17,11 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+from .progress import report
 from .simulators.hf_models import ModelLoadError, resolve_model_source
 
 __all__ = ["PREPARABLE", "cache_root", "prepared_path", "prepare_model", "resolve_trainable"]
@@ -101,7 +103,7 @@ def _plain_copy(model: Any, dtype: Any) -> Any:
 
 
 def prepare_model(name: str = "smollm2", *, dtype: str = "float32", cache_dir: str | os.PathLike | None = None,
-                  force: bool = False) -> Path:
+                  force: bool = False, progress: bool | None = None) -> Path:
     """Convert a model to a plain safetensors checkpoint in the cache, once; return its folder.
 
     Args:
@@ -113,6 +115,9 @@ def prepare_model(name: str = "smollm2", *, dtype: str = "float32", cache_dir: s
         force: rebuild even if a complete checkpoint exists. A complete checkpoint prepared from another
             source whose name gives the same folder (``/a/model.gguf`` and ``/b/model.gguf``) is rebuilt
             from this one, never returned for it.
+        progress: stderr lines as each stage starts and ends (loading the source, the plain copy, writing, the
+            total; :func:`textsql_clarify.progress.report`: ``None`` = only on a terminal). A checkpoint that is
+            already complete is returned without a line.
     Returns:
         The folder holding ``config.json``, ``model.safetensors``, the tokenizer files and a marker
         ``textsql_clarify_prepared.json`` (source spec, file, dtype, parameter count).
@@ -136,6 +141,13 @@ def prepare_model(name: str = "smollm2", *, dtype: str = "float32", cache_dir: s
     from .simulators.hf_models import _no_tqdm
 
     quiet_hf_progress()
+    t0 = time.perf_counter()
+
+    def say(what: str) -> None:
+        report(f"preparing {name}: {what} ({time.perf_counter() - t0:.1f} s)", progress)
+
+    say(f"loading {src.folder / src.gguf_file if src.gguf_file else src.folder} "
+        f"({'GGUF, de-quantised by transformers' if src.gguf_file else 'checkpoint'}) as {dtype} ...")
     kw: dict[str, Any] = {"local_files_only": True}
     if src.gguf_file:
         kw["gguf_file"] = src.gguf_file
@@ -147,7 +159,10 @@ def prepare_model(name: str = "smollm2", *, dtype: str = "float32", cache_dir: s
         raise ModelLoadError(f"cannot load {spec!r} from {src.folder} to prepare it: {type(e).__name__}: {str(e)[:300]}") from e
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
+    n_params = sum(p.numel() for p in model.parameters())
+    say(f"loaded {n_params / 1e6:.1f}M parameters; copying them into a plain {dtype} model ...")
     model = _plain_copy(model, getattr(torch, dtype))
+    say(f"writing the safetensors checkpoint and tokenizer to {dest} ...")
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", suffix=".partial", dir=dest.parent))
     try:
@@ -164,6 +179,7 @@ def prepare_model(name: str = "smollm2", *, dtype: str = "float32", cache_dir: s
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    say(f"done: {dest}")
     return dest
 
 

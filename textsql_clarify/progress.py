@@ -5,10 +5,16 @@ on that stream, prints the line and redraws the bars below it; with no bar activ
 print to stderr. The model loaders (:func:`textsql_clarify.minilm.load_minilm`,
 :func:`textsql_clarify.simulators.hf_models.load_causal_lm`) call it once per model actually loaded,
 before the pause, so a run's bar does not look hung while a model loads.
+
+:func:`report` is :func:`announce` behind a switch: the long steps (model preparation, database variants, an
+LLM agent's lockstep rounds, training steps) take ``progress: bool | None``; ``True`` writes, ``False`` is quiet,
+``None`` writes only when stderr is a terminal (:func:`progress_enabled`), so logs and captured output stay
+quiet unless asked. :func:`rate` formats a count per second for those lines.
 """
 from __future__ import annotations
 
 import sys
+from typing import TextIO
 
 
 def announce(message: str) -> None:
@@ -31,3 +37,35 @@ def announce(message: str) -> None:
         print(str(message), file=stream, flush=True)
     except (OSError, ValueError):  # a closed stream
         pass
+
+
+def progress_enabled(progress: bool | None = None, stream: TextIO | None = None) -> bool:
+    """Whether a step's progress lines are written.
+
+    Args:
+        progress: ``True`` (always), ``False`` (never: a ``--no-progress`` / ``progress=False`` option), or
+            ``None`` (only when ``stream`` is a terminal).
+        stream: the stream checked for ``None`` (default ``sys.stderr``); a closed or missing one is no terminal.
+    Returns:
+        The switch as a bool. Source: Python docs, ``io.IOBase.isatty``.
+    """
+    if progress is not None:
+        return bool(progress)
+    stream = sys.stderr if stream is None else stream
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (AttributeError, OSError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def report(message: str, progress: bool | None = None) -> None:
+    """:func:`announce` ``message`` when :func:`progress_enabled` of ``progress`` says so (e.g.
+    ``"database variants of university.sqlite: 2/4 built (k=4), 0.8 s"``)."""
+    if progress_enabled(progress):
+        announce(message)
+
+
+def rate(count: float, seconds: float, unit: str) -> str:
+    """``count`` per second as text (``"83.4 tokens/s"``); ``"- <unit>/s"`` when ``seconds`` is not positive (a
+    step too fast for the clock says nothing rather than infinity)."""
+    return f"{count / seconds:.1f} {unit}/s" if seconds > 0 else f"- {unit}/s"

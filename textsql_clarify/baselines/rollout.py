@@ -5,11 +5,13 @@ import copy
 import json
 import numbers
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from tqdm import tqdm
 
+from ..progress import announce, rate
 from ..rewards.metrics import aggregate
 from ..samples import Sample
 from ..trajectory import Trajectory
@@ -97,7 +99,10 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
         agent: the agent (copied per env).
         num_envs: envs played at once (>= 1).
         seed: reset seed of the first episode.
-        bar: an optional tqdm bar, advanced by one per finished episode.
+        bar: an optional tqdm bar, advanced by one per finished episode. While it is shown (not ``disable``-d),
+            a batch agent that counts its generated tokens (``agent.stats["new_tokens"]``, as
+            :class:`~textsql_clarify.baselines.llm_agents.TransformersAgent` does) gets one stderr line per
+            round (:func:`round_line`), so a slow model's first episodes do not look hung.
         indices: the episodes to play, in order (``None``: all of them); episode ``i`` is still sample ``i``
             with seed ``seed + i``, so a resumed run plays the episodes it lacks as a full run would.
         on_done: called once per turn with the ``(index, trajectory)`` pairs of the episodes that ended in it
@@ -124,6 +129,10 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
     envs = [TextSQLClarifyEnv(samples=samples, simulator=sim, feedback_judge=judge, **env_kwargs)
             for _ in range(n_envs)]
     batched = callable(getattr(agent, "act_batch", None))
+    counts_tokens = batched and isinstance(getattr(agent, "stats", None), dict) and "new_tokens" in agent.stats
+    show_rounds = counts_tokens and bar is not None and not getattr(bar, "disable", True)
+    rounds = 0
+    n_done = len(samples) - len(order)  # episodes finished before this call (a resumed run)
     try:
         agents = ([agent] * n_envs if batched else
                   [agent.fork(k) if callable(getattr(agent, "fork", None)) else copy.deepcopy(agent)
@@ -152,6 +161,7 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
             actions: dict[int, Any] = {}
             if batched:
                 slots = list(live)
+                tokens0, t0 = (agent.stats["new_tokens"], time.perf_counter()) if show_rounds else (0, 0.0)
                 try:
                     batch = _act_batch(agent, [live[k][1] for k in slots], [live[k][2] for k in slots])
                 except Exception as e:
@@ -160,6 +170,11 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
                             f"sample {samples[live[k][0]].id} (episode {live[k][0]}, turn {live[k][3] + 1})" for k in slots))
                     raise
                 actions = dict(zip(slots, batch))
+                rounds += 1
+                if show_rounds:
+                    announce(round_line(getattr(agent, "name", "agent"), rounds, len(slots),
+                                        agent.stats["new_tokens"] - tokens0, time.perf_counter() - t0,
+                                        n_done, len(samples)))
             for k, (i, obs, info, turns) in live.items():
                 live[k][3] += 1
                 action = actions[k] if batched else _act(agents[k], obs, info,
@@ -175,6 +190,7 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
             for k, (obs, _reward, terminated, truncated, info) in results.items():
                 if terminated or truncated:
                     finished.append((live.pop(k)[0], info["trajectory"]))
+                    n_done += 1
                     if bar is not None:
                         bar.update(1)
                 else:
@@ -186,6 +202,14 @@ def run_lockstep(samples: Sequence[Sample], agent: Any, *, num_envs: int, seed: 
         for e in envs:  # their sandboxes and, with isolation="process", their worker processes
             e.close()
     return [trajs[i] for i in order]
+
+
+def round_line(name: str, round_no: int, rows: int, new_tokens: int, seconds: float, done: int, total: int) -> str:
+    """One lockstep round of a batch agent as a progress line, e.g. ``"hf:smollm2 round 3: 8 rows, 412 tokens
+    generated in 5.1 s (80.8 tokens/s); 2/8 episodes done"`` (``seconds``: wall time of the ``act_batch`` call).
+    Before the round's episodes are stepped, so ``done`` counts the episodes ended in earlier rounds."""
+    return (f"{name} round {round_no}: {rows} rows, {new_tokens} tokens generated in {seconds:.1f} s "
+            f"({rate(new_tokens, seconds, 'tokens')}); {done}/{total} episodes done")
 
 
 def paired_original_ids(samples: Sequence[Sample]) -> set[str] | None:
