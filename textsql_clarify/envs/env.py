@@ -55,6 +55,7 @@ import gymnasium as gym
 import numpy as np
 
 from ..sql.isolated import WorkerPool, check_isolation
+from ..sql.private import PrivateSandboxes
 from ..sql.sandbox import get_sandbox, release_sandbox
 from ..errors import ActionError
 from ..rewards.commitments import commitment_set, drift_revision, is_drift
@@ -91,6 +92,10 @@ BASE_COMPONENTS = {"ex": None, "ex_strict": None, "feedback": None, "abstained":
 #: ``ex_mode`` values: single-instance EX only (default), or test-suite EX beside it.
 EX_MODES = ("single", "suite")
 
+#: ``sql_connection`` values: the process's connection per database, shared by every env (default), or the
+#: env's own (:mod:`textsql_clarify.sql.private`).
+SQL_CONNECTIONS = ("shared", "private")
+
 #: A hook that limits the schema shown: ``(sample, all_table_names) -> table names to show``.
 SchemaTablesHook = Callable[[Sample, Sequence[str]], Iterable[str]]
 
@@ -124,6 +129,11 @@ class TextSQLClarifyEnv(gym.Env):
             ``docs/platform.md`` "Process isolation"); ``close()`` stops the env's workers.
         worker_pool: a :class:`~textsql_clarify.sql.isolated.WorkerPool` to share (``isolation="process"``
             only; the env does not close a pool it was given). Default: the env's own one-worker pool.
+        sql_connection: ``"shared"`` (default: the process's one sandbox per database,
+            :func:`~textsql_clarify.sql.sandbox.get_sandbox`, whose statements from all envs run one at a time) or
+            ``"private"`` (the env's own read-only connections, one per database, at most
+            :data:`~textsql_clarify.sql.private.MAX_PRIVATE_SANDBOXES` open, same limits, own gold cache: a slow
+            query holds up only this env, and :meth:`interrupt_sql` can stop it). In-process only.
         feedback_judge: FB judge (default :func:`textsql_clarify.rewards.feedback.default_judge`).
         max_action_chars: longer actions are malformed.
         ex_options: relaxed EX policy options, a mapping of
@@ -161,7 +171,7 @@ class TextSQLClarifyEnv(gym.Env):
                  db_root: str | None = None, validate: bool = True, exclude_flags: Sequence[str] = (),
                  isolation: str = "in_process", worker_pool: WorkerPool | None = None,
                  info_format: str = "auto", ex_mode: str = "single", suite_k: int | None = None,
-                 suite_seed: int | None = None, suite_cache_dir: Any = None):
+                 suite_seed: int | None = None, suite_cache_dir: Any = None, sql_connection: str = "shared"):
         self.samples: list[Sample] = episode_samples(dataset, samples, limit, db_root=db_root, validate=validate,
                                                      exclude_flags=exclude_flags)
         if not self.samples:
@@ -204,6 +214,14 @@ class TextSQLClarifyEnv(gym.Env):
         self._own_pool = isolation == "process" and worker_pool is None
         #: the worker processes of ``isolation="process"`` (None in-process); started on first use
         self.worker_pool = WorkerPool(size=1, spares=1) if self._own_pool else worker_pool
+        if sql_connection not in SQL_CONNECTIONS:
+            raise ValueError(f"sql_connection must be one of {list(SQL_CONNECTIONS)}, got {sql_connection!r}")
+        if sql_connection == "private" and isolation == "process":
+            raise ValueError("sql_connection='private' is for isolation='in_process'; with isolation='process' "
+                             "the SQL runs in the env's worker processes")
+        self.sql_connection = sql_connection
+        #: the env's own connections with ``sql_connection="private"`` (None: the shared ones)
+        self._private = PrivateSandboxes() if sql_connection == "private" else None
         self.weights = resolve_preset(reward_preset)
         self._gold_csets: dict[tuple, frozenset | None] = {}  # gold pairs' commitment sets, across episodes
         needs_detail = sorted(k for k, w in self.weights.items() if w and k in DETAIL_KEYS)
@@ -399,8 +417,12 @@ class TextSQLClarifyEnv(gym.Env):
         """Per-sample content that does not change during an episode, computed once per env."""
         if self._own_pool and self.worker_pool.closed:  # a reset after close(): new workers, as sandboxes reopen
             self.worker_pool = WorkerPool(size=1, spares=1)
-        sandbox = (get_sandbox(s.db_path, timeout_s=self.timeout_s, row_cap=self.row_cap) if self.worker_pool is None
-                   else self.worker_pool.sandbox(s.db_path, timeout_s=self.timeout_s, row_cap=self.row_cap))
+        if self._private is not None:
+            sandbox = self._private_sandbox(s.db_path)
+        elif self.worker_pool is None:
+            sandbox = get_sandbox(s.db_path, timeout_s=self.timeout_s, row_cap=self.row_cap)
+        else:
+            sandbox = self.worker_pool.sandbox(s.db_path, timeout_s=self.timeout_s, row_cap=self.row_cap)
         if self.schema_tables is not None:
             offered = sorted({t.lower() for t in self.schema_tables(s, list(render.table_names(s.db_path)))})
             schema = render.schema_text(s.db_path, offered)
@@ -414,6 +436,32 @@ class TextSQLClarifyEnv(gym.Env):
         if len(self._static) > 4096:
             self._static.clear()
         return sandbox, offered, schema, ids, obs, system
+
+    def _private_sandbox(self, db_path: str):
+        """This env's own sandbox for ``db_path`` (``sql_connection="private"``); what the env kept of the
+        sandboxes closed to make room (their per-sample entries and test-suite variants) is dropped, never
+        the running episode's."""
+        sandbox, closed = self._private.get(db_path, keep=self.__dict__.get("_sandbox"), timeout_s=self.timeout_s,
+                                            row_cap=self.row_cap)
+        if closed:
+            self._static = {k: v for k, v in self._static.items() if not any(v[0] is c for c in closed)}
+            for db in [db for db, suite in self._suites.items() if any(suite.original is c for c in closed)]:
+                self._suites.pop(db).close()
+        return sandbox
+
+    def interrupt_sql(self) -> bool:
+        """Abort the SQL statements this env runs now, from another thread (``sqlite3_interrupt``): they end with
+        error kind ``runtime`` ("interrupted"; an interrupted gold is not cached). Only the env's own connections
+        are touched, so only with ``sql_connection="private"`` (a shared connection may be running another env's
+        statement); a no-op when idle. Returns whether the env has connections of its own to interrupt.
+        Source: SQLite docs, ``sqlite3_interrupt``."""
+        if self._private is None:
+            return False
+        self._private.interrupt()
+        for suite in list(self._suites.values()):  # the private variants of test-suite EX
+            for variant in suite.variants:
+                variant.interrupt()
+        return True
 
     def step(self, action: Any):
         """Apply one action string. Returns ``(obs, reward, terminated, truncated, info)``.
@@ -539,9 +587,10 @@ class TextSQLClarifyEnv(gym.Env):
 
     def close(self) -> None:
         """Release what the env opened: its hold on the shared sandboxes (each one's connection closes
-        when its last holder lets it go, ``sql.sandbox.release_sandbox``) and its per-sample cache; with
-        ``isolation="process"`` the env's own worker pool is shut down (its processes exit). Safe to
-        call twice; a later ``reset`` opens what it needs again."""
+        when its last holder lets it go, ``sql.sandbox.release_sandbox``), its own connections with
+        ``sql_connection="private"``, and its per-sample cache; with ``isolation="process"`` the env's own
+        worker pool is shut down (its processes exit). Safe to call twice; a later ``reset`` opens what it
+        needs again."""
         held = [static[0] for static in self.__dict__.get("_static", {}).values()]
         held.append(self.__dict__.get("_sandbox"))
         for sandbox in held:
@@ -556,6 +605,8 @@ class TextSQLClarifyEnv(gym.Env):
         if getattr(self, "_own_pool", False):
             self.worker_pool.close()
             self._static = {}  # its sandboxes belonged to the closed pool
+        if self.__dict__.get("_private") is not None:
+            self._private.close()  # the env's own connections; a later reset opens them again
 
     # ------------------------------------------------------------------ turn handlers
     def _refusal(self, act: Action) -> str | None:

@@ -73,8 +73,10 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
             deep copy is ever made.
         env_kwargs: every other :class:`TextSQLClarifyEnv` option (reward preset, budget, modes,
             ``info_format``, ``ex_mode`` / ``suite_k`` / ``suite_cache_dir`` ...; with ``ex_mode="suite"`` the
-            variants are built once and the sub-envs share their connections); with ``isolation="process"`` the sub-envs share one worker pool, shut down
-            by :meth:`close`.
+            variants are built once and the sub-envs share their connections); with ``isolation="process"`` the
+            sub-envs share one worker pool, shut down by :meth:`close`; with ``sql_connection="private"`` each
+            sub-env has its own connections (and per-sample cache), so one can be interrupted alone
+            (``TextSQLClarifyEnv.interrupt_sql``); the sub-envs still step one after another.
 
     Observations are the sub-envs' dicts batched per field (each text field a tuple of ``num_envs``
     strings, each counter an ``int64`` array of shape ``(num_envs,)``, as ``gymnasium.vector.utils.concatenate``
@@ -113,12 +115,14 @@ class TextSQLClarifyVectorEnv(SyncVectorEnv):
         # one static per-sample cache (sandbox, schema text, system prompt ...) for every sub-env: they share
         # the samples and every option that goes into it, so each sample's entry is built once, not N times
         # (not with isolation="process" and a worker pool per sub-env: a cached sandbox belongs to one pool)
-        if len({id(getattr(env, "worker_pool", None)) for env in self.envs}) == 1:
+        # (nor with sql_connection="private": each sub-env keeps its own connections and what is built on them)
+        private = getattr(self.envs[0], "sql_connection", "shared") == "private"
+        if len({id(getattr(env, "worker_pool", None)) for env in self.envs}) == 1 and not private:
             for env in self.envs[1:]:
                 env._static = self.envs[0]._static
         # ex_mode="suite": one set of variant connections per database for every sub-env (they step one after
         # another), not N
-        for env in self.envs[1:]:
+        for env in self.envs[1:] if not private else ():
             env._suites = self.envs[0]._suites
         self._typed = resolve_info_format(getattr(self.envs[0], "info_format", "python")) == "typed"
         self._batch_obs = _observation_batcher(self.single_observation_space, self.num_envs)

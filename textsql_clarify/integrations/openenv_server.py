@@ -11,8 +11,10 @@ API (``pip install textsql-clarify[openenv]``, openenv-core 0.3):
   ``create_app`` (routes ``/ws``, ``/reset``, ``/step``, ``/state``, ``/schema``, ``/health``); every
   WebSocket session gets its own environment, all sharing one sample list, one simulated user and
   one FB judge. Only the calls into that simulated user and that judge are serialised (one lock each);
-  SQL runs in each session's own thread, so a slow query holds up no other session's step (but see
-  :class:`SharedResources` for two sessions on one database).
+  SQL runs in each session's own thread on the session's own read-only connection
+  (``sql_connection="private"``, :mod:`textsql_clarify.sql.private`), so a slow query holds up no other
+  session's step, on any database. A client that leaves mid-step has its SQL interrupted and its slot
+  freed at once, and a disconnect logs no traceback (:mod:`.ws_sessions`).
 * Errors: bad reset arguments raise :class:`ResetArgumentError` (a ``ValueError``),
   :class:`UnknownSampleError` (``KeyError``) or :class:`SampleIndexError` (``IndexError``); a step
   without a running episode raises :class:`NoEpisodeError` (``RuntimeError``). All are
@@ -48,8 +50,10 @@ environment template (``openenv/cli/templates/openenv_env``).
 from __future__ import annotations
 
 import argparse
+import functools
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, Sequence
 
 try:
@@ -65,6 +69,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
         "pip install 'textsql-clarify[openenv]'") from e
 
 from .common import jsonable
+from .ws_sessions import DisconnectWatch, run_step
 from ..samples import Sample
 
 __all__ = ["TextSQLClarifyAction", "TextSQLClarifyObservation", "TextSQLClarifyState",
@@ -166,11 +171,14 @@ class SharedResources:
     (OpenEnv runs each session in its own worker thread; neither a MiniLM judge loading lazily nor a
     transformers user is safe to call from two threads at once).
 
-    Nothing else is locked here: a step's SQL runs in its session's thread, so a session running a
-    slow query (up to the env's ``timeout_s``) holds up no other session's clarification, feedback,
-    or query on another database. Sandboxes are shared per database and lock themselves
-    (``database.get_sandbox``, one connection per database): two sessions' queries on the *same*
-    database still run one after the other, each bounded by ``timeout_s``.
+    Nothing else is locked here: a step's SQL runs in its session's thread on the session's own
+    connection (env option ``sql_connection="private"``, the default here: each env opens its own
+    read-only sandbox per database, with every limit of the shared one), so a session running a slow
+    query (up to the env's ``timeout_s``) holds up no other session's clarification, feedback or query,
+    on the same database or another. ``sql_connection="shared"`` (one locked connection per database,
+    ``sql.sandbox.get_sandbox``) makes two sessions' queries on one database run one after the other.
+    Connections per database: at most one per open session (``max_concurrent_envs``) plus one per
+    HTTP request in flight. ``isolation="process"`` keeps its worker processes instead.
 
     Args:
         dataset: dataset spec for :func:`textsql_clarify.datasets.load_dataset` (ignored with ``samples``).
@@ -204,6 +212,8 @@ class SharedResources:
                                       exclude_flags=exclude_flags)
         self.samples = list({s.id: s for s in self.samples}.values())
         self.simulator = make_simulator(env_kwargs.pop("simulator", "rule"))
+        if env_kwargs.get("isolation", "in_process") != "process":
+            env_kwargs.setdefault("sql_connection", "private")
         self.feedback_judge = env_kwargs.pop("feedback_judge", None) or default_judge()
         self.env_kwargs = env_kwargs
         self.simulator_lock: Any = threading.RLock() if serialize_steps else _NoLock()
@@ -305,6 +315,7 @@ class TextSQLClarifyEnvironment(Environment[TextSQLClarifyAction, TextSQLClarify
         self.shared = shared if shared is not None else SharedResources(**env_kwargs)
         self.env = self.shared.make_env()
         self._state = TextSQLClarifyState()
+        self._step_thread: ThreadPoolExecutor | None = None  # step_async's thread, made on first use
 
     def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, sample_id: Optional[str] = None,
               index: Optional[int] = None, **kwargs: Any) -> TextSQLClarifyObservation:
@@ -369,6 +380,33 @@ class TextSQLClarifyEnvironment(Environment[TextSQLClarifyAction, TextSQLClarify
         st.done = bool(terminated or truncated)
         return self._observation(obs, float(reward), terminated, truncated, info)
 
+    async def step_async(self, action: TextSQLClarifyAction | str, timeout_s: Optional[float] = None,
+                         **kwargs: Any) -> TextSQLClarifyObservation:
+        """:meth:`step` in this session's own thread (OpenEnv's ``/ws`` endpoint awaits this), interrupted
+        (:meth:`interrupt`) until it returns when the WebSocket client leaves meanwhile
+        (:func:`.ws_sessions.run_step`), so a dropped client's session ends within a moment, not at the
+        step's time limit. Raises: as :meth:`step`."""
+        if self._step_thread is None:
+            self._step_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="textsql-clarify-step")
+        return await run_step(functools.partial(self.step, action, timeout_s, **kwargs), self._step_thread,
+                              self.interrupt)
+
+    def interrupt(self) -> bool:
+        """Abort the SQL this session runs now, from any thread (``TextSQLClarifyEnv.interrupt_sql``: only its
+        own connections, ``sql_connection="private"``); the step then ends as if the query failed (kind
+        ``runtime``). Returns whether the session has connections of its own to interrupt."""
+        return self.env.interrupt_sql()
+
+    def close(self) -> None:
+        """End the session: interrupt its SQL, close its env (its own connections, ``TextSQLClarifyEnv.close``)
+        and let its step thread go. OpenEnv calls this when the WebSocket session ends (``_destroy_session``)
+        and after each HTTP request. Safe to call twice."""
+        self.interrupt()
+        self.env.close()
+        if self._step_thread is not None:
+            self._step_thread.shutdown(wait=False)
+            self._step_thread = None
+
     def _observation(self, obs: dict, reward: float | None, terminated: bool, truncated: bool,
                      info: dict) -> TextSQLClarifyObservation:
         from ..envs.spaces import PHASES
@@ -418,7 +456,8 @@ def make_app(dataset: str = "embedded", *, samples: Sequence[Sample] | None = No
 
     Args:
         dataset, samples, limit, serialize_steps, env_kwargs: see :class:`SharedResources`.
-        max_concurrent_envs: WebSocket sessions open at once (each is one environment).
+        max_concurrent_envs: WebSocket sessions open at once (each is one environment, with its own SQL
+            connection per database under the default ``sql_connection="private"``).
     Returns:
         A ``fastapi.FastAPI`` app; serve it with ``uvicorn.run(app, host=..., port=...)``.
     Raises:
@@ -428,6 +467,7 @@ def make_app(dataset: str = "embedded", *, samples: Sequence[Sample] | None = No
     app = create_app(environment_factory(shared), TextSQLClarifyAction, TextSQLClarifyObservation,
                      env_name="textsql_clarify", max_concurrent_envs=max_concurrent_envs)
     app.add_exception_handler(RequestError, _request_error_response)
+    app.add_middleware(DisconnectWatch)  # a client leaving mid-step frees its slot at once, without a traceback
     return app
 
 
@@ -481,6 +521,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-clarifications", type=int, default=3)
     p.add_argument("--category-mode", default="taxonomy_free")
     p.add_argument("--max-concurrent-envs", type=int, default=8, help="WebSocket sessions at once")
+    p.add_argument("--sql-connection", default="private", choices=("private", "shared"),
+                   help="'private' (default): each session's own read-only connection per database; "
+                        "'shared': one connection per database, sessions' queries on it run one at a time")
     p.add_argument("--exclude-flag", action="append", default=[], metavar="FLAG",
                    help="leave out samples with this load-time flag (repeatable; e.g. indistinguishable)")
     p.add_argument("--split", default=None, choices=("train", "heldout"), help="serve one side of a split only")
@@ -516,6 +559,7 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
     return dict(limit=args.limit, simulator=args.simulator, reward_preset=args.reward_preset,
                 max_clarifications=args.max_clarifications, category_mode=args.category_mode,
                 max_concurrent_envs=args.max_concurrent_envs, exclude_flags=tuple(args.exclude_flag),
+                sql_connection=args.sql_connection,
                 split=args.split, split_by=args.split_by, heldout_fraction=args.heldout_fraction,
                 split_seed=args.split_seed, **suite)
 

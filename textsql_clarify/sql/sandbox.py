@@ -243,6 +243,12 @@ def _is_transient(r: ExecutionResult) -> bool:
     return r.error_kind == "runtime" and any(m in (r.error_message or "").lower() for m in _TRANSIENT_MARKERS)
 
 
+def _is_interrupted(r: ExecutionResult) -> bool:
+    """``True`` when ``r`` was stopped by :meth:`SQLiteSandbox.interrupt` (SQLite's message "interrupted", not
+    the time limit): the gold was cut short by its caller, not failed by itself."""
+    return r.error_kind == "runtime" and (r.error_message or "") == "interrupted"
+
+
 def _is_memory(r: ExecutionResult) -> bool:
     """``True`` when ``r`` failed on SQLite's heap limit (or a ``MemoryError``)."""
     return r.error_kind == "runtime" and (r.error_message or "").startswith("out of memory")
@@ -626,7 +632,7 @@ class SQLiteSandbox:
         ``"<id>#<interpretation>"``) and the SQL text guards against two golds sharing a key.
         Failed golds are cached too (their failure is the sample's, not the agent's), except
         timeouts and out-of-memory failures, which can come from a busy machine or process and
-        are retried on the next call, and transient ones (``database is locked``/busy: another
+        are retried on the next call, interrupted ones (:meth:`interrupt`: the caller cut it short), and transient ones (``database is locked``/busy: another
         connection holds a lock), which are retried :data:`GOLD_RETRIES` times at once, after
         :data:`GOLD_RETRY_WAIT_S` s, and never cached.
 
@@ -645,7 +651,8 @@ class SQLiteSandbox:
                     break
                 time.sleep(GOLD_RETRY_WAIT_S)
                 hit = self.execute(sql)
-            if hit.error_kind != "timeout" and not _is_transient(hit) and not _is_memory(hit):
+            if hit.error_kind != "timeout" and not _is_transient(hit) and not _is_memory(hit) \
+                    and not _is_interrupted(hit):
                 self._gold_cache[cache_key] = hit
         return hit
 
