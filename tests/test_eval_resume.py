@@ -169,3 +169,19 @@ def test_timings_live_in_timings_jsonl_not_in_the_compared_files(tmp_path):
         live = {t.index: t.execution["elapsed_s"] for t in traj.turns if t.execution is not None}
         assert {t["index"]: t["elapsed_s"] for t in timing["turns"]} == live
     assert "elapsed_s" not in (tmp_path / "metrics.json").read_text(encoding="utf-8")
+
+
+def test_run_files_get_the_umask_mode_and_a_fresh_journal_never_writes_through_a_link(tmp_path):
+    out = tmp_path / "run"
+    old = os.umask(0o022)
+    try:
+        assert main(["eval", "--agent", "random", "--limit", "2", "--no-progress", "--out", str(out)]) == 0
+    finally:
+        os.umask(old)
+    assert {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()} == \
+        dict.fromkeys(("trajectories.jsonl", "metrics.json", "timings.jsonl", "run.json"), 0o644)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (out / JOURNAL).symlink_to(victim)
+    assert main(["eval", "--agent", "random", "--limit", "2", "--no-progress", "--fresh", "--out", str(out)]) == 0
+    assert victim.read_text() == "keep me"

@@ -157,3 +157,12 @@ def test_conditions_keep_their_connectors_and_nested_queries(dev, facts):
     negated, op, unit, nested, _ = q.where[1]
     assert (negated, op) == (True, "in") and nested.tables == (("table", "singer_in_concert"),)
     assert q.where[0][3] is None  # the value 20 is dropped
+
+
+def test_a_common_table_expression_is_not_read_so_a_shadowing_one_cannot_match():
+    """Spider's grammar has no WITH: a CTE that shadows ``singer`` with made-up rows is a miss, not EM 1."""
+    gold = "SELECT name, country, age FROM singer ORDER BY age DESC"
+    fake = "WITH singer(name, country, age) AS (SELECT 'x', 'y', 1) SELECT name, country, age FROM singer ORDER BY age DESC"
+    res = exact_match(fake, gold)
+    assert not res.match and "WITH" in res.error
+    assert exact_match(gold, gold).match

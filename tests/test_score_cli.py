@@ -140,3 +140,27 @@ def test_an_interrupted_journal_of_other_predictions_is_refused_and_fresh_rescor
     assert _score(spider_root, second, out, "--fresh") == 0
     metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     assert (metrics["overall"]["EM"]["value"], metrics["overall"]["EX"]["value"]) == (0.0, 0.0)
+
+
+def test_a_byte_order_mark_and_unicode_line_breaks_change_no_score(spider_root, golds, tmp_path, capsys):
+    """A JSONL file written with a BOM scores as without one; a line file splits at newlines only, so a U+2028
+    inside a string literal stays in its query; a JSON record in a line file is refused, naming the line."""
+    plain, bom, out = tmp_path / "p.jsonl", tmp_path / "bom.jsonl", tmp_path / "o"
+    body = "".join(json.dumps({"id": i, "sql": q}) + "\n" for i, q, _ in golds)
+    plain.write_text(body, encoding="utf-8")
+    bom.write_text("\ufeff" + body, encoding="utf-8")
+    assert _score(spider_root, plain, out / "a", "--json") == 0
+    a = json.loads(capsys.readouterr().out)
+    assert _score(spider_root, bom, out / "b", "--json") == 0
+    b = json.loads(capsys.readouterr().out)
+    assert (b["overall"]["EX"]["value"], b["overall"]["EM"]["value"]) == (a["overall"]["EX"]["value"], 1.0) == (1.0, 1.0)
+    lines = [q for _, q, _ in golds]
+    lines[0] = lines[0] + " -- a\u2028b"  # a comment holding a Unicode line separator: still line 1
+    text = tmp_path / "pred.txt"
+    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert _score(spider_root, text, out / "c", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["overall"]["EX"]["value"] == 1.0
+    mixed = tmp_path / "mixed.txt"
+    mixed.write_text("\n".join([lines[1], json.dumps({"id": golds[1][0], "sql": lines[1]})] + lines[2:]) + "\n")
+    assert _score(spider_root, mixed, out / "d") == 2
+    assert "mixed.txt" in capsys.readouterr().err

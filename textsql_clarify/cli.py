@@ -286,8 +286,8 @@ def _eval(args: argparse.Namespace) -> int:
             print(f"agent {getattr(agent, 'name', args.agent)}: {stats['actions']} actions, "
                   f"{stats.get('format_valid', 0)} parsed ({stats.get('format_valid', 0) / stats['actions']:.3f})"
                   + (f", {agent.generate_calls} generate calls" if hasattr(agent, "generate_calls") else ""))
-        line = f"wrote {Path(args.out)}: trajectories.jsonl, metrics.json and run.json"
-        print(line if len(line) <= 100 else f"wrote {Path(args.out)}:\n  trajectories.jsonl, metrics.json and run.json")
+        line = f"wrote {Path(args.out)}: trajectories.jsonl, metrics.json, timings.jsonl and run.json"
+        print(line if len(line) <= 100 else f"wrote {Path(args.out)}:\n  trajectories.jsonl, metrics.json, timings.jsonl and run.json")
     return 0
 
 
@@ -585,7 +585,7 @@ def _score(args: argparse.Namespace) -> int:
     print(render_table(metrics, breakdowns=breakdowns))
     print()
     print(render_exact_match(metrics))
-    print(f"wrote {Path(args.out)}: trajectories.jsonl, metrics.json and run.json")
+    print(f"wrote {Path(args.out)}: trajectories.jsonl, metrics.json, timings.jsonl and run.json")
     return 0
 
 

@@ -95,10 +95,14 @@ def read_predictions(path: str | Path, samples: Sequence[Sample]) -> dict[str, s
     """
     file = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # a leading byte-order mark is not part of line 1
     except UnicodeDecodeError as e:
         raise _error(file, None, None, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
-    lines = text.splitlines()
+    # lines end at "\n" (or "\r\n") only, as Python's readlines() and Spider's evaluation script read them:
+    # str.splitlines() also breaks at U+0085, U+2028, form feeds ..., which may stand inside a SQL string literal
+    lines = [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
+    if lines and lines[-1] == "":
+        lines.pop()
     first = next((ln.strip() for ln in lines if ln.strip()), None)
     if first is None:
         raise _error(file, None, None, f"holds no prediction; the dataset has {len(samples)} samples")
@@ -154,6 +158,9 @@ def _read_lines(file: str, lines: list[str], samples: Sequence[Sample]) -> dict[
                                        f"the dataset's gold order")
     out: dict[str, str] = {}
     for (no, line), sample in zip(kept, samples):
+        if line.startswith("{"):  # SQL never starts with "{": a JSON record in a file read as one query per line
+            raise _error(file, no, None, "a JSON object in a one-query-per-line file (line 1 was read as SQL); "
+                                         "write every line as JSON {\"id\", \"sql\"} or none")
         sql = line
         if "\t" in line:  # Spider's "query<TAB>db_id"
             head, tail = line.rsplit("\t", 1)

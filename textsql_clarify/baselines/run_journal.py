@@ -178,6 +178,8 @@ class EvalJournal:
             self.fh = open(self.path, "a", encoding="ascii", newline="\n")
             self.resumed = len(self.done)
         else:
+            if self.path.is_symlink():  # a fresh journal is a new file here, never written through a link
+                self.path.unlink()
             self.fh = open(self.path, "w", encoding="ascii", newline="\n")
             self._line({"header": {"fingerprint": self.fingerprint, "config": self.config}})
             self.sync()
@@ -250,6 +252,13 @@ def _write_all(fh: Any, data: bytes) -> None:
     fh.write(data)
 
 
+def file_mode() -> int:
+    """The permission bits ``open(path, "w")`` gives a new file under the process's umask (``0o666 & ~umask``)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def replace_files(out_dir: str | os.PathLike, files: Mapping[str, bytes]) -> None:
     """Write every ``name -> bytes`` of ``files`` into ``out_dir`` atomically: each to a temporary file in the
     same folder, flushed and fsynced, all of them before the first ``os.replace`` onto its name; then the
@@ -267,6 +276,7 @@ def replace_files(out_dir: str | os.PathLike, files: Mapping[str, bytes]) -> Non
         for name, data in files.items():
             fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
             tmps.append((name, Path(tmp)))
+            os.fchmod(fd, file_mode())  # mkstemp makes 0600; a run's files get the mode open() would give them
             with os.fdopen(fd, "wb") as fh:
                 _write_all(fh, data)
                 fh.flush()

@@ -32,6 +32,9 @@ def replace_text(path: str | os.PathLike, text: str) -> Path:
     data = valid_unicode(text).encode("utf-8")  # before any file is opened: nothing can fail half-way on encoding
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
+        from ..baselines.run_journal import file_mode
+
+        os.fchmod(fd, file_mode())  # mkstemp makes 0600; the page gets the mode open() would give it
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
