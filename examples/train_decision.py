@@ -466,14 +466,16 @@ class DatabaseBootstrap:
         self.index = {d: k for k, d in enumerate(self.db_ids)}
         self.W = resample_counts(len(self.db_ids), n_resamples=n_resamples, seed=seed) if self.db_ids else None
 
-    def sums(self, episodes: Sequence[dict], value: Callable[[dict], float], keep: Callable[[dict], bool]):
-        """Per-database ``(num, den)`` arrays: the sum of ``value`` and the count over episodes ``keep`` accepts."""
+    def sums(self, episodes: Sequence[dict], value: Callable[[dict], float], keep: Callable[[dict], bool],
+             key: str = "db_id"):
+        """Per-database ``(num, den)`` arrays: the sum of ``value`` and the count over episodes ``keep`` accepts;
+        an episode's cluster is its ``key`` field (default ``db_id``)."""
         import numpy as np
 
         num, den = np.zeros(len(self.db_ids)), np.zeros(len(self.db_ids))
         for e in episodes:
             if keep(e):
-                k = self.index[e["db_id"]]
+                k = self.index[e[key]]
                 num[k] += float(value(e))
                 den[k] += 1.0
         return num, den

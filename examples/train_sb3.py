@@ -163,21 +163,10 @@ def _stat(rows: Sequence[dict], boot, value: Callable[[dict], float], keep: Call
     dm = _decision_module()
     kept = [r for r in rows if keep(r)]
     vals = [float(value(r)) for r in kept]
-    num, den = _sums(boot, rows, value, keep)
+    num, den = boot.sums(rows, value, keep, key="cluster")
     ci, _undefined = dm._interval(boot.ratio(num, den)) if kept else (None, 0)
     return {"mean": float(np.mean(vals)) if vals else None, "ci95": ci, "n": len(vals),
             "n_db": len({r["db_id"] for r in kept})}
-
-
-def _sums(boot, rows, value, keep):
-    """Per-cluster sums and counts (``DatabaseBootstrap.sums`` keyed by ``row["cluster"]``)."""
-    num, den = np.zeros(len(boot.db_ids)), np.zeros(len(boot.db_ids))
-    for r in rows:
-        if keep(r):
-            k = boot.index[r["cluster"]]
-            num[k] += float(value(r))
-            den[k] += 1.0
-    return num, den
 
 
 def summarize(rows: Sequence[dict], boot) -> dict[str, Any]:
