@@ -19,6 +19,7 @@ Spider's exact-set-match (:mod:`textsql_clarify.baselines.predictions`, ``docs/m
 from __future__ import annotations
 
 import argparse
+from typing import Any
 import json
 import sys
 from pathlib import Path
@@ -237,13 +238,7 @@ def _eval(args: argparse.Namespace) -> int:
     if unknown:
         raise ValueError(f"--metrics: unknown metric(s) {unknown}; valid: {', '.join(METRICS + SUITE_METRICS)}, "
                          "components.<set>.precision|recall")
-    suite_kwargs = {}
-    if args.ex_mode == "suite":
-        if args.suite_k is not None and args.suite_k < 1:
-            raise ValueError(f"--suite-k must be >= 1, got {args.suite_k}")
-        suite_kwargs = {"ex_mode": "suite", "suite_k": args.suite_k, "suite_cache_dir": args.suite_cache_dir}
-    elif args.suite_k is not None or args.suite_cache_dir is not None:
-        raise ValueError("--suite-k and --suite-cache-dir need --ex-mode suite")
+    suite_kwargs = suite_options(args)
     if args.num_envs < 1:
         raise ValueError(f"--num-envs must be >= 1, got {args.num_envs}")
     if args.ray_actors is not None and (args.ray is None or args.ray_actors < 1):
@@ -289,6 +284,22 @@ def _eval(args: argparse.Namespace) -> int:
         line = f"wrote {Path(args.out)}: trajectories.jsonl, metrics.json, timings.jsonl and run.json"
         print(line if len(line) <= 100 else f"wrote {Path(args.out)}:\n  trajectories.jsonl, metrics.json, timings.jsonl and run.json")
     return 0
+
+
+def suite_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The env's test-suite EX options from ``--ex-mode``, ``--suite-k`` and ``--suite-cache-dir`` (eval, score and
+    the OpenEnv server): ``{}`` for ``single``, else ``{"ex_mode": "suite", "suite_k", "suite_cache_dir"}``.
+
+    Raises:
+        ValueError: ``--suite-k`` below 1, or a suite option without ``--ex-mode suite``.
+    """
+    if args.ex_mode == "suite":
+        if args.suite_k is not None and args.suite_k < 1:
+            raise ValueError(f"--suite-k must be >= 1, got {args.suite_k}")
+        return {"ex_mode": "suite", "suite_k": args.suite_k, "suite_cache_dir": args.suite_cache_dir}
+    if args.suite_k is not None or args.suite_cache_dir is not None:
+        raise ValueError("--suite-k and --suite-cache-dir need --ex-mode suite")
+    return {}
 
 
 def _resumed_episodes(out: str) -> int:
@@ -560,13 +571,7 @@ def _score(args: argparse.Namespace) -> int:
     from .rewards.report import parse_breakdowns, render_table
 
     breakdowns = parse_breakdowns(args.by)
-    suite_kwargs = {}
-    if args.ex_mode == "suite":
-        if args.suite_k is not None and args.suite_k < 1:
-            raise ValueError(f"--suite-k must be >= 1, got {args.suite_k}")
-        suite_kwargs = {"ex_mode": "suite", "suite_k": args.suite_k, "suite_cache_dir": args.suite_cache_dir}
-    elif args.suite_k is not None or args.suite_cache_dir is not None:
-        raise ValueError("--suite-k and --suite-cache-dir need --ex-mode suite")
+    suite_kwargs = suite_options(args)
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
     samples = load_dataset(args.dataset, limit=args.limit, db_root=args.db_root, validate=not args.no_validate)

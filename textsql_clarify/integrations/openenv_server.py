@@ -551,11 +551,9 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         ValueError: ``--suite-k`` or ``--suite-cache-dir`` without ``--ex-mode suite``.
     """
-    suite: dict[str, Any] = {}
-    if args.ex_mode == "suite":
-        suite = {"ex_mode": "suite", "suite_k": args.suite_k, "suite_cache_dir": args.suite_cache_dir}
-    elif args.suite_k is not None or args.suite_cache_dir is not None:
-        raise ValueError("--suite-k and --suite-cache-dir need --ex-mode suite")
+    from ..cli import suite_options
+
+    suite = suite_options(args)
     return dict(limit=args.limit, simulator=args.simulator, reward_preset=args.reward_preset,
                 max_clarifications=args.max_clarifications, category_mode=args.category_mode,
                 max_concurrent_envs=args.max_concurrent_envs, exclude_flags=tuple(args.exclude_flag),
