@@ -142,3 +142,36 @@ def test_unclosed_action_tag_names_the_action_left_open_at_the_end():
     assert unclosed_action_tag("</sql><sql>a") is None                  # unmatched closing tag first
     assert unclosed_action_tag('{"type": "sql"') is None                # JSON has no tags
     assert unclosed_action_tag("<think><sql>a") == "sql"                # an unclosed think block is kept
+
+
+@pytest.mark.parametrize("body", ["\u200b\u200b", "\u2060", "\u00ad", " \u200c ", "?", "\u200b?", "...", "\u00a0"])
+@pytest.mark.parametrize("spelling", ["tag", "json"])
+def test_a_body_without_a_letter_or_digit_is_an_empty_action(body, spelling):
+    """Zero-width characters or punctuation alone say nothing: refused as empty, in either spelling."""
+    raw = f"<clarify>{body}</clarify>" if spelling == "tag" else json.dumps({"type": "clarify", "content": body})
+    with pytest.raises(ActionError, match=r"empty .*clarify.* action \(no letter or digit\)"):
+        parse_action(raw)
+
+
+def test_a_one_letter_or_non_latin_body_is_still_an_action():
+    assert parse_action("<clarify>\u200bwhich year?</clarify>") == Action("clarify", "\u200bwhich year?")
+    assert parse_action("<clarify>哪一年？</clarify>").content == "哪一年？"
+    assert parse_action("<sql>SELECT 1</sql>").content == "SELECT 1"
+
+
+def test_a_zero_width_clarification_earns_no_decision_credit():
+    """Through the env, on an ambiguous embedded sample: the format penalty, not the decision's credit for
+    asking (a real one-word question there earns decision 1.0)."""
+    import gymnasium as gym
+
+    import textsql_clarify
+
+    env = gym.make(textsql_clarify.ENV_ID, reward_preset="shaped_decision")
+    k = next(i for i, s in enumerate(env.unwrapped.samples) if s.group == "ambiguous")
+    env.reset(options={"index": k})
+    _o, r, _t, _tr, info = env.step(json.dumps({"type": "clarify", "content": "\u200b\u2060"}))
+    assert info["reward_components"]["format"] == -1.0 and "decision" not in info["reward_components"]
+    env.reset(options={"index": k})
+    _o, r2, _t, _tr, info2 = env.step("<clarify>Which?</clarify>")
+    assert info2["reward_components"]["decision"] == 1.0 and r2 > r
+    env.close()

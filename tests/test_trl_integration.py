@@ -217,7 +217,7 @@ def test_tool_env_argument_limit_is_the_arguments_own_length(samples):
         for n, accepted in ((limit, True), (limit + 1, False)):
             for ch in ('"', "x", "\\"):  # JSON escapes double '"' and '\\': not counted
                 env.reset(sample_id=gold.id)
-                text = env.submit_sql(ch * n)
+                text = env.submit_sql("x" + ch * (n - 1))  # a letter: a body of quotes alone is an empty action
                 if accepted:
                     assert text == "SQL received. The episode is over.", (limit, n, ch, text[:80])
                 else:
@@ -228,12 +228,12 @@ def test_tool_env_argument_limit_is_the_arguments_own_length(samples):
         # the tagged path: the same limit on the action text
         plain = TextSQLClarifyEnv(samples=samples, max_action_chars=limit)
         plain.reset(options={"sample_id": gold.id})
-        assert plain.step("<sql>" + '"' * (limit - 11) + "</sql>")[4]["error"] is None
+        assert plain.step("<sql>x" + '"' * (limit - 12) + "</sql>")[4]["error"] is None
         plain.reset(options={"sample_id": gold.id})
-        assert plain.step("<sql>" + '"' * (limit - 10) + "</sql>")[4]["error"].startswith("action too long")
+        assert plain.step("<sql>x" + '"' * (limit - 11) + "</sql>")[4]["error"].startswith("action too long")
     env = make_environment_factory(samples)()
     env.reset(sample_id=gold.id)
-    assert env.submit_sql('"' * 40_000) == "SQL received. The episode is over."  # the red-team case (80,030 escaped)
+    assert env.submit_sql('x' + '"' * 39_999) == "SQL received. The episode is over."  # the red-team case (80,030 escaped)
 
 
 def test_build_prompt_dataset_styles(samples):

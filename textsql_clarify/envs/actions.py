@@ -9,7 +9,8 @@ Two spellings are accepted (README "Using it"; ``docs/platform.md``, "Action str
 Text outside the one action tag (an LLM's reasoning) is ignored, and so is everything inside a
 ``<think>…</think>`` block, action tags included. Anything else is
 malformed and raises :class:`~textsql_clarify.errors.ActionError` with a reason the env shows back to
-the agent: empty input, no action, two actions, an action nested in another, an empty body, invalid
+the agent: empty input, no action, two actions, an action nested in another, an empty body (one with no
+letter or digit: zero-width characters or punctuation alone), invalid
 JSON, an unknown type, text that is not valid Unicode (a lone surrogate, raw or written as a JSON
 ``\\ud83d`` escape, in the content or in any other string of the JSON object), a NUL character, or input
 longer than ``max_chars``. The parser never raises anything else, and it takes time linear in the input's
@@ -180,12 +181,19 @@ def _check_strings(obj: dict) -> None:
 
 
 def _clean_body(kind: str, body: str) -> str:
+    """The action's body as the env reads it: stripped, a SQL code fence removed; ``""`` (an empty action) when
+    no letter or digit is left. A body of zero-width characters (U+200B, U+2060, a soft hyphen) or of
+    punctuation alone (``"?"``) says nothing: read as a clarification it would take the ``decision``
+    component's credit for asking (``rewards/decision.py``) with no question in it, so it is malformed like an
+    empty body (TIDE App. D's malformed-action contract)."""
     body = body.strip()
     if kind == "sql" and len(body) >= 6 and body.startswith("```") and body.endswith("```"):
         # a Markdown code fence with an optional language word: ```sql\n...\n``` (string operations: the
         # former ``^```[a-zA-Z]*\s*\n?(.*?)\n?```$`` regex was quadratic on "```" + spaces)
         inner = body[3:-3]
         body = inner[_FENCE_LANG.match(inner).end():].strip()
+    if not any(ch.isalnum() for ch in body):  # str.isalnum: Unicode letters and digits (categories L*, N*)
+        return ""
     return body
 
 
@@ -207,7 +215,7 @@ def _parse_json(text: str) -> Action:
     kind = kind.strip().lower()
     content = _clean_body(kind, content)
     if not content:
-        raise ActionError(f"empty {kind} action")
+        raise ActionError(f"empty {kind} action (no letter or digit)")
     return Action(kind, content)
 
 
@@ -242,7 +250,7 @@ def parse_action(raw: object, *, max_chars: int = MAX_ACTION_CHARS) -> Action:
         # read the same body (``docs/platform.md`` "Step cost": the EX-only step's fixed cost)
         body = _clean_body("sql", raw[5:-6])
         if not body:
-            raise ActionError("empty <sql> action")
+            raise ActionError("empty <sql> action (no letter or digit)")
         return Action("sql", body)
     text = strip_think(raw.lstrip(_BOM)).strip()
     if not text:
@@ -278,7 +286,7 @@ def parse_action(raw: object, *, max_chars: int = MAX_ACTION_CHARS) -> Action:
     kind = _TAG_TO_KIND[tag]
     body = _clean_body(kind, body)
     if not body:
-        raise ActionError(f"empty <{tag}> action")
+        raise ActionError(f"empty <{tag}> action (no letter or digit)")
     return Action(kind, body)
 
 
