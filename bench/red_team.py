@@ -55,6 +55,7 @@ from tqdm import tqdm
 import textsql_clarify  # noqa: F401 - registers the env
 from textsql_clarify.baselines.hacks import HACKS, REFERENCES, Episode, identifiers_leaked, make_policy, mean, \
     play, schema_identifiers
+from textsql_clarify.datasets.ambiqt import OTHER_SUFFIX
 from textsql_clarify.rewards.decision import DECISIONS, balanced_accuracy, decision_recalls, expected_decision, \
     first_decision
 from textsql_clarify.rewards.presets import PRESETS, SUITE_PRESETS, resolve_preset
@@ -168,9 +169,29 @@ def corpus_specs(data_root: str, generated: str | None = None, generated_model: 
 
 def load_corpus(spec: str) -> list:
     """The samples of a corpus spec: one ``load_dataset`` spec, or several joined by :data:`MIX` (concatenated, in
-    order). Raises DatasetError as ``load_dataset`` does."""
+    order). An ``ambiqt:`` part is loaded under both draws of its gold reading (:func:`both_draws`). Raises
+    DatasetError as ``load_dataset`` does."""
     from textsql_clarify.datasets import load_dataset
-    return [s for part in spec.split(MIX) for s in load_dataset(part)]
+    out = []
+    for part in spec.split(MIX):
+        out += both_draws(part) if part.startswith("ambiqt:") else load_dataset(part)
+    return out
+
+
+def both_draws(spec: str) -> list:
+    """AmbiQT's samples under both draws of which reading is the gold, each item's two samples side by side
+    (the drawn one, then ``load_ambiqt(..., reading="other")``'s). The draw is a fair coin per item
+    (``gold_reading``), so a policy that cannot see it scores, over both, exactly its expectation over the draw;
+    one draw's realised balance is binomial (standard deviation about 0.025 at n = 389, above ``--margin``), and
+    a chooser that always picks AmbiQT's first reading would pass or fail on that balance, not on what it knows.
+    :func:`spread` keeps the two together."""
+    from textsql_clarify.datasets import split_spec_paths
+    from textsql_clarify.datasets.ambiqt import SPEC_FORM, load_ambiqt
+
+    folder, root = split_spec_paths(spec[len("ambiqt:"):], spec, SPEC_FORM)
+    drawn, _ = load_ambiqt(folder, root)
+    other, _ = load_ambiqt(folder, root, reading="other")
+    return [s for pair in zip(drawn, other) for s in pair]
 
 
 def build_generated(name: str, data_root: str, out_dir: str | Path, *, limit: int | None, seed: int = 0) -> str:
@@ -507,12 +528,19 @@ def table(result: dict, presets: list[str]) -> str:
 
 
 def spread(samples: list, n: int) -> list:
-    """``n`` samples evenly spaced over ``samples`` (all of them when ``n >= len(samples)``), in order. The
+    """``n`` samples evenly spaced over ``samples`` (all of them when ``n >= len(samples)``), in order; an AmbiQT
+    item's two draws (:func:`both_draws`) count as one sample and are kept together (so ``n`` items). The
     detailed pass takes the first ``--detailed-limit`` of these, so it is spread over the corpus too only
     when ``n`` is at most that limit."""
-    if n >= len(samples):
+    units: list[list] = []  # a sample of AmbiQT's other draw stays with its drawn sample (:func:`both_draws`)
+    for s in samples:
+        if units and getattr(s, "id", None) == getattr(units[-1][0], "id", object()) + OTHER_SUFFIX:
+            units[-1].append(s)
+        else:
+            units.append([s])
+    if n >= len(units):
         return list(samples)
-    return [samples[(k * len(samples)) // n] for k in range(n)]
+    return [s for k in range(n) for s in units[(k * len(units)) // n]]
 
 
 def _parse_datasets(text: str) -> list[tuple[str, int | None]]:

@@ -20,7 +20,7 @@ from conftest import MeanIs
 from textsql_clarify.baselines.agents import make_agent
 from textsql_clarify.baselines.rollout import evaluate
 from textsql_clarify.datasets import load_dataset
-from textsql_clarify.datasets.ambiqt import READING_SEED, check_golds, gold_reading, hidden_knowledge, load_ambiqt
+from textsql_clarify.datasets.ambiqt import OTHER_SUFFIX, READING_SEED, check_golds, gold_reading, hidden_knowledge, load_ambiqt
 from textsql_clarify.datasets.ambiqt_rebuild import (RebuildError, build_database, parse_schema_text, plan_rebuild,
                                                      read_schema, rebuilt_schema)
 from textsql_clarify.errors import DatasetError
@@ -257,6 +257,26 @@ def test_gold_hidden_knowledge_and_interpretation_agree_with_the_draw(shared_dat
         (it,) = s.interpretations
         assert (it.gold_sql, it.hidden_knowledge, it.description) == ((other.strip(), st2, d2) if n == 1
                                                                       else (other.strip(), st1, d1))
+
+
+def test_other_draw_swaps_each_items_gold_and_interpretation(shared_data, loaded, monkeypatch):
+    """``reading="other"``: every item once more with its other reading as the gold (and the user's statement of
+    it), so the two loads together hold each reading as the gold exactly once per item: 389 each way, where the
+    one draw gives 204 query1 to 185 query2."""
+    samples, _report, cache, _ = loaded
+    monkeypatch.setenv("TEXTSQL_CLARIFY_CACHE", str(cache))
+    other, _ = load_ambiqt(AMBIQT, SPIDER_DEV, reading="other")
+    assert [t.id for t in other] == [s.id + OTHER_SUFFIX for s in samples]
+    for s, t in zip(samples, other):
+        (si,), (ti,) = s.interpretations, t.interpretations
+        assert (t.gold_sql, t.hidden_knowledge) == (si.gold_sql, si.hidden_knowledge)
+        assert (ti.gold_sql, ti.hidden_knowledge) == (s.gold_sql, s.hidden_knowledge)
+        assert {s.provenance["gold_reading"], t.provenance["gold_reading"]} == {"query1", "query2"}
+        assert t.db_path == s.db_path and t.question == s.question
+    both = Counter(x.provenance["gold_reading"] for x in [*samples, *other])
+    assert both == {"query1": 389, "query2": 389}
+    with pytest.raises(ValueError, match="reading must be"):
+        load_ambiqt(AMBIQT, SPIDER_DEV, reading="both")
 
 
 def test_gold_reading_depends_on_id_and_seed_only():

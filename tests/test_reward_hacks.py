@@ -27,6 +27,7 @@ import pytest
 
 from textsql_clarify.baselines.hacks import HACKS, REFERENCES, HackPolicy, gold_returns_data, gold_single_integer
 from textsql_clarify.datasets import load_dataset
+from textsql_clarify.datasets.ambiqt import OTHER_SUFFIX
 from textsql_clarify.rewards.presets import PRESETS, SUITE_PRESETS, resolve_preset
 
 from conftest import SHARED_DATA, SPIDER
@@ -275,8 +276,11 @@ def _corpus(name: str) -> dict:
     spec, note = specs[name]
     if spec is None:
         pytest.skip(f"real data absent: {name}: {note}")
-    samples = load_dataset(spec)
-    pool = samples if name == "cosql-fixture" else _cover(_spread_pool(samples), SUBSET[name])
+    samples = RT.load_corpus(spec)  # AmbiQT under both draws of its gold reading (RT.both_draws)
+    other = {s.id: s for s in samples if s.id.endswith(OTHER_SUFFIX)}
+    primary = [s for s in samples if s.id not in other]
+    pool = primary if name == "cosql-fixture" else _cover(_spread_pool(primary), SUBSET[name])
+    pool = [t for s in pool for t in (s, other.get(s.id + OTHER_SUFFIX)) if t is not None]
     return _run(name, pool)
 
 

@@ -691,8 +691,21 @@ class DriftChurn(HackPolicy):
 
 
 class DriftChurnTables(DriftChurn):
+    """``SELECT *`` of the schema's first table, then of its second after the drift utterance: churn that a
+    drift detector must not pay, and, on the post-drift turn, the ``star_mentioned`` residual met blind. A
+    constraint drift that drops the request's only filter ("skip the song name part") leaves a post-drift gold
+    that projects every row of one table (``SELECT name, country FROM singer``), and where that table's other
+    columns fit relaxed EX's width bound (:data:`~textsql_clarify.rewards.execution.MAX_EXTRA_COLUMNS`),
+    ``SELECT *`` of it is a column superset that ABISS App. A's tolerance accepts. Measured on the whole
+    generated corpora (Spider dev anchors, seed 0): 13 hits of 309 drift samples (model-free recipes, binary
+    0.042) and of 399 (fake council, 0.040); ``strict`` pays 0 and ``suite`` 0.013 on both; no drift bonus is
+    paid on any hit (``drift_revised`` and ``drift`` 0)."""
+
     name, kind, scope = "drift_churn_tables", "drift", "post_drift"
     description = "SELECT * FROM <first table>, then SELECT * FROM <second table> after the drift"
+    residual, residual_ceiling = ("the star_mentioned residual on post-drift turns: a constraint drift that drops "
+                                  "the only filter leaves a gold projecting every row of one table, which SELECT * "
+                                  "of a narrow table answers within relaxed EX's width bound; strict pays 0"), 0.055
 
     def next_action(self, observation, info):
         tables = list(schema_columns(observation.get("schema", ""))) or ["sqlite_master"]

@@ -61,13 +61,15 @@ from .ambiqt_rebuild import (BuildPlan, RebuildError, build_database, file_sha25
 from .spider_hardness import spider_hardness
 
 __all__ = ["load_from_spec", "load_ambiqt", "AmbiqtReport", "FileReport", "hidden_knowledge", "check_golds",
-           "gold_reading", "SPEC_FORM", "SUBCATEGORY", "READING_SEED"]
+           "gold_reading", "SPEC_FORM", "SUBCATEGORY", "READING_SEED", "OTHER_SUFFIX"]
 
 SPEC_FORM = "ambiqt:<dir>:<spider root>"
 #: ABISS §3.2.2 semantic mapping ambiguity, lexical overlap (see the module docstring).
 SUBCATEGORY = "lexical_overlap"
 #: the dataset seed of the per-sample draw of the gold reading (:func:`gold_reading`)
 READING_SEED = 0
+#: the id suffix of a sample of the complementary draw (``load_ambiqt(..., reading="other")``)
+OTHER_SUFFIX = "~other"
 _log = logging.getLogger(__name__)
 _REQUIRED = ("db_id", "question", "query1", "query2", "schema_with_content")
 _AGG_WORDS = {"avg": "average", "sum": "total", "min": "minimum", "max": "maximum", "count": "number of"}
@@ -278,7 +280,7 @@ def _files(root: Path) -> list[tuple[str, Path]]:
 
 def load_ambiqt(ambiqt_dir: str | os.PathLike, spider_root: str | os.PathLike, *,
                 cache_dir: str | os.PathLike | None = None,
-                seed: int = READING_SEED) -> tuple[list[Sample], AmbiqtReport]:
+                seed: int = READING_SEED, reading: str = "drawn") -> tuple[list[Sample], AmbiqtReport]:
     """Load AmbiQT's items as ambiguous samples over rebuilt databases (see the module docstring).
 
     Args:
@@ -286,6 +288,11 @@ def load_ambiqt(ambiqt_dir: str | os.PathLike, spider_root: str | os.PathLike, *
         spider_root: the Spider folder with ``database/<db_id>/<db_id>.sqlite`` (never written).
         cache_dir: where rebuilt databases go; ``None``: ``textsql_clarify.models.cache_root()/ambiqt``.
         seed: the dataset seed of the per-sample draw of which reading is the gold (:func:`gold_reading`).
+        reading: ``"drawn"`` (the default): each item's gold is its drawn reading; ``"other"``: the complementary
+            draw, each item's other reading as its gold (and its hidden knowledge), the sample id suffixed
+            :data:`OTHER_SUFFIX`. The two together are every item under both draws, over which a chooser's mean
+            is its exact expectation over the draw (a single draw's realised balance is a binomial variable:
+            its standard deviation is about 0.025 at n = 389, larger than the red team's margin).
     Returns:
         ``(samples, report)``: samples in file order (kinds and files sorted by name), flagged ones kept;
         the :class:`AmbiqtReport` of counts.
@@ -294,6 +301,8 @@ def load_ambiqt(ambiqt_dir: str | os.PathLike, spider_root: str | os.PathLike, *
             (a missing or non-string field, a schema text that does not parse or that no AmbiQT construction
             explains), all listed with file, record (index + 1) and field; no sample at all.
     """
+    if reading not in ("drawn", "other"):
+        raise ValueError(f"reading must be 'drawn' or 'other', got {reading!r}")
     root = Path(ambiqt_dir).resolve()
     if not root.is_dir():
         raise DatasetError(f"AmbiQT folder is not a directory: {root}")
@@ -320,7 +329,8 @@ def load_ambiqt(ambiqt_dir: str | os.PathLike, spider_root: str | os.PathLike, *
             def bad(fld: str, msg: str, i=i) -> None:
                 problems.append(RecordProblem(str(path), i + 1, fld, msg))
 
-            s = _one(rec, i, kind, path, rel, db_dir, cache, fr, report, bad, schemas, hashes, targets, seed)
+            s = _one(rec, i, kind, path, rel, db_dir, cache, fr, report, bad, schemas, hashes, targets, seed,
+                     reading == "other")
             if s is not None:
                 samples.append(s)
     if problems:
@@ -334,8 +344,9 @@ def load_ambiqt(ambiqt_dir: str | os.PathLike, spider_root: str | os.PathLike, *
 
 def _one(rec: Any, i: int, kind: str, path: Path, rel: str, db_dir: Path, cache: Path, fr: FileReport,
          report: AmbiqtReport, bad: Callable[[str, str], None], schemas: dict, hashes: dict,
-         targets: dict, seed: int = READING_SEED) -> Sample | None:
-    """One record -> sample (or None: skipped, or bad and reported through ``bad``)."""
+         targets: dict, seed: int = READING_SEED, other: bool = False) -> Sample | None:
+    """One record -> sample (or None: skipped, or bad and reported through ``bad``); ``other``: the
+    complementary draw (see :func:`load_ambiqt`'s ``reading``)."""
     if not isinstance(rec, dict):
         bad("<record>", f"must be a JSON object, got {type(rec).__name__}")
         return None
@@ -389,6 +400,8 @@ def _one(rec: Any, i: int, kind: str, path: Path, rel: str, db_dir: Path, cache:
     hk1, hk2, desc1, desc2 = hidden_knowledge(rec, plan)
     sid = f"ambiqt-{kind}-{path.stem}-{i}"
     drawn = gold_reading(sid, seed)
+    if other:
+        drawn, sid = 3 - drawn, sid + OTHER_SUFFIX
     # the drawn reading is the gold and what the user means; the other one is the interpretation
     (gold, hk_gold), (other, hk_other, desc_other) = (((q1, hk1), (q2, hk2, desc2)) if drawn == 1
                                                       else ((q2, hk2), (q1, hk1, desc1)))
