@@ -11,7 +11,8 @@ training split, then reports on the held-out split, with 95 % percentile bootstr
 * the first action's recall per group (ask on distinguishable ambiguous, answer on answerable, refuse on
   unanswerable);
 * the same for two baselines over the same candidates: never-ask (the candidate most similar to the
-  question) and always-ask (ask, then the candidate with most word overlap with the reply, ties to the question);
+  question) and always-ask (ask, then the candidate the reply supports most, ties to its word overlap, then to the
+  question);
 * a paired test of the trained policy against the better baseline (:func:`paired_test`).
 
 Intervals resample databases (a cluster bootstrap) when the held-out episodes span two or more, else episodes
@@ -293,13 +294,15 @@ def never_ask(wrapper: CandidateActionWrapper, obs: np.ndarray) -> int:
 
 
 def always_ask(wrapper: CandidateActionWrapper, obs: np.ndarray) -> int:
-    """Ask first; then the candidate with the most word overlap with the reply, ties broken by the question
-    (overlap, then cosine), as :func:`never_ask` picks. The reply's cosine is not a key: it is continuous, so it
-    would never tie, and on an answerable or unanswerable sample the reply is the user's constant refusal, whose
-    cosine to each candidate is noise; its word overlap is mostly 0 there, so the question decides."""
+    """Ask first; then the candidate the reply supports most (``cand_reply_support``: items named for it minus
+    items named against it, negation read), ties broken by the reply's word overlap, then by the question
+    (overlap, then cosine), as :func:`never_ask` picks. The reply's cosines are not keys: they are continuous, so
+    they would never tie, and on an answerable or unanswerable sample the reply is the user's constant refusal,
+    which names no candidate item (support 0 everywhere) and mostly no candidate word, so the question decides."""
     if wrapper.action_masks()[ASK]:
         return ASK
-    return _best(wrapper, obs, ["cand_question_cos", "cand_question_overlap", "cand_reply_overlap"])
+    return _best(wrapper, obs, ["cand_question_cos", "cand_question_overlap", "cand_reply_overlap",
+                                "cand_reply_support"])
 
 
 def load_corpus(data_root: str, per_group: int, seed: int):

@@ -39,8 +39,8 @@ def wrapper(embedded):
 
 def test_spaces_and_observation_shape_are_fixed_across_samples(wrapper):
     assert wrapper.action_space.n == K + 2
-    # 16-dim embeddings: question, schema, 6 candidates, reply; 6 x 6 per-candidate similarities; the flag
-    assert wrapper.observation_space.shape == (16 * 9 + 6 * K + 1,)
+    # 16-dim embeddings: question, schema, 6 candidates, reply; 9 x 6 per-candidate features; the flag
+    assert wrapper.observation_space.shape == (16 * 9 + 9 * K + 1,)
     for s in wrapper.env.unwrapped.samples:
         obs, info = wrapper.reset(options={"sample_id": s.id})
         assert obs.shape == wrapper.observation_space.shape and obs.dtype == np.float32

