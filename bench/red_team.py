@@ -534,7 +534,8 @@ def spread(samples: list, n: int) -> list:
     when ``n`` is at most that limit."""
     units: list[list] = []  # a sample of AmbiQT's other draw stays with its drawn sample (:func:`both_draws`)
     for s in samples:
-        if units and getattr(s, "id", None) == getattr(units[-1][0], "id", object()) + OTHER_SUFFIX:
+        sid, last = getattr(s, "id", None), getattr(units[-1][0], "id", None) if units else None
+        if isinstance(sid, str) and isinstance(last, str) and sid == last + OTHER_SUFFIX:
             units[-1].append(s)
         else:
             units.append([s])

@@ -468,3 +468,14 @@ def test_no_hack_beats_its_bound_under_the_suite_preset(spider_suite):
     beaten = {h: rows[h]["reward"]["suite"] for h in HACKS if rows[h]["n_samples"] == n and not rows[h]["privileged"]
               and rows[h]["scope"] == "episode" and rows[h]["reward"]["suite"] > oracle + 1e-9}
     assert not beaten, (oracle, beaten)
+
+
+def test_spread_keeps_an_ambiqt_items_two_draws_together():
+    """An item's other draw (id + OTHER_SUFFIX) rides with its drawn sample: n counts items, not samples."""
+    from types import SimpleNamespace as NS
+
+    items = [NS(id=f"a{i}") for i in range(6)]
+    both = [x for s in items for x in (s, NS(id=s.id + OTHER_SUFFIX))]
+    picked = RT.spread(both, 3)
+    assert [s.id for s in picked] == ["a0", "a0~other", "a2", "a2~other", "a4", "a4~other"]
+    assert len(RT.spread(both, 6)) == 12
