@@ -194,3 +194,19 @@ def test_generated_corpora_get_their_own_run_folders():
     assert _dataset_kind(drift) == "drift" and _dataset_kind(f"jsonl:{drift}:dbs") == "drift"
     assert _dataset_kind(missing) == "missing_schema"  # folder-safe
     assert _dataset_kind(SAMPLES) == "samples"  # no folder to name it by
+
+
+def test_ctrl_c_prints_one_line_that_says_how_to_resume(monkeypatch, capsys):
+    """A KeyboardInterrupt inside a command ends with exit status 130 and one stderr line, no traceback."""
+    import textsql_clarify.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_eval", interrupted)
+    assert main(["eval", "--limit", "3"]) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("interrupted: ") and "`textsql-clarify eval --limit 3` resumes" in err
+    monkeypatch.setattr(cli, "_models", interrupted)
+    assert main(["models", "path", "smollm2"]) == 130 and capsys.readouterr().err == "interrupted\n"

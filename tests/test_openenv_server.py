@@ -400,6 +400,21 @@ def test_server_flags_serve_test_suite_ex(tmp_path):
     assert "ex_mode" not in app_options(_parser().parse_args([]))
 
 
+def test_server_cli_reports_bad_flags_in_one_line(capsys):
+    """The server's entry point turns flags that do not combine, and a dataset that does not load, into
+    argparse's one ``error:`` line and exit status 2, before anything is served."""
+    from textsql_clarify.integrations.openenv_server import main as serve
+
+    for argv, words in ((["--suite-k", "2"], "need --ex-mode suite"),
+                        (["--dataset", "jsonl:no/such/file.jsonl"], "no/such/file.jsonl")):
+        with pytest.raises(SystemExit) as exc:
+            serve(argv)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and "Traceback" not in err, err
+        last = err.strip().splitlines()[-1]
+        assert "error: " in last and words in last, last
+
+
 def test_no_docstring_points_to_a_file_outside_the_repository():
     """Readers are sent to the README and docs/*.md; DESIGN.md is not part of the repository."""
     from pathlib import Path

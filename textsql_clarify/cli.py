@@ -595,7 +595,8 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point. Returns the exit status (0 ok, 2 bad input; ``data validate``: 1 when a sample is flagged)."""
+    """Entry point. Returns the exit status (0 ok, 2 bad input; ``data validate``: 1 when a sample is flagged;
+    130 when interrupted with Ctrl-C, after one line on stderr that says how to resume ``eval`` / ``score``)."""
     args = _parser().parse_args(argv)
     import warnings
 
@@ -619,6 +620,12 @@ def main(argv: list[str] | None = None) -> int:
     except (TextSQLClarifyError, ValueError, OSError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; 130 = 128 + SIGINT, as a shell reports it
+        again = " ".join(argv) if argv is not None else " ".join(sys.argv[1:])
+        resumable = args.command in ("eval", "score")
+        print("interrupted" + (f": the run folder's journal keeps the finished episodes; `textsql-clarify "
+                               f"{again}` resumes them (--fresh starts over)" if resumable else ""), file=sys.stderr)
+        return 130
     return 1
 
 

@@ -535,11 +535,23 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """CLI: build :func:`make_app` from the flags and serve it with uvicorn until interrupted."""
-    args = _parser().parse_args(argv)
+    """CLI: build :func:`make_app` from the flags and serve it with uvicorn until interrupted.
+
+    Raises:
+        SystemExit: status 2 with one ``error:`` line (argparse's ``parser.error``) when the flags do not
+            combine (:func:`app_options`'s ValueError) or the app cannot be built from them (a dataset that does
+            not load, an unknown preset or simulator: ValueError or the project's errors).
+    """
+    from ..errors import TextSQLClarifyError
+
+    parser = _parser()
+    args = parser.parse_args(argv)
     import uvicorn
 
-    app = make_app(args.dataset, **app_options(args))
+    try:
+        app = make_app(args.dataset, **app_options(args))
+    except (ValueError, TextSQLClarifyError) as e:
+        parser.error(str(e))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
 
 
