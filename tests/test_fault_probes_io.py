@@ -106,13 +106,17 @@ def test_lone_surrogates_in_a_spider_json_list_load_as_replacement_characters(tm
 
 @pytest.fixture(scope="module")
 def surrogate_run(tmp_path_factory):
-    """``eval`` of a 3-sample file whose first question holds a lone surrogate (the probe's run)."""
+    """``eval`` of a 3-sample file whose first question holds a lone surrogate (the probe's run).
+
+    The cache folder is the module's own while its tests run and the variable is put back after them,
+    so that no later module reads this module's cache."""
     tmp = tmp_path_factory.mktemp("sur")
-    os.environ.setdefault("TEXTSQL_CLARIFY_CACHE", str(tmp / "cache"))
-    path, first = _surrogate_dataset(tmp)
-    out = tmp / "run"
-    assert cli.main(["eval", "--dataset", str(path), "--out", str(out), "--no-progress"]) == 0
-    return path, out, first
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TEXTSQL_CLARIFY_CACHE", str(tmp / "cache"))
+        path, first = _surrogate_dataset(tmp)
+        out = tmp / "run"
+        assert cli.main(["eval", "--dataset", str(path), "--out", str(out), "--no-progress"]) == 0
+        yield path, out, first
 
 
 def test_report_of_a_run_over_a_surrogate_question_writes_the_page(surrogate_run, tmp_path):
