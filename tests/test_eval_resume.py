@@ -185,3 +185,142 @@ def test_run_files_get_the_umask_mode_and_a_fresh_journal_never_writes_through_a
     (out / JOURNAL).symlink_to(victim)
     assert main(["eval", "--agent", "random", "--limit", "2", "--no-progress", "--fresh", "--out", str(out)]) == 0
     assert victim.read_text() == "keep me"
+
+
+# ------------------------------------------------------------------ journal lines are checked, not trusted
+
+def _unfinished(tmp_path: Path, monkeypatch, limit: int = 5) -> tuple[Path, list[str]]:
+    """A run folder whose eval played ``limit`` random-agent episodes on the embedded set and failed at its
+    final write: the journal holds them all. Returns the folder and the eval arguments that resume it."""
+    out = tmp_path / "run"
+    args = ["eval", "--agent", "random", "--limit", str(limit), "--no-progress", "--out", str(out)]
+    with monkeypatch.context() as m:
+        m.setattr(run_journal, "replace_files", lambda *a, **k: (_ for _ in ()).throw(OSError("disk gone")))
+        assert main(args) == 2
+    assert _journal_episodes(out / JOURNAL) == limit
+    return out, args
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text(encoding="ascii").splitlines()]
+
+
+def _write_lines(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r, ensure_ascii=True) + "\n" for r in rows), encoding="ascii")
+
+
+def _resealed(row: dict, fingerprint: str) -> dict:
+    """``row`` with its digest recomputed (a line whose digest matches, so only the field checks can refuse it)."""
+    return {**row, "digest": run_journal.line_digest(row, fingerprint)}
+
+
+def test_every_journal_line_carries_the_digest_of_its_record_and_the_fingerprint(tmp_path, monkeypatch):
+    out, _ = _unfinished(tmp_path, monkeypatch, limit=3)
+    header, *episodes = _lines(out / JOURNAL)
+    fingerprint = header["header"]["fingerprint"]
+    assert fingerprint == run_journal.config_fingerprint(header["header"]["config"])
+    ids = [s.id for s in load_dataset("embedded", limit=3)]
+    assert [e["index"] for e in episodes] == [0, 1, 2] and [e["sample_id"] for e in episodes] == ids
+    for e in episodes:
+        body = {k: e[k] for k in ("index", "sample_id", "trajectory")}
+        canonical = json.dumps(body, sort_keys=True, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+        import hashlib
+        assert e["digest"] == hashlib.sha256(canonical + b"\n" + fingerprint.encode("ascii")).hexdigest()
+        assert run_journal.line_digest(e, "0" * 64) != e["digest"]  # bound to this run's fingerprint
+
+
+def test_an_edited_reward_in_the_journal_is_refused_naming_the_file_and_line(tmp_path, monkeypatch, capsys):
+    out, args = _unfinished(tmp_path, monkeypatch)
+    rows = _lines(out / JOURNAL)
+    turn = rows[3]["trajectory"]["turns"][-1]
+    assert turn["reward"] != 1.0
+    turn["reward"] = 1.0  # a hand edit of episode 2's reward, on line 4
+    _write_lines(out / JOURNAL, rows)
+    edited = (out / JOURNAL).read_bytes()
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{out / JOURNAL}: line 4: field 'digest'" in err and "--fresh" in err, err
+    assert (out / JOURNAL).read_bytes() == edited and not (out / "metrics.json").exists()  # refused, untouched
+    assert main([*args, "--fresh"]) == 0  # the way out: every episode played again
+    assert json.loads((out / "run.json").read_text(encoding="utf-8"))["episodes_resumed"] == 0
+
+
+@pytest.mark.parametrize("edit, line, field", [
+    ("duplicate", 4, "index"),        # episode 1's line again, after episode 2
+    ("out_of_range", 3, "index"),     # episode 1 renumbered 5 in a run of 5 episodes
+    ("other_sample", 2, "sample_id"),  # episode 0 naming the sample at index 1
+    ("inner_sample", 3, "trajectory.sample_id"),  # episode 1's trajectory of another sample
+])
+def test_a_journal_line_of_no_episode_of_this_run_is_refused_with_its_field(tmp_path, monkeypatch, capsys,
+                                                                            edit, line, field):
+    out, args = _unfinished(tmp_path, monkeypatch)
+    header, *episodes = _lines(out / JOURNAL)
+    fp = header["header"]["fingerprint"]
+    ids = [s.id for s in load_dataset("embedded", limit=5)]
+    if edit == "duplicate":
+        episodes = episodes[:2] + [episodes[1]] + episodes[2:]
+    elif edit == "out_of_range":
+        episodes[1] = _resealed({**episodes[1], "index": 5}, fp)
+    elif edit == "other_sample":
+        episodes[0] = _resealed({**episodes[0], "sample_id": ids[1]}, fp)
+    else:
+        episodes[1] = _resealed({**episodes[1], "trajectory": {**episodes[1]["trajectory"], "sample_id": ids[2]}}, fp)
+    _write_lines(out / JOURNAL, [header, *episodes])
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{out / JOURNAL}: line {line}: field {field!r}" in err and "--fresh" in err, err
+    assert not (out / "trajectories.jsonl").exists()
+
+
+def test_a_cut_last_line_is_still_dropped_and_played_again(tmp_path, monkeypatch):
+    out, args = _unfinished(tmp_path, monkeypatch)
+    data = (out / JOURNAL).read_bytes()
+    last = data.rstrip(b"\n").rsplit(b"\n", 1)[1]
+    (out / JOURNAL).write_bytes(data[: len(data) - len(last) // 2 - 1])  # half of episode 4's line, no newline
+    assert main(args) == 0
+    assert json.loads((out / "run.json").read_text(encoding="utf-8"))["episodes_resumed"] == 4
+    whole = tmp_path / "whole"
+    assert main([*args[:-1], str(whole)]) == 0
+    assert _files(out) == _files(whole)
+
+
+def test_source_digest_follows_the_package_code(tmp_path):
+    """The digest reads every .py file under the package by its relative path: a copy has the same digest,
+    one changed byte or a renamed file another; files other than .py do not count."""
+    import shutil
+
+    package = Path(run_journal.__file__).resolve().parents[1]
+    copy = tmp_path / "pkg"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert run_journal.source_digest(copy) == run_journal.source_digest(package) == run_journal.source_digest()
+    (copy / "notes.txt").write_text("not code", encoding="utf-8")
+    assert run_journal.source_digest.__wrapped__(copy) == run_journal.source_digest(package)
+    cli = copy / "cli.py"
+    cli.write_bytes(cli.read_bytes() + b"# changed\n")
+    assert run_journal.source_digest.__wrapped__(copy) != run_journal.source_digest(package)
+    cli.rename(copy / "cli2.py")
+    changed = run_journal.source_digest.__wrapped__(copy)
+    (copy / "cli2.py").write_bytes((copy / "cli2.py").read_bytes()[: -len(b"# changed\n")])
+    assert run_journal.source_digest.__wrapped__(copy) not in (changed, run_journal.source_digest(package))
+
+
+def test_a_journal_written_by_other_code_is_refused_with_a_pointer_to_fresh(tmp_path, monkeypatch, capsys):
+    import shutil
+
+    out, args = _unfinished(tmp_path, monkeypatch)
+    journal = (out / JOURNAL).read_bytes()
+    copy = tmp_path / "pkg"  # the package as the next run sees it, after an edit of one module
+    shutil.copytree(Path(run_journal.__file__).resolve().parents[1], copy,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    rewards = copy / "rewards" / "presets.py"
+    rewards.write_text(rewards.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
+    read = run_journal.source_digest.__wrapped__  # uncached: the copy is read as the edited tree it is
+    monkeypatch.setattr(run_journal, "source_digest", lambda root=copy: read(root))
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "source changed" in err and "--fresh" in err and str(out) in err, err
+    assert (out / JOURNAL).read_bytes() == journal
+    assert main([*args, "--fresh"]) == 0

@@ -9,6 +9,14 @@ whole to a temporary name in the same folder, fsynced, and only then renamed ove
 ``os.replace``, so a kill or a failed write leaves the earlier run's files as they were, never a truncated
 one. The journal is removed once all of them are in place (``docs/platform.md``, section "Run folders").
 
+Every episode line carries a ``digest``: SHA-256 over the canonical JSON of its record (index, sample id,
+trajectory) followed by the run's fingerprint (:func:`line_digest`). On resume a line whose digest does not
+match, whose index is repeated or out of range, or whose sample ids are not those of the dataset's sample at
+that index is refused, naming the file, the line and the field. The digest detects accidental corruption
+and hand edits (an edited reward); it is no signature, so it does not stop someone who recomputes it. The
+fingerprint covers the package's own source (:func:`source_digest`), so a journal written by other code is
+not resumed.
+
 Wall-clock fields (``elapsed_s`` of each SQL turn's execution, and ``elapsed_s`` / ``budget_s`` of its
 test-suite check) are moved out of ``trajectories.jsonl`` into ``timings.jsonl`` (:func:`split_timing`), so
 ``trajectories.jsonl`` and ``metrics.json`` of a resumed run are byte-identical to an uninterrupted run's.
@@ -18,22 +26,28 @@ Source: Python's ``os.replace`` / ``os.fsync`` docs; POSIX ``rename(2)`` and ``f
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..errors import TextSQLClarifyError
 
 __all__ = ["JOURNAL", "JOURNAL_FORMAT", "TIMINGS", "EvalJournal", "RunFolderError", "config_fingerprint",
-           "exclusive_folder", "normalize_record", "replace_files", "run_config", "split_timing"]
+           "exclusive_folder", "line_digest", "normalize_record", "replace_files", "run_config", "source_digest",
+           "split_timing"]
 
 JOURNAL = "journal.jsonl"
 TIMINGS = "timings.jsonl"
 #: Bumped when the journal's layout changes (a journal of another format is refused, as another configuration).
-JOURNAL_FORMAT = 1
+#: 2: every episode line carries its ``digest`` (:func:`line_digest`).
+JOURNAL_FORMAT = 2
+#: the package folder whose ``.py`` files :func:`source_digest` reads
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
 class RunFolderError(TextSQLClarifyError, ValueError):
@@ -56,6 +70,29 @@ def _plain(value: Any) -> Any:
     return str(getattr(value, "name", None) or type(value).__name__)
 
 
+@functools.lru_cache(maxsize=None)
+def source_digest(root: str | os.PathLike = PACKAGE_ROOT) -> str:
+    """SHA-256 hex digest of a package's own source: every ``.py`` file under ``root``, in sorted order of its
+    path relative to ``root`` (POSIX form), each as its relative path, its byte length and its bytes. Read once
+    per process and root (cached), so a run's configuration is the code that started it.
+
+    Args:
+        root: the package folder (default: ``textsql_clarify/`` of this install).
+    Returns:
+        64 hex characters; equal trees (paths and bytes), equal digests, wherever they lie.
+    Raises:
+        OSError: a source file cannot be read.
+    """
+    base = Path(root)
+    files = sorted((f.relative_to(base).as_posix(), f) for f in base.rglob("*.py") if f.is_file())
+    digest = hashlib.sha256()
+    for rel, f in files:
+        data = f.read_bytes()
+        digest.update(f"{rel}\0{len(data)}\0".encode("utf-8"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
 def run_config(samples: Sequence[Any], *, dataset: str | None, agent: str, privileged: bool, seed: int,
                backend: str, num_envs: int, include_indistinguishable: bool, env_kwargs: Mapping[str, Any],
                agent_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -70,8 +107,9 @@ def run_config(samples: Sequence[Any], *, dataset: str | None, agent: str, privi
         env_kwargs: the env options (simulator, preset, budget, category mode, protocol, isolation, EX mode ...).
         agent_options: options the agent was built with (the CLI's ``--max-new-tokens``, ``--device``).
     Returns:
-        A JSON-ready dict; :func:`config_fingerprint` digests it. The package version is part of it, so a
-        journal written by another version is not resumed.
+        A JSON-ready dict; :func:`config_fingerprint` digests it. The package version and the digest of its
+        source (:func:`source_digest`, key ``code``) are part of it, so a journal written by another version or
+        by changed code is not resumed.
     """
     from .. import __version__
 
@@ -80,7 +118,7 @@ def run_config(samples: Sequence[Any], *, dataset: str | None, agent: str, privi
         rec = s.to_dict() if callable(getattr(s, "to_dict", None)) else s
         digest.update(json.dumps(rec, sort_keys=True, ensure_ascii=True, default=str).encode("ascii"))
         digest.update(b"\n")
-    return {"format": JOURNAL_FORMAT, "version": __version__, "dataset": dataset, "n_samples": len(samples),
+    return {"format": JOURNAL_FORMAT, "version": __version__, "code": source_digest(), "dataset": dataset, "n_samples": len(samples),
             "samples_sha256": digest.hexdigest(), "agent": agent, "privileged": bool(privileged),
             "agent_options": _plain(dict(agent_options or {})), "seed": int(seed), "backend": backend,
             "num_envs": int(num_envs), "include_indistinguishable": bool(include_indistinguishable),
@@ -91,6 +129,28 @@ def config_fingerprint(config: Mapping[str, Any]) -> str:
     """SHA-256 hex digest of ``config`` as canonical JSON (sorted keys, ASCII): equal configurations, equal
     fingerprints, in any process (never Python's ``hash()``, which is salted per process)."""
     return hashlib.sha256(json.dumps(config, sort_keys=True, ensure_ascii=True).encode("ascii")).hexdigest()
+
+
+def _canonical(value: Any) -> bytes:
+    """``value`` as canonical JSON bytes: sorted keys, ASCII escapes, no spaces."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+def line_digest(record: Mapping[str, Any], fingerprint: str) -> str:
+    """The ``digest`` of one journal episode line: SHA-256 hex of the canonical JSON (sorted keys, ASCII, no
+    spaces) of ``record`` without its ``digest`` key, a newline, then the run's ``fingerprint``.
+
+    Binding the fingerprint in means a line copied from another run's journal does not match. This detects
+    accidental corruption and hand edits; it is not a signature: whoever recomputes it can forge a line.
+
+    Args:
+        record: ``{"index", "sample_id", "trajectory"}`` (plain JSON values; a ``digest`` key is ignored).
+        fingerprint: :func:`config_fingerprint` of the run's configuration.
+    Returns:
+        64 hex characters.
+    """
+    body = {k: v for k, v in record.items() if k != "digest"}
+    return hashlib.sha256(_canonical(body) + b"\n" + fingerprint.encode("ascii")).hexdigest()
 
 
 def normalize_record(trajectory: Any) -> dict[str, Any]:
@@ -140,10 +200,12 @@ class EvalJournal:
     """The append-only episode journal of one run folder (``journal.jsonl``).
 
     Line 1 is ``{"header": {"fingerprint": sha256, "config": run_config(...)}}``; every other line is
-    ``{"index": i, "sample_id": id, "trajectory": record}`` for one finished episode, written with ASCII
-    escapes. A line cut by a kill, an unreadable line or one naming another sample ends the journal there:
-    it and the lines after it are dropped (the file is truncated to the last good line) and those episodes
-    run again.
+    ``{"index": i, "sample_id": id, "trajectory": record, "digest": line_digest(...)}`` for one finished episode,
+    written with ASCII escapes. A last line without its newline (cut by a kill or a crash mid-write) is dropped
+    (the file is truncated to the line before it) and that episode runs again. Any whole line that is not such
+    an episode of this run is refused, since it means the file was damaged or edited: a line that is no JSON
+    object, an ``index`` repeated or outside ``0 .. n-1``, a ``sample_id`` (or the trajectory's ``sample_id``)
+    other than the dataset's sample at that index, or a ``digest`` that does not match.
 
     Attributes:
         path: the journal file. done: episode index -> :func:`normalize_record` dict, of every episode
@@ -155,8 +217,10 @@ class EvalJournal:
             start one where there is none, refuse one of another configuration; ``True``: the same, but
             a folder without a journal is refused too; ``False``: start over (any journal is replaced).
     Raises:
-        RunFolderError: a journal of another configuration or format, a first line that is no eval journal
-            header (unless ``resume=False``), or ``resume=True`` and no journal.
+        RunFolderError: a journal of another configuration, format or code (a message that says to pass
+            ``--fresh``), a first line that is no eval journal header, a damaged or edited episode line (naming
+            the file, the line number and the field), all unless ``resume=False``; or ``resume=True`` and no
+            journal. A refused journal is left as it was.
     """
 
     def __init__(self, out_dir: str | os.PathLike, config: Mapping[str, Any], sample_ids: Sequence[str],
@@ -184,40 +248,81 @@ class EvalJournal:
             self._line({"header": {"fingerprint": self.fingerprint, "config": self.config}})
             self.sync()
 
+    def _refuse(self, line: int, field: str | None, why: str) -> RunFolderError:
+        """The error for a damaged or edited episode line ``line`` (1-based) of the journal."""
+        where = f"{self.path}: line {line}" + (f": field {field!r}" if field else "")
+        return RunFolderError(f"{where}: {why}; the journal was damaged or edited, so it is not resumed; use "
+                              f"--fresh (resume=False) to discard it and start over, or another --out folder")
+
+    def _header(self, rec: Any) -> None:
+        """Check line 1: an eval journal header of this configuration. Raises RunFolderError."""
+        header = rec.get("header") if isinstance(rec, dict) else None
+        if not isinstance(header, dict) or not isinstance(header.get("config"), dict):
+            raise RunFolderError(f"{self.path}: line 1 is not an eval journal header; use --fresh "
+                                 f"(resume=False) to start over, or another --out folder")
+        if header.get("fingerprint") == self.fingerprint:
+            return
+        old = header["config"]
+        if old.get("code") != self.config.get("code") and old.get("format") == self.config.get("format"):
+            raise RunFolderError(
+                f"{self.path.parent} holds the journal of an unfinished run made by other code: the package's "
+                f"source changed since it was written (code: {str(old.get('code'))[:12]} -> "
+                f"{str(self.config.get('code'))[:12]}), so its episodes may not be what this code plays; pass "
+                f"--fresh (resume=False) to discard it and start over, or give another --out folder")
+        raise RunFolderError(
+            f"{self.path.parent} holds the journal of an unfinished run of another configuration "
+            f"({_differences(old, self.config)}); use --fresh (resume=False) to discard it "
+            f"and start over, or another --out folder")
+
+    def _episode(self, rec: Any, line: int) -> int:
+        """Check one episode line (1-based ``line``) and return its index. Raises RunFolderError."""
+        if not isinstance(rec, dict):
+            raise self._refuse(line, None, "not a JSON object")
+        i, n = rec.get("index"), len(self._ids)
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise self._refuse(line, "index", f"{i!r} is not an episode index")
+        if not 0 <= i < n:
+            raise self._refuse(line, "index", f"{i} is out of range (this run has {n} episodes, 0 .. {n - 1})")
+        if i in self.done:
+            raise self._refuse(line, "index", f"episode {i} is journaled twice")
+        if rec.get("sample_id") != self._ids[i]:
+            raise self._refuse(line, "sample_id", f"{rec.get('sample_id')!r} is not the dataset's sample at index "
+                                                  f"{i} ({self._ids[i]!r})")
+        traj = rec.get("trajectory")
+        if not isinstance(traj, dict):
+            raise self._refuse(line, "trajectory", "not a JSON object")
+        if traj.get("sample_id") != self._ids[i]:
+            raise self._refuse(line, "trajectory.sample_id", f"{traj.get('sample_id')!r} is not the dataset's "
+                                                             f"sample at index {i} ({self._ids[i]!r})")
+        if not isinstance(rec.get("digest"), str) or rec["digest"] != line_digest(rec, self.fingerprint):
+            raise self._refuse(line, "digest", "does not match the line's content (sha256 of the record and the "
+                                               "run's fingerprint)")
+        return i
+
     def _read(self) -> int:
         """Load the finished episodes of the journal into :attr:`done`; return the byte length up to its last
-        good line (0 when not even the header line is whole). Raises RunFolderError (see the class doc)."""
+        whole line (0 when not even the header line is whole). Raises RunFolderError (see the class doc)."""
         data = self.path.read_bytes()
-        pos = good = 0
+        pos = 0
+        line = 0
         while pos < len(data):
             end = data.find(b"\n", pos)
             if end < 0:
-                break  # a line cut by a kill
+                break  # the last line, cut by a kill or a crash mid-write: dropped, its episode played again
+            line += 1
             try:
                 rec = json.loads(data[pos:end].decode("ascii"))
             except (UnicodeDecodeError, ValueError):
-                if pos == 0:
+                if line == 1:
                     raise RunFolderError(f"{self.path}: line 1 is not an eval journal header; use --fresh "
                                          f"(resume=False) to start over, or another --out folder") from None
-                break
-            if pos == 0:
-                header = rec.get("header") if isinstance(rec, dict) else None
-                if not isinstance(header, dict) or not isinstance(header.get("config"), dict):
-                    raise RunFolderError(f"{self.path}: line 1 is not an eval journal header; use --fresh "
-                                         f"(resume=False) to start over, or another --out folder")
-                if header.get("fingerprint") != self.fingerprint:
-                    raise RunFolderError(
-                        f"{self.path.parent} holds the journal of an unfinished run of another configuration "
-                        f"({_differences(header['config'], self.config)}); use --fresh (resume=False) to discard it "
-                        f"and start over, or another --out folder")
+                raise self._refuse(line, None, "not a JSON line") from None
+            if line == 1:
+                self._header(rec)
             else:
-                i = rec.get("index") if isinstance(rec, dict) else None
-                if not (isinstance(i, int) and 0 <= i < len(self._ids) and rec.get("sample_id") == self._ids[i]
-                        and isinstance(rec.get("trajectory"), dict)):
-                    break  # a damaged line: it and the rest are played again, as after a cut line
-                self.done[i] = rec["trajectory"]
-            pos = good = end + 1
-        return good
+                self.done[self._episode(rec, line)] = rec["trajectory"]
+            pos = end + 1
+        return pos
 
     def _line(self, rec: Mapping[str, Any]) -> None:
         self.fh.write(json.dumps(rec, ensure_ascii=True) + "\n")
@@ -227,7 +332,8 @@ class EvalJournal:
         """Journal episode ``index`` (a :class:`~textsql_clarify.trajectory.Trajectory`), flushed; return its
         :func:`normalize_record` dict. Call :meth:`sync` at the end of each batch."""
         rec = normalize_record(trajectory)
-        self._line({"index": int(index), "sample_id": self._ids[index], "trajectory": rec})
+        line = {"index": int(index), "sample_id": self._ids[index], "trajectory": rec}
+        self._line({**line, "digest": line_digest(line, self.fingerprint)})
         self.done[int(index)] = rec
         return rec
 
