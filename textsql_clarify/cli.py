@@ -579,10 +579,15 @@ def _score(args: argparse.Namespace) -> int:
     stem = Path(args.predictions).stem
     if args.out is None:
         args.out = str(Path("runs") / f"{_dataset_kind(args.dataset)}-predictions-{_safe_name(stem)}")
-    _, metrics = score_predictions(samples, predictions, out_dir=args.out, progress=not args.no_progress,
-                                   dataset=args.dataset, name=_safe_name(stem), isolation=args.isolation,
-                                   include_indistinguishable=args.include_indistinguishable,
-                                   resume=False if args.fresh else None, **suite_kwargs)
+    from .baselines.run_journal import run_folder
+
+    # one lock over the replay and the exact-match rewrite of metrics.json: no other run writes the folder
+    # between the eval's files and EM's (evaluate's own lock on the folder nests in this one)
+    with run_folder(args.out):
+        _, metrics = score_predictions(samples, predictions, out_dir=args.out, progress=not args.no_progress,
+                                       dataset=args.dataset, name=_safe_name(stem), isolation=args.isolation,
+                                       include_indistinguishable=args.include_indistinguishable,
+                                       resume=False if args.fresh else None, **suite_kwargs)
     if args.json:
         print(json.dumps(metrics, indent=2, default=str))
         return 0

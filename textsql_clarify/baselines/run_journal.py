@@ -38,7 +38,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from ..errors import TextSQLClarifyError
 
 __all__ = ["JOURNAL", "JOURNAL_FORMAT", "TIMINGS", "EvalJournal", "RunFolderError", "config_fingerprint",
-           "exclusive_folder", "line_digest", "normalize_record", "replace_files", "run_config", "source_digest",
+           "exclusive_folder", "line_digest", "normalize_record", "replace_files", "run_config", "run_folder", "source_digest",
            "split_timing"]
 
 JOURNAL = "journal.jsonl"
@@ -401,13 +401,22 @@ def replace_files(out_dir: str | os.PathLike, files: Mapping[str, bytes]) -> Non
             os.close(fd)
 
 
+#: folders whose lock this process holds: (st_dev, st_ino) -> [holding thread's ident, nesting depth]
+_HELD: dict[tuple[int, int], list[int]] = {}
+_HELD_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def exclusive_folder(out_dir: str | os.PathLike) -> Iterator[None]:
     """Hold an exclusive advisory lock (``flock``) on the run folder while a run writes it, so a second eval on
     the same folder is refused instead of interleaving one journal (no lock where ``fcntl`` is missing).
 
+    The lock is reentrant for the thread that holds it: a nested ``exclusive_folder`` on the same folder (a
+    ``score`` that holds the folder around the eval it runs and the exact-match it adds after) passes through;
+    another thread or process is refused.
+
     Raises:
-        RunFolderError: another process holds the folder's lock.
+        RunFolderError: another process, or another thread of this one, holds the folder's lock.
     """
     try:
         import fcntl
@@ -416,11 +425,58 @@ def exclusive_folder(out_dir: str | os.PathLike) -> Iterator[None]:
         return
     fd = os.open(out_dir, os.O_RDONLY)
     try:
+        st = os.fstat(fd)
+        key, me = (st.st_dev, st.st_ino), threading.get_ident()
+        with _HELD_LOCK:
+            held = _HELD.get(key)
+            if held is not None and held[0] == me:
+                held[1] += 1
+        if held is not None and held[0] == me:
+            try:
+                yield
+            finally:
+                with _HELD_LOCK:
+                    held[1] -= 1
+            return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             raise RunFolderError(f"another eval is writing to {out_dir} (it holds the folder's lock); wait for it "
                                  f"to end, or give another --out folder") from None
-        yield
+        with _HELD_LOCK:
+            _HELD[key] = [me, 1]
+        try:
+            yield
+        finally:
+            with _HELD_LOCK:
+                _HELD.pop(key, None)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def run_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
+    """Make the run folder (and missing parents) and hold its :func:`exclusive_folder` lock for a whole command;
+    if the body raises, the folders this call made are removed again while empty, so a failed command leaves
+    no empty folder behind (a folder that held something is kept).
+
+    Yields:
+        The folder as a ``Path``.
+    Raises:
+        FileExistsError: ``out_dir`` exists and is not a folder. RunFolderError: the folder is held elsewhere.
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"output folder {out_dir} exists and is not a folder")
+    created = [p for p in (out, *out.parents) if not p.exists()]
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with exclusive_folder(out):
+            yield out
+    except BaseException:
+        for p in created:  # innermost first; stops at the first folder that is not empty
+            try:
+                p.rmdir()
+            except OSError:
+                break
+        raise
