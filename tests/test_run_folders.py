@@ -90,3 +90,95 @@ def test_a_failed_command_leaves_no_folder_that_run_folder_made(tmp_path):
         with run_journal.run_folder(keep):
             raise KeyError("x")
     assert (keep / "notes.txt").read_text(encoding="utf-8") == "mine"
+
+
+# ------------------------------------------------------------------ default folder names and finished runs
+
+def _eval_folder(*argv: str) -> Path:
+    from textsql_clarify.cli import _parser, default_eval_folder
+
+    return default_eval_folder(_parser().parse_args(["eval", *argv]))
+
+
+def test_every_option_that_changes_the_result_changes_the_default_eval_folder(spider_root):
+    from textsql_clarify.generation.pipeline import SAMPLES
+
+    assert _eval_folder() == Path("runs") / "embedded-oracle-rule"  # the README's folder of the plain command
+    variants = [(), ("--limit", "5"), ("--limit", "6"), ("--ex-mode", "suite"), ("--ex-mode", "suite", "--suite-k", "2"),
+                ("--preset", "shaped_decision"), ("--seed", "1"), ("--protocol", "p"), ("--max-clarifications", "1"),
+                ("--category-mode", "ground_truth"), ("--agent", "random"), ("--simulator", "transformers"),
+                ("--dataset", f"spider:{spider_root}"), ("--dataset", f"gen/spider/{SAMPLES}"),
+                ("--dataset", f"spider:{spider_root}", "--limit", "5")]
+    names = [_eval_folder(*v) for v in variants]
+    assert len(set(names)) == len(variants), names
+    # a generated corpus named spider and the shared Spider set: one kind, two folders
+    gen, shared = _eval_folder("--dataset", f"gen/spider/{SAMPLES}"), _eval_folder("--dataset", f"spider:{spider_root}")
+    assert gen.name.startswith("spider-") and shared.name.startswith("spider-") and gen != shared
+    # options that only change how the run is played keep the folder
+    assert _eval_folder("--num-envs", "4", "--isolation", "process", "--no-progress") == _eval_folder()
+    assert all(c.isalnum() or c in "._-" for n in names for c in n.name)
+
+
+def test_the_default_score_folder_names_limit_suite_and_corpus(spider_root, tmp_path):
+    from textsql_clarify.cli import _parser, default_score_folder
+
+    def folder(*argv):
+        return default_score_folder(_parser().parse_args(["score", "--predictions", "a/p.jsonl", *argv]))
+
+    from textsql_clarify.sql.variants import DEFAULT_K
+
+    base = ("--dataset", f"spider:{spider_root}")
+    plain = folder(*base)
+    assert plain.parent == Path("runs") and plain.name.startswith("spider-") and plain.name.endswith("-predictions-p")
+    assert folder(*base, "--limit", "5").name == plain.name.replace("-predictions-", "-n5-predictions-")
+    assert folder(*base, "--ex-mode", "suite").name == f"{plain.name}-suite{DEFAULT_K}"
+    assert folder(*base, "--ex-mode", "suite", "--suite-k", "2").name == f"{plain.name}-suite2"
+    generated = folder("--dataset", "gen/spider/samples.jsonl")
+    assert generated.name.startswith("spider-") and generated != plain
+
+
+def test_a_finished_run_is_not_overwritten_by_another_configuration(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "--agent", "random", "--limit", "3", "--no-progress"]) == 0
+    assert main(["eval", "--agent", "random", "--limit", "4", "--no-progress"]) == 0
+    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert len(runs) == 2  # --limit 3 and --limit 4: two folders, neither overwritten
+    for name, n in zip(runs, (3, 4)):
+        assert json.loads((tmp_path / "runs" / name / "run.json").read_text(encoding="utf-8"))["n_samples"] == n
+
+    out = tmp_path / "runs" / runs[0]
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    assert main(["eval", "--agent", "random", "--limit", "3", "--seed", "1", "--no-progress", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{out} holds a finished run of another configuration" in err and "seed: 0 -> 1" in err
+    assert "--fresh" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # refused: every file as it was
+    # the same configuration may play again (code may have changed), and --fresh replaces another one
+    assert main(["eval", "--agent", "random", "--limit", "3", "--no-progress", "--out", str(out)]) == 0
+    assert main(["eval", "--agent", "random", "--limit", "3", "--seed", "1", "--no-progress", "--fresh",
+                 "--out", str(out)]) == 0
+    assert json.loads((out / "run.json").read_text(encoding="utf-8"))["seed"] == 1
+
+
+def test_a_finished_score_run_is_not_overwritten_by_other_predictions(spider_root, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    dev = json.loads((spider_root / "dev.json").read_text(encoding="utf-8"))[:N]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, second = tmp_path / "a" / "p.jsonl", tmp_path / "b" / "p.jsonl"  # one stem, so one default folder
+    first.write_text("".join(json.dumps({"id": f"spider-dev-{i}", "sql": r["query"]}) + "\n"
+                             for i, r in enumerate(dev)), encoding="utf-8")
+    second.write_text("".join(json.dumps({"id": f"spider-dev-{i}", "sql": "SELECT 1"}) + "\n"
+                              for i in range(N)), encoding="utf-8")
+    args = ["score", "--dataset", f"spider:{spider_root}", "--limit", str(N), "--no-progress", "--json"]
+    assert main([*args, "--predictions", str(first)]) == 0
+    (out,) = (tmp_path / "runs").iterdir()
+    metrics = (out / "metrics.json").read_bytes()
+    capsys.readouterr()
+    assert main([*args, "--predictions", str(second)]) == 2
+    err = capsys.readouterr().err
+    assert f"{Path('runs') / out.name} holds a finished run" in err and "agent: " in err, err
+    assert (out / "metrics.json").read_bytes() == metrics
+    assert main([*args, "--predictions", str(second), "--fresh"]) == 0
+    assert json.loads((out / "metrics.json").read_text(encoding="utf-8"))["overall"]["EM"]["value"] == 0.0

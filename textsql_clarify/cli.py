@@ -223,6 +223,74 @@ def _dataset_kind(spec: str) -> str:
     return path.stem or "dataset"
 
 
+def _corpus_name(spec: str, db_root: str | None = None) -> str:
+    """The dataset part of a default run folder: ``embedded``, else :func:`_dataset_kind` and the first 8 hex
+    digits of the SHA-256 of the spec (stripped) and ``--db-root``, so two corpora of one kind (a generated
+    ``gen/spider/samples.jsonl`` and ``spider:<root>``, or two Spider roots) never share a folder."""
+    import hashlib
+
+    spec = str(spec).strip()
+    if spec == "embedded" and db_root is None:
+        return "embedded"
+    digest = hashlib.sha256(f"{spec}\0{db_root or ''}".encode("utf-8", "backslashreplace")).hexdigest()[:8]
+    return f"{_dataset_kind(spec)}-{digest}"
+
+
+def _suite_tag(args: argparse.Namespace) -> str:
+    """``-suite<K>`` for a test-suite run (K = ``--suite-k`` or the default), else empty."""
+    from .sql.variants import DEFAULT_K
+
+    return f"-suite{args.suite_k or DEFAULT_K}" if args.ex_mode == "suite" else ""
+
+
+def default_eval_folder(args: argparse.Namespace) -> Path:
+    """``eval``'s run folder when ``--out`` is not given: ``runs/<corpus>[-n<limit>]-<agent>-<simulator>``, then a
+    part for each option that changes the result and is not its default: ``-p`` (protocol), ``-<preset>``,
+    ``-seed<N>``, ``-suite<K>``, ``-clar<N>`` (``--max-clarifications``), ``-<category mode>``, ``-tok<N>``
+    (``--max-new-tokens``). The defaults give ``runs/embedded-oracle-rule``.
+
+    Args:
+        args: the parsed ``eval`` flags. Returns: the folder, relative to the working directory.
+    """
+    parts = [_corpus_name(args.dataset, args.db_root)]
+    if args.limit is not None:
+        parts.append(f"n{args.limit}")
+    name = "-".join(parts + [_safe_name(args.agent), _safe_name(args.simulator)])
+    name += "-p" if args.protocol == "p" else ""
+    name += f"-{args.preset}" if args.preset != "binary" else ""
+    name += f"-seed{args.seed}" if args.seed != 0 else ""
+    name += _suite_tag(args)
+    name += f"-clar{args.max_clarifications}" if args.max_clarifications != 3 else ""
+    name += f"-{args.category_mode}" if args.category_mode != "taxonomy_free" else ""
+    name += f"-tok{args.max_new_tokens}" if args.max_new_tokens is not None else ""
+    return Path("runs") / name
+
+
+def default_score_folder(args: argparse.Namespace) -> Path:
+    """``score``'s run folder when ``--out`` is not given: ``runs/<corpus>[-n<limit>]-predictions-<file stem>``
+    with ``-suite<K>`` for a test-suite run (:func:`default_eval_folder`'s parts)."""
+    parts = [_corpus_name(args.dataset, args.db_root)]
+    if args.limit is not None:
+        parts.append(f"n{args.limit}")
+    return Path("runs") / ("-".join(parts + ["predictions", _safe_name(Path(args.predictions).stem)])
+                           + _suite_tag(args))
+
+
+def _refuse_other_finished_run(out: str, info: dict) -> None:
+    """Raise when ``out`` holds a finished run whose result fields differ from the new run's ``info``
+    (:func:`~textsql_clarify.baselines.run_journal.finished_run_differences`).
+
+    Raises:
+        RunFolderError: naming the folder, the fields that differ and ``--fresh``.
+    """
+    from .baselines.run_journal import RunFolderError, finished_run_differences
+
+    diff = finished_run_differences(out, info)
+    if diff is not None:
+        raise RunFolderError(f"{out} holds a finished run of another configuration ({diff}); pass --fresh to "
+                             f"replace it, or give another --out folder")
+
+
 def _eval(args: argparse.Namespace) -> int:
     from .baselines.agents import make_agent
     from .baselines.rollout import evaluate
@@ -243,26 +311,35 @@ def _eval(args: argparse.Namespace) -> int:
         raise ValueError(f"--num-envs must be >= 1, got {args.num_envs}")
     if args.ray_actors is not None and (args.ray is None or args.ray_actors < 1):
         raise ValueError(f"--ray-actors needs --ray and must be >= 1, got {args.ray_actors}")
-    samples = load_dataset(args.dataset, limit=args.limit, db_root=args.db_root, validate=not args.no_validate)
-    if args.out is None:
-        protocol = "-p" if args.protocol == "p" else ""
-        args.out = str(Path("runs") / f"{_dataset_kind(args.dataset)}-{_safe_name(args.agent)}-"
-                                      f"{_safe_name(args.simulator)}{protocol}")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    try:
-        agent = make_agent(args.agent, seed=args.seed, max_new_tokens=args.max_new_tokens, device=args.device)
-    except ImportError as e:
-        raise ValueError(f"agent {args.agent!r} needs an optional library: {e}") from e
-    _, metrics = evaluate(samples, agent, seed=args.seed, out_dir=args.out, progress=not args.no_progress,
-                          simulator=args.simulator, reward_preset=args.preset, isolation=args.isolation,
-                          max_clarifications=args.max_clarifications, category_mode=args.category_mode,
-                          protocol=args.protocol, num_envs=args.num_envs, agent_spec=args.agent,
-                          include_indistinguishable=args.include_indistinguishable,
-                          backend="local" if args.ray is None else "ray", ray_address=args.ray or None,
-                          ray_actors=args.ray_actors, dataset=args.dataset,
-                          resume=True if args.resume else (False if args.fresh else None),
-                          agent_options={"max_new_tokens": args.max_new_tokens, "device": args.device}, **suite_kwargs)
+    samples = load_dataset(args.dataset, limit=args.limit, db_root=args.db_root, validate=not args.no_validate)
+    if args.out is None:
+        args.out = str(default_eval_folder(args))
+    env_kwargs = dict(simulator=args.simulator, reward_preset=args.preset, isolation=args.isolation,
+                      max_clarifications=args.max_clarifications, category_mode=args.category_mode,
+                      protocol=args.protocol, **suite_kwargs)
+    backend = "local" if args.ray is None else "ray"
+    from .baselines.rollout import run_info
+    from .baselines.run_journal import run_folder
+
+    with run_folder(args.out):  # the check of a finished run and the run itself, under one lock
+        if not args.fresh:
+            _refuse_other_finished_run(args.out, run_info({"agent": args.agent}, dataset=args.dataset, seed=args.seed,
+                                                          backend=backend, num_envs=args.num_envs,
+                                                          n_samples=len(samples), env_kwargs=env_kwargs))
+        try:
+            agent = make_agent(args.agent, seed=args.seed, max_new_tokens=args.max_new_tokens, device=args.device)
+        except ImportError as e:
+            raise ValueError(f"agent {args.agent!r} needs an optional library: {e}") from e
+        _, metrics = evaluate(samples, agent, seed=args.seed, out_dir=args.out, progress=not args.no_progress,
+                              num_envs=args.num_envs, agent_spec=args.agent,
+                              include_indistinguishable=args.include_indistinguishable,
+                              backend=backend, ray_address=args.ray or None,
+                              ray_actors=args.ray_actors, dataset=args.dataset,
+                              resume=True if args.resume else (False if args.fresh else None),
+                              agent_options={"max_new_tokens": args.max_new_tokens, "device": args.device},
+                              **env_kwargs)
     resumed = _resumed_episodes(args.out)
     if resumed:
         print(f"resumed {_plural(resumed, 'episode')} of {len(samples)} from the journal in {args.out}", file=sys.stderr)
@@ -578,12 +655,19 @@ def _score(args: argparse.Namespace) -> int:
     predictions = read_predictions(args.predictions, samples)
     stem = Path(args.predictions).stem
     if args.out is None:
-        args.out = str(Path("runs") / f"{_dataset_kind(args.dataset)}-predictions-{_safe_name(stem)}")
+        args.out = str(default_score_folder(args))
+    from .baselines.predictions import predictions_digest
+    from .baselines.rollout import run_info
     from .baselines.run_journal import run_folder
 
     # one lock over the replay and the exact-match rewrite of metrics.json: no other run writes the folder
     # between the eval's files and EM's (evaluate's own lock on the folder nests in this one)
     with run_folder(args.out):
+        if not args.fresh and all(s.id in predictions for s in samples):  # else score_predictions refuses
+            spec = f"predictions:{_safe_name(stem)}@{predictions_digest({s.id: predictions[s.id] for s in samples})}"
+            _refuse_other_finished_run(args.out, run_info({"agent": spec}, dataset=args.dataset, seed=0,
+                                                          backend="local", num_envs=1, n_samples=len(samples),
+                                                          env_kwargs={"isolation": args.isolation, **suite_kwargs}))
         _, metrics = score_predictions(samples, predictions, out_dir=args.out, progress=not args.no_progress,
                                        dataset=args.dataset, name=_safe_name(stem), isolation=args.isolation,
                                        include_indistinguishable=args.include_indistinguishable,

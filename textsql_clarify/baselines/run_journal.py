@@ -38,7 +38,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from ..errors import TextSQLClarifyError
 
 __all__ = ["JOURNAL", "JOURNAL_FORMAT", "TIMINGS", "EvalJournal", "RunFolderError", "config_fingerprint",
-           "exclusive_folder", "line_digest", "normalize_record", "replace_files", "run_config", "run_folder", "source_digest",
+           "exclusive_folder", "finished_run_differences", "line_digest", "normalize_record", "replace_files", "run_config", "run_folder", "source_digest",
            "split_timing"]
 
 JOURNAL = "journal.jsonl"
@@ -399,6 +399,41 @@ def replace_files(out_dir: str | os.PathLike, files: Mapping[str, bytes]) -> Non
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+#: the ``run.json`` fields that decide a run's result: a finished run is only replaced by a run equal in all of them
+RESULT_FIELDS = ("dataset", "n_samples", "agent", "seed", "simulator", "reward_preset", "max_clarifications",
+                 "category_mode", "protocol", "ex_mode", "suite_k")
+
+
+def finished_run_differences(out_dir: str | os.PathLike, info: Mapping[str, Any]) -> str | None:
+    """How a new run differs from the finished run in ``out_dir``, if it would overwrite one of another result.
+
+    A finished run leaves ``run.json`` and no journal (an unfinished one keeps its journal, whose fingerprint
+    :class:`EvalJournal` checks). Its :data:`RESULT_FIELDS` are compared with ``info``'s (the new run's
+    ``run.json``, :func:`~textsql_clarify.baselines.rollout.run_info`); a field one of the two lacks (a run.json of
+    an older version) is not compared. Fields that do not change the result (isolation, backend, num_envs, the
+    version) may differ.
+
+    Args:
+        out_dir: the run folder (it may not exist). info: the new run's ``run.json`` dict.
+    Returns:
+        ``None`` when there is no finished run, or it is of the same result fields; else the differing fields as
+        ``field: old -> new; ...``.
+    """
+    out = Path(out_dir)
+    journal = out / JOURNAL
+    if journal.is_file() and journal.stat().st_size > 0:
+        return None  # an unfinished run: its journal's configuration decides
+    try:
+        old = json.loads((out / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # no finished run here (or none this version can read)
+    if not isinstance(old, dict):
+        return None
+    fields = [k for k in RESULT_FIELDS if k in old and k in info]
+    diff = _differences({k: old[k] for k in fields}, {k: info[k] for k in fields})
+    return None if all(old[k] == info[k] for k in fields) else diff
 
 
 #: folders whose lock this process holds: (st_dev, st_ino) -> [holding thread's ident, nesting depth]
