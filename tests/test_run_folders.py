@@ -182,3 +182,61 @@ def test_a_finished_score_run_is_not_overwritten_by_other_predictions(spider_roo
     assert (out / "metrics.json").read_bytes() == metrics
     assert main([*args, "--predictions", str(second), "--fresh"]) == 0
     assert json.loads((out / "metrics.json").read_text(encoding="utf-8"))["overall"]["EM"]["value"] == 0.0
+
+
+# ------------------------------------------------------------------ Ctrl-C
+
+SLOW_AGENT = """
+import os, time
+from textsql_clarify.baselines.agents import OracleAgent
+
+class SlowOracle(OracleAgent):
+    def act(self, obs, info):
+        time.sleep(float(os.environ.get("SLOW_S", "0")))
+        return super().act(obs, info)
+"""
+
+
+def test_ctrl_c_during_eval_prints_one_line_and_the_command_resumes(tmp_path, monkeypatch):
+    """A real SIGINT to an eval subprocess: exit status 130, no traceback, one last stderr line that counts the
+    journaled episodes and gives the command (without --fresh), and that command resumes exactly those."""
+    import shlex
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from textsql_clarify.baselines.run_journal import JOURNAL
+
+    (tmp_path / "slow_agent.py").write_text(SLOW_AGENT, encoding="utf-8")
+    out = tmp_path / "run"
+    args = ["eval", "--agent", f"{tmp_path / 'slow_agent.py'}:SlowOracle", "--limit", "12", "--no-progress",
+            "--fresh", "--out", str(out)]
+    env = {**os.environ, "SLOW_S": "0.3", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-c", "from textsql_clarify.cli import main; raise SystemExit(main())",
+                             *args], env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 240
+        journal = out / JOURNAL
+        while proc.poll() is None and time.monotonic() < deadline and \
+                (not journal.exists() or journal.read_bytes().count(b"\n") < 3):
+            time.sleep(0.02)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    err = err.decode()
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    done = journal.read_bytes().count(b"\n") - 1
+    assert 2 <= done < 12
+    assert last.startswith(f"interrupted: the journal in {out} keeps {done} finished episodes; `"), last
+    command = shlex.split(last.split("`")[1])
+    assert command[0] == "textsql-clarify" and "--fresh" not in command and command[1:] == \
+        [a for a in args if a != "--fresh"]
+    monkeypatch.delenv("SLOW_S", raising=False)
+    assert main(command[1:]) == 0  # no pause in this process
+    assert json.loads((out / "run.json").read_text(encoding="utf-8"))["episodes_resumed"] == done
+    assert len((out / "trajectories.jsonl").read_text(encoding="utf-8").splitlines()) == 12

@@ -710,12 +710,36 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; 130 = 128 + SIGINT, as a shell reports it
-        again = " ".join(argv) if argv is not None else " ".join(sys.argv[1:])
-        resumable = args.command in ("eval", "score")
-        print("interrupted" + (f": the run folder's journal keeps the finished episodes; `textsql-clarify "
-                               f"{again}` resumes them (--fresh starts over)" if resumable else ""), file=sys.stderr)
+        print(interrupted_line(args, list(sys.argv[1:] if argv is None else argv)), file=sys.stderr)
         return 130
     return 1
+
+
+def interrupted_line(args: argparse.Namespace, argv: list[str]) -> str:
+    """The one stderr line of a command stopped by Ctrl-C: ``interrupted``; for ``eval`` and ``score`` also how
+    many finished episodes the run folder's journal keeps (its whole lines after the header) and the command
+    that resumes them: ``argv`` shell-quoted, without ``--fresh`` / ``--no-resume`` (which would discard them).
+
+    Args:
+        args: the parsed flags (``args.out`` is the run folder once the command chose it). argv: the arguments.
+    Returns:
+        The line, without its newline (docs/platform.md, Run folders).
+    """
+    import shlex
+
+    if args.command not in ("eval", "score"):
+        return "interrupted"
+    from .baselines.run_journal import JOURNAL
+
+    again = shlex.join(["textsql-clarify", *(a for a in argv if a not in ("--fresh", "--no-resume"))])
+    out = getattr(args, "out", None)
+    try:
+        done = max(0, (Path(out) / JOURNAL).read_bytes().count(b"\n") - 1) if out else 0
+    except OSError:
+        done = 0
+    where = f"the journal in {out}" if out else "the run folder's journal"
+    return (f"interrupted: {where} keeps {_plural(done, 'finished episode')}; `{again}` resumes the run "
+            f"(--fresh starts over)")
 
 
 if __name__ == "__main__":  # pragma: no cover
