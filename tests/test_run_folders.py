@@ -240,3 +240,22 @@ def test_ctrl_c_during_eval_prints_one_line_and_the_command_resumes(tmp_path, mo
     assert main(command[1:]) == 0  # no pause in this process
     assert json.loads((out / "run.json").read_text(encoding="utf-8"))["episodes_resumed"] == done
     assert len((out / "trajectories.jsonl").read_text(encoding="utf-8").splitlines()) == 12
+
+
+# ------------------------------------------------------------------ loading feedback
+
+def test_eval_says_on_stderr_what_it_loads_and_how_many_samples_came(tmp_path, monkeypatch, capsys):
+    """The dataset load reports through progress.report: on (as on a terminal) it writes a line before and one
+    after with the count; --no-progress keeps stderr free of both."""
+    from textsql_clarify import progress
+    from textsql_clarify.datasets import load_dataset
+
+    monkeypatch.setattr(progress, "progress_enabled", lambda p=None, stream=None: p is not False)
+    n = len(load_dataset("embedded", limit=3))
+    assert main(["eval", "--agent", "random", "--limit", "3", "--out", str(tmp_path / "a")]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    start = next(i for i, x in enumerate(lines) if x.startswith("loading dataset embedded and validating its golds"))
+    done = next(i for i, x in enumerate(lines) if x.startswith(f"loaded {n} samples of embedded in "))
+    assert start < done
+    assert main(["eval", "--agent", "random", "--limit", "3", "--no-progress", "--out", str(tmp_path / "b")]) == 0
+    assert "loading dataset" not in capsys.readouterr().err

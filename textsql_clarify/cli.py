@@ -223,6 +223,31 @@ def _dataset_kind(spec: str) -> str:
     return path.stem or "dataset"
 
 
+def load_samples(args: argparse.Namespace) -> list:
+    """Load ``--dataset`` (with ``--limit``, ``--db-root``, ``--no-validate``) for eval, score and export-sft,
+    saying on stderr what loads and, once loaded, how many samples in how many seconds: a generated corpus
+    validates its golds for tens of seconds before the first episode (:func:`textsql_clarify.progress.report`:
+    shown on a terminal, never with ``--no-progress``).
+
+    Returns:
+        The samples (:func:`textsql_clarify.datasets.load_dataset`). Raises: what that raises.
+    """
+    import time
+
+    from .datasets import load_dataset
+    from .progress import report
+
+    progress = False if getattr(args, "no_progress", False) else None
+    validate = not args.no_validate
+    report(f"loading dataset {args.dataset}" + (" and validating its golds (cached per file)" if validate else "")
+           + " ...", progress)
+    start = time.perf_counter()
+    samples = load_dataset(args.dataset, limit=args.limit, db_root=args.db_root, validate=validate)
+    report(f"loaded {_plural(len(samples), 'sample')} of {args.dataset} in {time.perf_counter() - start:.1f} s",
+           progress)
+    return samples
+
+
 def _corpus_name(spec: str, db_root: str | None = None) -> str:
     """The dataset part of a default run folder: ``embedded``, else :func:`_dataset_kind` and the first 8 hex
     digits of the SHA-256 of the spec (stripped) and ``--db-root``, so two corpora of one kind (a generated
@@ -294,7 +319,6 @@ def _refuse_other_finished_run(out: str, info: dict) -> None:
 def _eval(args: argparse.Namespace) -> int:
     from .baselines.agents import make_agent
     from .baselines.rollout import evaluate
-    from .datasets import load_dataset
     from .rewards.metrics import METRICS, SUITE_METRICS
     from .rewards.report import parse_breakdowns, parse_metric_names, render_table
 
@@ -313,7 +337,7 @@ def _eval(args: argparse.Namespace) -> int:
         raise ValueError(f"--ray-actors needs --ray and must be >= 1, got {args.ray_actors}")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    samples = load_dataset(args.dataset, limit=args.limit, db_root=args.db_root, validate=not args.no_validate)
+    samples = load_samples(args)
     if args.out is None:
         args.out = str(default_eval_folder(args))
     env_kwargs = dict(simulator=args.simulator, reward_preset=args.preset, isolation=args.isolation,
@@ -411,11 +435,10 @@ def _export_sft(args: argparse.Namespace) -> int:
     prints how many episodes were kept and dropped."""
     from .baselines.agents import make_agent
     from .baselines.sft_export import sft_records, write_sft_jsonl
-    from .datasets import load_dataset
 
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
-    samples = load_dataset(args.dataset, limit=args.limit, db_root=args.db_root, validate=not args.no_validate)
+    samples = load_samples(args)
     try:
         agent = make_agent(args.agent, seed=args.seed)
         records = sft_records(samples, agent, style=args.style, seed=args.seed, example=not args.no_example,
@@ -644,14 +667,13 @@ def _score_parser(sub: argparse._SubParsersAction) -> None:
 def _score(args: argparse.Namespace) -> int:
     """Read the predictions, replay them through the env, print eval's tables and the EM table."""
     from .baselines.predictions import read_predictions, render_exact_match, score_predictions
-    from .datasets import load_dataset
     from .rewards.report import parse_breakdowns, render_table
 
     breakdowns = parse_breakdowns(args.by)
     suite_kwargs = suite_options(args)
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
-    samples = load_dataset(args.dataset, limit=args.limit, db_root=args.db_root, validate=not args.no_validate)
+    samples = load_samples(args)
     predictions = read_predictions(args.predictions, samples)
     stem = Path(args.predictions).stem
     if args.out is None:
