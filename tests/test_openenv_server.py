@@ -406,7 +406,11 @@ def test_server_cli_reports_bad_flags_in_one_line(capsys):
     from textsql_clarify.integrations.openenv_server import main as serve
 
     for argv, words in ((["--suite-k", "2"], "need --ex-mode suite"),
-                        (["--dataset", "jsonl:no/such/file.jsonl"], "no/such/file.jsonl")):
+                        (["--dataset", "jsonl:no/such/file.jsonl"], "no/such/file.jsonl"),
+                        (["--max-concurrent-envs", "0"], "--max-concurrent-envs must be >= 1, got 0"),
+                        (["--limit", "0"], "--limit must be >= 1, got 0"),
+                        (["--ex-mode", "suite", "--suite-k", "0"], "--suite-k must be >= 1, got 0"),
+                        (["--reward-preset", "nope"], "unknown reward preset 'nope'")):
         with pytest.raises(SystemExit) as exc:
             serve(argv)
         err = capsys.readouterr().err

@@ -561,11 +561,16 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
     them with ``ex_mode="single"``).
 
     Raises:
-        ValueError: ``--suite-k`` or ``--suite-cache-dir`` without ``--ex-mode suite``.
+        ValueError: ``--suite-k`` or ``--suite-cache-dir`` without ``--ex-mode suite``; ``--suite-k``,
+            ``--limit`` or ``--max-concurrent-envs`` below 1 (named by flag; OpenEnv's own check of the last is
+            a several-line pydantic report).
     """
     from ..cli import suite_options
 
     suite = suite_options(args)
+    for flag, value in (("--limit", args.limit), ("--max-concurrent-envs", args.max_concurrent_envs)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
     return dict(limit=args.limit, simulator=args.simulator, reward_preset=args.reward_preset,
                 max_clarifications=args.max_clarifications, category_mode=args.category_mode,
                 max_concurrent_envs=args.max_concurrent_envs, exclude_flags=tuple(args.exclude_flag),
