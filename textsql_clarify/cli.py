@@ -47,8 +47,10 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--device", default=None, help="hf: agents: 'auto' (default), 'cpu' or 'cuda'")
     e.add_argument("--limit", type=int, default=None, help="evaluate only the first N samples")
     e.add_argument("--out", default=None,
-                   help="folder for trajectories.jsonl, metrics.json and run.json (default: runs/<dataset kind>-<agent>-<simulator>[-p], "
-                        "the agent spec made folder-safe)")
+                   help="folder for trajectories.jsonl, metrics.json and run.json (default: "
+                        "runs/<corpus>[-n<limit>]-<agent>-<simulator> and a part per non-default option that changes "
+                        "the result, e.g. -seed1 -suite8; a finished run of another configuration there is refused "
+                        "unless --fresh; README, Baselines)")
     e.add_argument("--seed", type=int, default=0, help="seed of the first episode (default 0)")
     e.add_argument("--isolation", default="in_process", choices=["in_process", "process"],
                    help="where the SQL runs: 'in_process' (default) or 'process' (worker processes killed at the time "
@@ -83,7 +85,8 @@ def _parser() -> argparse.ArgumentParser:
                             "without --resume or --fresh a journal of the same configuration is continued, one of "
                             "another is refused (docs/platform.md, Run folders)")
     again.add_argument("--fresh", "--no-resume", dest="fresh", action="store_true",
-                       help="discard any journal in --out and play every episode again")
+                       help="discard any journal in --out, or replace a finished run of another configuration "
+                            "there, and play every episode again")
     e.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     e.add_argument("--json", action="store_true", help="print metrics.json to stdout instead of the table")
     e.add_argument("--by", default="group,subcategory", metavar="B1,B2",
@@ -641,15 +644,16 @@ def _score_parser(sub: argparse._SubParsersAction) -> None:
                                      "order) through the environment, with Spider's exact-set-match (EM)")
     c.add_argument("--dataset", required=True, help="dataset spec the predictions are for (as eval's --dataset)")
     c.add_argument("--fresh", "--no-resume", dest="fresh", action="store_true",
-                   help="discard a journal left in --out by an interrupted run (default: continue one of the same "
-                        "predictions and options; another one is refused)")
+                   help="discard a journal left in --out by an interrupted run, or replace a finished run of other "
+                        "predictions or options (default: continue one of the same predictions and options; another "
+                        "one is refused)")
     c.add_argument("--predictions", required=True, metavar="FILE",
                    help="JSONL lines {\"id\": <sample id>, \"sql\": ...}, or Spider's predicted.txt: one query per "
                         "line in the dataset's gold order (told apart by content; docs/metrics.md)")
     c.add_argument("--limit", type=int, default=None,
                    help="score only the first N samples of the dataset (the file then predicts those N)")
     c.add_argument("--out", default=None, help="folder for trajectories.jsonl, metrics.json and run.json (default: "
-                                               "runs/<dataset kind>-predictions-<file stem>)")
+                                               "runs/<corpus>[-n<limit>]-predictions-<file stem>[-suite<K>])")
     c.add_argument("--ex-mode", default="single", choices=["single", "suite"],
                    help="'suite': also test-suite EX over --suite-k database variants (as eval's)")
     c.add_argument("--suite-k", type=int, default=None, metavar="K",
