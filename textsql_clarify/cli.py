@@ -279,6 +279,7 @@ def default_eval_folder(args: argparse.Namespace) -> Path:
 
     Args:
         args: the parsed ``eval`` flags. Returns: the folder, relative to the working directory.
+    Source: README, Baselines (the folder layout).
     """
     parts = [_corpus_name(args.dataset, args.db_root)]
     if args.limit is not None:
@@ -749,7 +750,7 @@ def interrupted_line(args: argparse.Namespace, argv: list[str]) -> str:
     Args:
         args: the parsed flags (``args.out`` is the run folder once the command chose it). argv: the arguments.
     Returns:
-        The line, without its newline (docs/platform.md, Run folders).
+        The line, without its newline. Source: docs/platform.md, Run folders (Ctrl-C); Python ``shlex.join``.
     """
     import shlex
 

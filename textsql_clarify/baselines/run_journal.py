@@ -82,6 +82,7 @@ def source_digest(root: str | os.PathLike = PACKAGE_ROOT) -> str:
         64 hex characters; equal trees (paths and bytes), equal digests, wherever they lie.
     Raises:
         OSError: a source file cannot be read.
+    Source: Python ``hashlib`` docs; docs/platform.md, Run folders.
     """
     base = Path(root)
     files = sorted((f.relative_to(base).as_posix(), f) for f in base.rglob("*.py") if f.is_file())
@@ -148,6 +149,7 @@ def line_digest(record: Mapping[str, Any], fingerprint: str) -> str:
         fingerprint: :func:`config_fingerprint` of the run's configuration.
     Returns:
         64 hex characters.
+    Source: Python ``hashlib`` and ``json`` docs (``sort_keys``, ``separators``); docs/platform.md, Run folders.
     """
     body = {k: v for k, v in record.items() if k != "digest"}
     return hashlib.sha256(_canonical(body) + b"\n" + fingerprint.encode("ascii")).hexdigest()
@@ -420,6 +422,7 @@ def finished_run_differences(out_dir: str | os.PathLike, info: Mapping[str, Any]
     Returns:
         ``None`` when there is no finished run, or it is of the same result fields; else the differing fields as
         ``field: old -> new; ...``.
+    Source: docs/platform.md, Run folders.
     """
     out = Path(out_dir)
     journal = out / JOURNAL
@@ -499,6 +502,7 @@ def run_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
         The folder as a ``Path``.
     Raises:
         FileExistsError: ``out_dir`` exists and is not a folder. RunFolderError: the folder is held elsewhere.
+    Source: POSIX ``flock(2)``, ``rmdir(2)``; docs/platform.md, Run folders.
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
