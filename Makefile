@@ -14,20 +14,23 @@ $(STAMP): pyproject.toml
 eval: $(STAMP)
 	$(VENV)/bin/textsql-clarify eval
 
-# The suite in a seeded random order (pytest-random-order: modules shuffled, tests shuffled within each module;
-# the seed is printed in pytest's header), so that no test passes only because of what ran before it. The seed
-# is changed with each submission, after a full pass in its order; SEED=N make test reruns one order, and
+# The suite in a seeded random order (pytest-random-order: modules shuffled, tests shuffled within each module),
+# so that no test passes only because of what ran before it. The seed is changed with each submission, after a
+# full pass in its order. Not -q: pytest's header then prints the seed ("Using --random-order-seed=N") and each
+# module's line shows the order the modules ran in. SEED=N make test reruns one order; a failing module after
+# the one that ran before it: `pytest tests/before.py tests/failing.py` (no --random-order flag: the order given).
 # `make test-ordered` runs the file order.
 SEED ?= 20261203
 test: $(STAMP)
 	@echo "test order: pytest-random-order, bucket module, seed $(SEED) (SEED=N make test reruns an order)"
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/python -m pytest -q -p random_order \
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/python -m pytest -p random_order \
 		--random-order-bucket=module --random-order-seed=$(SEED)
 
 test-ordered: $(STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/python -m pytest -q
 
-# The quick loop: no model loads (tests/conftest.py); `make test` (what CI runs) runs everything.
+# The quick loop: no model loads (tests/conftest.py), in file order; `make test` (what CI runs) runs everything,
+# shuffled.
 test-quick: $(STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/python -m pytest -q -m "not model"
 
