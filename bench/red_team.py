@@ -185,12 +185,15 @@ def both_draws(spec: str) -> list:
     one draw's realised balance is binomial (standard deviation about 0.025 at n = 389, above ``--margin``), and
     a chooser that always picks AmbiQT's first reading would pass or fail on that balance, not on what it knows.
     :func:`spread` keeps the two together."""
-    from textsql_clarify.datasets import split_spec_paths
+    from textsql_clarify.datasets import load_dataset, split_spec_paths
     from textsql_clarify.datasets.ambiqt import SPEC_FORM, load_ambiqt
+    from textsql_clarify.datasets.validate import validate_loaded
 
     folder, root = split_spec_paths(spec[len("ambiqt:"):], spec, SPEC_FORM)
-    drawn, _ = load_ambiqt(folder, root)
-    other, _ = load_ambiqt(folder, root, reading="other")
+    drawn = load_dataset(spec)  # the drawn half exactly as every other corpus loads: validated
+    other = validate_loaded(load_ambiqt(folder, root, reading="other")[0], spec=spec)
+    if [s.id + OTHER_SUFFIX for s in drawn] != [t.id for t in other]:  # same records, same order, or no pairs
+        raise RuntimeError(f"{spec}: the two draws do not list the same AmbiQT items")
     return [s for pair in zip(drawn, other) for s in pair]
 
 
