@@ -98,6 +98,8 @@ def test_a_wrong_aggregate_is_an_em_miss_on_its_component(spider_root, golds, tm
     (lambda g: json.dumps({"id": g[0][0], "sql": "SELECT 1"}) + "\nSELECT 2\n", "line 2: not valid JSON"),
     (lambda g: "\n".join(q for _, q, _ in g[:-1]) + "\n",
      f"{N - 1} queries (one per non-blank line) for {N} samples"),
+    (lambda g: "\n".join(q for _, q, _ in g[:-2]) + "\n",
+     f"gold order; to score the first {N - 2} samples only, add --limit {N - 2}"),
     (lambda g: "\n".join(q + ("\tpets_1" if i == 2 else "") for i, (_, q, _) in enumerate(g)) + "\n",
      "line 3, field 'db_id': 'pets_1' is not the database of sample 'spider-dev-2'"),
     (lambda g: "\n\n", "holds no prediction; the dataset has 6 samples"),
@@ -164,3 +166,65 @@ def test_a_byte_order_mark_and_unicode_line_breaks_change_no_score(spider_root, 
     mixed.write_text("\n".join([lines[1], json.dumps({"id": golds[1][0], "sql": lines[1]})] + lines[2:]) + "\n")
     assert _score(spider_root, mixed, out / "d") == 2
     assert "mixed.txt" in capsys.readouterr().err
+
+
+def test_a_line_file_longer_than_the_dataset_gets_no_limit_hint(spider_root, golds, tmp_path, capsys):
+    preds = tmp_path / "long.txt"
+    preds.write_text("\n".join([q for _, q, _ in golds] + [golds[0][1]]) + "\n")
+    assert _score(spider_root, preds, tmp_path / "o") == 2
+    err = capsys.readouterr().err
+    assert f"{N + 1} queries (one per non-blank line) for {N} samples" in err and "--limit" not in err
+
+
+def _section(lines, title):
+    """The table whose header line starts with ``title``: its lines up to the next blank one."""
+    start = next(k for k, ln in enumerate(lines) if ln.startswith(title))
+    end = next((k for k in range(start, len(lines)) if not lines[k]), len(lines))
+    return lines[start:end]
+
+
+def test_score_prints_no_agent_behaviour_and_em_tables_in_eval_format(spider_root, tmp_path, capsys):
+    """Twenty Spider dev golds, every third replaced by ``SELECT 1``: the printed tables leave out what one SQL
+    turn per episode cannot measure (named in one line), metrics.json keeps it, and the exact-match tables have
+    the dashed rule and no trailing spaces of eval's tables."""
+    n = 20
+    dev = json.loads((spider_root / "dev.json").read_text())[:n]
+    preds = tmp_path / "h2pred.sql"
+    preds.write_text("".join(("SELECT 1" if i % 3 == 0 else r["query"]) + "\t" + r["db_id"] + "\n"
+                             for i, r in enumerate(dev)))
+    wrong = sum(1 for i in range(n) if i % 3 == 0)  # 7 SELECT 1: EM misses (values ignored, components differ)
+    assert main(["score", "--dataset", f"spider:{spider_root}", "--limit", str(n), "--predictions", str(preds),
+                 "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    metrics = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    skipped = ("AR", "DEC", "DEC_bacc", "format_valid_rate", "turns", "table_recall", "table_precision",
+               "spurious_tables")
+    # metrics.json keeps every one (AR 0 over 20 episodes: the replay never asks)
+    assert all(metrics["overall"][m]["n"] > 0 for m in skipped)
+    assert metrics["overall"]["AR"] == {"value": 0.0, "n": n, "ci95": [0.0, 0.0]}
+    note = " ".join(ln.strip() for ln in lines[:lines.index("")] if not ln.startswith(("dataset=", "Aggregated",
+                                                                                         "95% CI")))
+    assert note.startswith("left out (a predictions file is one SQL turn per episode")
+    assert note.endswith(", ".join(skipped) + "; outcomes feedback, budget_spent, malformed, truncated, turns, "
+                                              "clarifications")
+    words = {w for ln in lines[lines.index(""):] for w in ln.split()}
+    assert not set(skipped) & words  # no row, no column
+    assert not {"decision", "agent", "feedback", "budget", "clarif.", "truncated", "malformed"} & words
+    headline = _section(lines, "headline ")
+    assert [ln.split()[0] for ln in headline[2:]] == ["EX", "DEA", "cell_f1"]
+    ex = metrics["overall"]["EX"]
+    assert headline[2].split()[1] == f"{ex['value']:.3f}" and headline[2].split()[-1] == str(ex["n"])
+    assert _section(lines, "outcome ")[2:] == [_section(lines, "outcome ")[2]]  # sql alone
+    assert _section(lines, "outcome ")[2].split()[-2:] == [str(n), str(n)]
+    assert _section(lines, "group: outcomes")[0].split() == ["group:", "outcomes", "N", "sql"]
+    assert _section(lines, "group ")[0].split() == ["group", "N", "EX", "DEA", "EX_strict"]
+    # the exact-match tables: a dashed rule under each header, no trailing spaces
+    em = _section(lines, "component ")
+    assert em[0].split() == ["component", "value", "95%", "CI", "n"]
+    assert set(em[1]) == {"-", " "} and len(em[1]) == len(max(em, key=len))
+    assert em[2].split()[0] == "EM" and em[2].split()[1] == f"{(n - wrong) / n:.3f}" and em[2].split()[-1] == str(n)
+    diff = _section(lines, "difficulty ")
+    assert diff[0].split() == ["difficulty", "EM", "EX"] and set(diff[1]) == {"-", " "}
+    assert diff[2].split()[:3] == ["overall", f"{(n - wrong) / n:.3f}", f"(n={n})"]
+    assert [ln.split()[0] for ln in diff[3:3 + len(metrics["by_difficulty"])]] == list(metrics["by_difficulty"])
+    assert not [ln for ln in lines if ln != ln.rstrip()]

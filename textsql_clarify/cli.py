@@ -703,7 +703,7 @@ def _score(args: argparse.Namespace) -> int:
         print(json.dumps(metrics, indent=2, default=str))
         return 0
     print(f"dataset={args.dataset} predictions={args.predictions} episodes={len(samples)}")
-    print(render_table(metrics, breakdowns=breakdowns))
+    print(render_table(metrics, breakdowns=breakdowns, replay=True))  # no agent-behaviour metrics: one SQL turn each
     print()
     print(render_exact_match(metrics))
     print(f"wrote {Path(args.out)}: trajectories.jsonl, metrics.json, timings.jsonl and run.json")

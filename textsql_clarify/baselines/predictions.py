@@ -86,8 +86,9 @@ def read_predictions(path: str | Path, samples: Sequence[Sample]) -> dict[str, s
     Raises:
         PredictionsError: the file is empty; a JSONL line is not a JSON object, lacks ``id`` or ``sql`` or has
             one of another type, names an unknown id, repeats an id, or names another database; the ids do not
-            cover the dataset; a line file holds another number of queries than the dataset has samples, or a
-            line's tab-separated database id is not its sample's. Each names the file and the line.
+            cover the dataset; a line file holds another number of queries than the dataset has samples (with
+            fewer, the message suggests ``--limit`` with the file's count), or a line's tab-separated database id
+            is not its sample's. Each names the file and the line.
         OSError: the file cannot be read.
 
     Source: Spider's evaluation script's reading of ``predicted.txt`` (Yu et al. 2018, the released
@@ -153,9 +154,12 @@ def _read_lines(file: str, lines: list[str], samples: Sequence[Sample]) -> dict[
     kept = [(no, raw.strip()) for no, raw in enumerate(lines, 1) if raw.strip()]
     if len(kept) != len(samples):
         skipped = len(lines) - len(kept)
+        # fewer queries than samples: most often the file predicts the dataset's first samples only
+        hint = (f"; to score the first {len(kept)} samples only, add --limit {len(kept)}"
+                if 0 < len(kept) < len(samples) else "")
         raise _error(file, None, None, f"{len(kept)} queries (one per non-blank line{f', {skipped} blank skipped' if skipped else ''}) "
                                        f"for {len(samples)} samples: a line file must hold one query per sample, in "
-                                       f"the dataset's gold order")
+                                       f"the dataset's gold order{hint}")
     out: dict[str, str] = {}
     for (no, line), sample in zip(kept, samples):
         if line.startswith("{"):  # SQL never starts with "{": a JSON record in a file read as one query per line
@@ -280,20 +284,22 @@ def add_exact_match(metrics: dict[str, Any], trajectories: Sequence[Any], sample
 
 
 def render_exact_match(metrics: Mapping[str, Any]) -> str:
-    """Plain-text table of EM and its components (value, 95 % interval, n), then EM and EX by difficulty.
+    """Plain-text table of EM and its components (value, 95 % interval, n), then EM and EX by difficulty, in the
+    format of ``eval``'s tables (:func:`~textsql_clarify.rewards.report.grid`: a dashed rule under each header,
+    no trailing spaces).
 
     Args:
         metrics: a dict :func:`add_exact_match` filled.
     Returns:
         The lines, joined by ``"\\n"``, every line under 100 columns.
     """
-    from ..rewards.report import format_ci, format_mean, format_value
+    from ..rewards.report import format_ci, format_mean, format_value, grid
 
     em = metrics["exact_match"]
-    lines = ["Exact-set-match (Spider, Yu et al. 2018; values ignored)",
-             f"{'component':<18} {'value':>6}  {'95% CI':<16} {'n':>6}"]
-    for name, cell in [("EM", metrics["overall"]["EM"]), *em["components"].items()]:
-        lines.append(f"{name:<18} {format_value(cell):>6}  {format_ci(cell):<16} {cell['n']:>6}")
+    body = [[name, format_value(cell), format_ci(cell), str(cell["n"])]
+            for name, cell in [("EM", metrics["overall"]["EM"]), *em["components"].items()]]
+    lines = ["Exact-set-match (Spider, Yu et al. 2018; values ignored)"]
+    lines += grid(["component", "value", "95% CI", "n"], body, [False, True, True, True])
     notes = [f"{em[k]} {label}" for k, label in (("pred_unreadable", "predictions unreadable (scored as misses)"),
                                                  ("gold_unreadable", "golds unreadable (left out)"),
                                                  ("no_gold", "samples without gold SQL (left out)")) if em.get(k)]
@@ -301,13 +307,10 @@ def render_exact_match(metrics: Mapping[str, Any]) -> str:
         lines.append("; ".join(notes))
     rows = metrics.get("by_difficulty") or {}
     if len(rows) > 1 or (rows and "unknown" not in rows):
-        lines.append("")
-        lines.append(f"{'difficulty':<12} {'EM':<18} {'EX':<18}")
-        lines.append(f"{'overall':<12} {format_mean(metrics['overall']['EM']):<18} "
-                     f"{format_mean(metrics['overall'].get('EX')):<18}")
-        for k, row in rows.items():
-            m = row.get("metrics", {})
-            lines.append(f"{k:<12} {format_mean(m.get('EM')):<18} {format_mean(m.get('EX')):<18}")
+        body = [["overall", format_mean(metrics["overall"]["EM"]), format_mean(metrics["overall"].get("EX"))]]
+        body += [[k, format_mean(row.get("metrics", {}).get("EM")), format_mean(row.get("metrics", {}).get("EX"))]
+                 for k, row in rows.items()]
+        lines += [""] + grid(["difficulty", "EM", "EX"], body, [False, False, False])
     return "\n".join(lines)
 
 

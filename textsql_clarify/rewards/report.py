@@ -19,6 +19,10 @@ Every line fits :data:`WIDTH` (100) columns. In order:
 Every mean is printed with its n (``0.750 (n=4)``) and an undefined one as ``—``, never as 0 (article:
 "Every mean carries its n", "Undefined is not zero"); a metric undefined everywhere in the run is not
 printed. Names longer than their column are cut with ``…``.
+
+A predictions replay (``render_table(..., replay=True)``, ``textsql-clarify score``) leaves out
+:data:`REPLAY_SKIPPED` and the outcomes of :data:`REPLAY_SKIPPED_OUTCOMES` and says so in one line under the run
+line: each episode is one SQL turn, so they describe no agent (docs/metrics.md, "Scoring a predictions file").
 """
 from __future__ import annotations
 
@@ -45,6 +49,13 @@ DEFAULT_BREAKDOWNS = ("group", "subcategory")
 #: outcome column headers of the breakdown outcome tables.
 _OUTCOME_HEADS = {"sql": "sql", "feedback": "feedback", "budget_spent": "budget", "malformed": "malformed",
                   "truncated": "truncated", "turns": "turns", "clarifications": "clarif."}
+#: metrics a predictions replay (``textsql-clarify score``) does not print: every episode is one SQL turn, so
+#: the agent's behaviour (asking, deciding, action format, turns) is fixed, and the article's schema retrieval
+#: measures the offered schema (the whole schema), not the prediction. ``metrics.json`` keeps them.
+REPLAY_SKIPPED = ("AR", "DEC", "DEC_bacc", "format_valid_rate", "turns", "table_recall", "table_precision",
+                  "spurious_tables")
+#: outcome rows and columns a predictions replay does not print (only ``sql`` stays: one SQL turn each).
+REPLAY_SKIPPED_OUTCOMES = ("feedback", "budget_spent", "malformed", "truncated", "turns", "clarifications")
 #: widest row name of a breakdown table (the longest subcategory, 30 characters, is cut).
 _NAME_WIDTH = 24
 UNDEFINED = "—"
@@ -90,8 +101,17 @@ def _metric_head(name: str) -> str:
     return short(name, 17)
 
 
-def _grid(header: Sequence[str], body: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
-    """Fixed-width columns two spaces apart, a dashed rule under the header; ``right`` aligns a column right."""
+def grid(header: Sequence[str], body: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
+    """Fixed-width columns two spaces apart, a dashed rule under the header, no trailing spaces: the format of
+    every table this module prints (and of ``score``'s exact-match tables).
+
+    Args:
+        header: the column titles.
+        body: the rows, each as many cells (strings) as ``header``.
+        right: per column, True to align it right (numbers), False to align it left.
+    Returns:
+        The lines: the header, the rule, then one per row.
+    """
     widths = [max(len(r[k]) for r in [header, *body]) for k in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:
@@ -104,7 +124,7 @@ def _stat_table(title: str, names: Sequence[str], overall: Mapping[str, Any]) ->
     """Rows = metric; columns = value, 95 % interval, n (headline and family tables)."""
     body = [[m, format_value(overall.get(m)), format_ci(overall.get(m)), str((overall.get(m) or {}).get("n", 0))]
             for m in names]
-    return _grid([title, "value", "95% CI", "n"], body, [False, True, True, True])
+    return grid([title, "value", "95% CI", "n"], body, [False, True, True, True])
 
 
 def _component_table(sets: Sequence[str], overall: Mapping[str, Any]) -> list[str]:
@@ -114,21 +134,25 @@ def _component_table(sets: Sequence[str], overall: Mapping[str, Any]) -> list[st
         p, r = overall.get(f"components.{name}.precision"), overall.get(f"components.{name}.recall")
         body.append([name, format_value(p), format_ci(p), str((p or {}).get("n", 0)),
                      format_value(r), format_ci(r), str((r or {}).get("n", 0))])
-    return _grid(["components", "precision", "95% CI", "n", "recall", "95% CI", "n"], body,
+    return grid(["components", "precision", "95% CI", "n", "recall", "95% CI", "n"], body,
                  [False, True, True, True, True, True, True])
 
 
-def _outcome_table(outcomes: Mapping[str, Any]) -> list[str]:
-    """Rows = outcome (share, interval, count, n), then the mean turns and clarifications."""
+def _outcome_table(outcomes: Mapping[str, Any], skip: Sequence[str] = ()) -> list[str]:
+    """Rows = outcome (share, interval, count, n), then the mean turns and clarifications; none of ``skip``."""
     shares = outcomes.get("shares") or {}
     body = []
     for o in OUTCOMES:
+        if o in skip:
+            continue
         c = shares.get(o) or {}
         body.append([o, format_value(c), format_ci(c), str(c.get("count", 0)), str(c.get("n", 0))])
     for k, label in (("turns", "turns (mean)"), ("clarifications", "clarifications (mean)")):
+        if k in skip:
+            continue
         c = outcomes.get(k) or {}
         body.append([label, format_value(c), format_ci(c), "", str(c.get("n", 0))])
-    return _grid(["outcome", "share", "95% CI", "count", "n"], body, [False, True, True, True, True])
+    return grid(["outcome", "share", "95% CI", "count", "n"], body, [False, True, True, True, True])
 
 
 def _breakdown_rows(metrics: Mapping[str, Any], b: str) -> list[tuple[str, int, Mapping[str, Any], Mapping]]:
@@ -164,7 +188,7 @@ def _metric_tables(b: str, rows: Sequence[tuple], columns: Sequence[str], width:
             out.append("")
         header = [short(b, _NAME_WIDTH), "N"] + [_metric_head(c) for c in chunk]
         body = [[nm, ct] + [format_mean(r[2].get(c)) for c in chunk] for nm, ct, r in zip(names, counts, rows)]
-        out.extend(_grid(header, body, [False, True] + [False] * len(chunk)))
+        out.extend(grid(header, body, [False, True] + [False] * len(chunk)))
     return out
 
 
@@ -182,16 +206,17 @@ def _fit_columns(rows: Sequence[tuple], b: str, columns: Sequence[str], width: i
     return kept
 
 
-def _breakdown_outcomes(b: str, rows: Sequence[tuple]) -> list[str]:
-    """The breakdown's outcome shares (value only; n is the row's N) and mean turns / clarifications."""
-    keys = list(OUTCOMES) + ["turns", "clarifications"]
+def _breakdown_outcomes(b: str, rows: Sequence[tuple], skip: Sequence[str] = ()) -> list[str]:
+    """The breakdown's outcome shares (value only; n is the row's N) and mean turns / clarifications; none of
+    ``skip``."""
+    keys = [k for k in (*OUTCOMES, "turns", "clarifications") if k not in skip]
     header = [short(f"{b}: outcomes", _NAME_WIDTH), "N"] + [_OUTCOME_HEADS[k] for k in keys]
     body = []
     for name, n, _m, oc in rows:
         shares = oc.get("shares") or {}
-        cells = [format_value(shares.get(k)) for k in OUTCOMES] + [format_value(oc.get(k)) for k in keys[5:]]
+        cells = [format_value(shares.get(k) if k in OUTCOMES else oc.get(k)) for k in keys]
         body.append([short(name, _NAME_WIDTH), str(n)] + cells)
-    return _grid(header, body, [False, True] + [True] * len(keys))
+    return grid(header, body, [False, True] + [True] * len(keys))
 
 
 def _wrap(text: str, width: int) -> list[str]:
@@ -199,7 +224,7 @@ def _wrap(text: str, width: int) -> list[str]:
 
 
 def render_table(metrics: Mapping[str, Any], *, breakdowns: Sequence[str] = DEFAULT_BREAKDOWNS,
-                 columns: Sequence[str] | None = None, width: int = WIDTH) -> str:
+                 columns: Sequence[str] | None = None, width: int = WIDTH, replay: bool = False) -> str:
     """Fixed-width plain-text tables of aggregated metrics (module docstring for the order), every line at
     most ``width`` columns.
 
@@ -212,6 +237,9 @@ def render_table(metrics: Mapping[str, Any], *, breakdowns: Sequence[str] = DEFA
             defined :data:`HEADLINE_ROWS` in the headline, and as many defined :data:`HEADLINE` metrics as
             fit one table in each breakdown.
         width: the widest line allowed (default 100; at least 60).
+        replay: the run replays a predictions file (``textsql-clarify score``): the metrics of
+            :data:`REPLAY_SKIPPED` and the outcomes of :data:`REPLAY_SKIPPED_OUTCOMES` are not printed, and one
+            line names those left out and why (docs/metrics.md, "Scoring a predictions file").
 
     Returns:
         The text, lines joined by ``"\\n"``, no trailing newline.
@@ -235,6 +263,11 @@ def render_table(metrics: Mapping[str, Any], *, breakdowns: Sequence[str] = DEFA
         if unknown:
             raise MetricsError(f"unknown metric column(s) {unknown}; valid: {list(overall)}")
         chosen = list(dict.fromkeys(columns))
+    skip = set(REPLAY_SKIPPED) if replay else set()
+    skip_outcomes = REPLAY_SKIPPED_OUTCOMES if replay else ()
+    if replay:  # the full metrics stay in overall (metrics.json); only what is printed loses them
+        overall = {k: v for k, v in overall.items() if k not in skip}
+        chosen = None if chosen is None else [c for c in chosen if c not in skip]
     n_all = metrics.get("n_trajectories", 0)
     protocols = metrics.get("n_by_protocol", {})
     head = f"Aggregated metrics: {n_all} trajectories"
@@ -249,6 +282,14 @@ def render_table(metrics: Mapping[str, Any], *, breakdowns: Sequence[str] = DEFA
     if boot:
         lines += _wrap(f"95% CI: percentile bootstrap over samples ({boot.get('n_resamples')} resamples, "
                        f"seed {boot.get('seed')}); n = the values averaged", width)
+    if replay:
+        left = ", ".join(m for m in REPLAY_SKIPPED if defined(metrics["overall"].get(m)))
+        if metrics.get("outcomes"):
+            left += ("; " if left else "") + "outcomes " + ", ".join(skip_outcomes)
+        if left:
+            lines += _wrap("left out (a predictions file is one SQL turn per episode: no agent behaviour to "
+                           "measure, and table retrieval scores the offered schema; kept in metrics.json): " + left,
+                           width)
 
     if chosen is not None:
         missing = [c for c in chosen if not defined(overall.get(c))]
@@ -272,14 +313,16 @@ def render_table(metrics: Mapping[str, Any], *, breakdowns: Sequence[str] = DEFA
     if sets:
         lines += [""] + _component_table(sets, overall)
     if metrics.get("outcomes"):
-        lines += [""] + _outcome_table(metrics["outcomes"])
+        lines += [""] + _outcome_table(metrics["outcomes"], skip_outcomes)
     for b in breakdowns:
         rows = _breakdown_rows(metrics, b)
+        if replay:
+            rows = [(name, n, {k: v for k, v in m.items() if k not in skip}, oc) for name, n, m, oc in rows]
         cols = shown if chosen is not None else _fit_columns(rows, b, shown, width)
         if cols:
             lines += [""] + _metric_tables(b, rows, cols, width)
         if any(r[3] for r in rows):
-            lines += [""] + _breakdown_outcomes(b, rows)
+            lines += [""] + _breakdown_outcomes(b, rows, skip_outcomes)
     if missing:
         lines += [""] + _wrap("not defined in this run (not printed): " + ", ".join(missing), width)
     ceil = metrics["ceilings"]
