@@ -26,6 +26,7 @@ from textsql_clarify.reports.assets import JS, script_hash
 from textsql_clarify.reports.html import render_html
 from textsql_clarify.reports.leaderboard import category_table, leaderboard, outcome_table, per_sample_values
 from textsql_clarify.rewards.bootstrap import paired_difference
+from textsql_clarify.rewards.direction import direction
 from textsql_clarify.trajectory import Trajectory
 
 pytest.importorskip("matplotlib")
@@ -114,7 +115,7 @@ def test_leaderboard_values_and_paired_differences(runs):
     assert d["ci95"][1] < 0 and d["p_value"] < 0.01
     # the same difference straight from the trajectories' scores, keyed by sample id
     ex = {r.name: {t.sample_id: t.scores.get("ex") for t in r.trajectories} for r in runs}
-    assert d == {**paired_difference(ex["no-clarify"], ex["oracle"]), "verdict": "worse"}
+    assert d == {**paired_difference(ex["no-clarify"], ex["oracle"]), "verdict": "worse", "direction": "higher"}
     # 24 ambiguous pairs won by the oracle, none by no-clarify: exact McNemar 2 / 2**24
     assert d["test"] == "mcnemar_exact" and d["p_value"] == pytest.approx(2 / 2 ** 24)
     # random answered SQL on 9 unanswerable samples: its EX has n=45, but pairs only over the oracle's 36
@@ -352,6 +353,26 @@ def test_exports_md_csv_json(runs, runs_root, tmp_path, capsys):
     assert "## Paired differences from oracle" in md
     assert f"| random | -1.000 [-1.000, -1.000] n=36 p={2 / 2 ** 36:.1e} (exact McNemar) worse |" in md
     assert "| oracle | 48 | 0.750 [0.625, 0.875] 36 of n=48 |" in md  # outcomes: sql 36 of 48
+    # every Δ's label follows its metric's direction; AR over a mix of groups has none: no label, a footnote says so
+    lines = md.splitlines()
+    head = next(ln for ln in lines if ln.startswith("| run | Δ "))
+    cols = [c.strip()[2:] for c in head.strip("|").split("|")[1:]]
+    cells = dict(zip(cols, [c.strip() for c in lines[lines.index(head) + 2].strip("|").split("|")[1:]]))
+    board = leaderboard(runs[:1] + [r for r in runs if r.name == "random"])
+    for m, cell in cells.items():
+        d = board["rows"][1]["diff"][m]
+        way = direction(m, {t.group for t in runs[0].trajectories})
+        assert d["direction"] == way
+        if cell == "—" or way is None or not d["value"]:
+            assert not cell.endswith(("better", "worse")), (m, cell)
+        else:
+            assert cell.endswith("better" if (d["value"] > 0) == (way == "higher") else "worse"), (m, cell)
+    turns = [r["metrics"]["turns"]["value"] for r in board["rows"]]  # oracle's mean turns, random's
+    assert cells["turns"].endswith("better" if turns[1] < turns[0] else "worse")  # fewer turns is better
+    assert not cells["AR"].endswith(("better", "worse"))
+    note = lines[lines.index(head) + 4]
+    assert note.startswith("better / worse follow each metric's direction") and "except turns, where lower" in note
+    assert "no direction over these samples, so no label: AR" in note
     with pytest.raises(ValueError, match="unknown table format"):
         render_tables(runs, "xlsx")
 

@@ -183,18 +183,24 @@ def _section(lines, title):
     return lines[start:end]
 
 
-def test_score_prints_no_agent_behaviour_and_em_tables_in_eval_format(spider_root, tmp_path, capsys):
-    """Twenty Spider dev golds, every third replaced by ``SELECT 1``: the printed tables leave out what one SQL
-    turn per episode cannot measure (named in one line), metrics.json keeps it, and the exact-match tables have
-    the dashed rule and no trailing spaces of eval's tables."""
+def _score_twenty(spider_root, tmp_path):
+    """Score the first twenty Spider dev golds, every third replaced by ``SELECT 1``, from ``h2pred.sql`` into
+    ``tmp_path / "o"``; returns (n, the number replaced)."""
     n = 20
     dev = json.loads((spider_root / "dev.json").read_text())[:n]
     preds = tmp_path / "h2pred.sql"
     preds.write_text("".join(("SELECT 1" if i % 3 == 0 else r["query"]) + "\t" + r["db_id"] + "\n"
                              for i, r in enumerate(dev)))
-    wrong = sum(1 for i in range(n) if i % 3 == 0)  # 7 SELECT 1: EM misses (values ignored, components differ)
     assert main(["score", "--dataset", f"spider:{spider_root}", "--limit", str(n), "--predictions", str(preds),
                  "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    return n, sum(1 for i in range(n) if i % 3 == 0)  # 7 SELECT 1: EM misses (values ignored, components differ)
+
+
+def test_score_prints_no_agent_behaviour_and_em_tables_in_eval_format(spider_root, tmp_path, capsys):
+    """Twenty Spider dev golds, every third replaced by ``SELECT 1``: the printed tables leave out what one SQL
+    turn per episode cannot measure (named in one line), metrics.json keeps it, and the exact-match tables have
+    the dashed rule and no trailing spaces of eval's tables."""
+    n, wrong = _score_twenty(spider_root, tmp_path)
     lines = capsys.readouterr().out.splitlines()
     metrics = json.loads((tmp_path / "o" / "metrics.json").read_text())
     skipped = ("AR", "DEC", "DEC_bacc", "format_valid_rate", "turns", "table_recall", "table_precision",
@@ -228,3 +234,21 @@ def test_score_prints_no_agent_behaviour_and_em_tables_in_eval_format(spider_roo
     assert diff[2].split()[:3] == ["overall", f"{(n - wrong) / n:.3f}", f"(n={n})"]
     assert [ln.split()[0] for ln in diff[3:3 + len(metrics["by_difficulty"])]] == list(metrics["by_difficulty"])
     assert not [ln for ln in lines if ln != ln.rstrip()]
+
+
+def test_report_names_a_score_run_by_its_file_stem_with_an_em_column(spider_root, tmp_path, capsys):
+    n, wrong = _score_twenty(spider_root, tmp_path)
+    capsys.readouterr()
+    metrics = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert main(["report", str(tmp_path / "o"), "--format", "md"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = lines[lines.index("## Leaderboard") + 2]
+    cols = [c.strip() for c in head.strip("|").split("|")]
+    assert cols[:4] == ["run", "episodes", "EX", "EM"]
+    row = [c.strip() for c in lines[lines.index("## Leaderboard") + 4].strip("|").split("|")]
+    em = metrics["overall"]["EM"]
+    assert row[0] == "h2pred" and row[1] == str(n)
+    assert row[3] == f"{em['value']:.3f} [{em['ci95'][0]:.3f}, {em['ci95'][1]:.3f}] n={em['n']}"
+    assert em["value"] == (n - wrong) / n
+    by_group = next(ln for ln in lines if ln.startswith("| answerable | h2pred |"))
+    assert f"{em['value']:.3f}" in by_group  # all twenty are answerable: the group row is the overall one

@@ -161,11 +161,39 @@ def _md_table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+def direction_note(metrics: Sequence[str], diffs: Sequence[dict[str, Any]]) -> str:
+    """The footnote under the paired differences: which way each ``better`` / ``worse`` label reads, and which
+    metrics get none because they have no direction over the paired samples (AR over a mix of groups).
+
+    Args:
+        metrics: the leaderboard's metric names, in order.
+        diffs: the leaderboard rows that hold a ``diff`` (each ``diff[m]`` with its ``direction``:
+            :func:`~textsql_clarify.reports.leaderboard.leaderboard`).
+    Returns:
+        One line of Markdown text.
+
+    Source: docs/metrics.md, "Which way is better" (:mod:`textsql_clarify.rewards.direction`).
+    """
+    ways = {m: {(r["diff"].get(m) or {}).get("direction") for r in diffs} for m in metrics}
+    lower = [m for m in metrics if ways[m] == {"lower"}]
+    none = [m for m in metrics if None in ways[m]]
+    text = ("better / worse follow each metric's direction (docs/metrics.md, Which way is better): higher is "
+            "better" + (f", except {', '.join(lower)}, where lower is better" if lower else ""))
+    if none:
+        text += f"; no direction over these samples, so no label: {', '.join(none)}"
+        if "AR" in none:  # AR's direction is its samples' group's (rewards/direction.py AR_BY_GROUP)
+            text += " (AR is better low on answerable samples and high on ambiguous ones, so a mix has none)"
+    if "EM" in metrics:
+        text += "; Δ EM is not computed (the trajectories hold no per-sample exact match)"
+    return _md_escape(text + ".")
+
+
 def to_markdown(tables: dict[str, Any]) -> str:
     """:func:`report_tables` as Markdown: the leaderboard, the paired differences, the outcomes and one table
     per breakdown; each cell ``value [lo, hi] n=k``, undefined as —. A difference adds its p-value, the test
     that gave it and its verdict by the metric's direction: ``-1.000 [-1.000, -1.000] n=3 p=0.250
-    (exact McNemar) worse``."""
+    (exact McNemar) worse``; a footnote (:func:`direction_note`) says which way the verdicts read and which
+    metrics have no direction (no verdict)."""
     from ..rewards.outcomes import OUTCOMES
 
     board = tables["leaderboard"]
@@ -177,7 +205,8 @@ def to_markdown(tables: dict[str, Any]) -> str:
     if diffs:
         out += ["", f"## Paired differences from {md_text(board['reference'])}", "",
                 _md_table(["run", *(f"Δ {m}" for m in board["metrics"])],
-                          [[md_text(r["run"]), *(_cell(r["diff"][m], diff=True) for m in board["metrics"])] for r in diffs])]
+                          [[md_text(r["run"]), *(_cell(r["diff"][m], diff=True) for m in board["metrics"])] for r in diffs]),
+                "", direction_note(board["metrics"], diffs)]
     rows = []
     for run, t in tables["outcomes"].items():
         shares = t.get("shares") or {}

@@ -16,7 +16,8 @@ from typing import Any, Sequence
 from .runs import Run
 
 #: the leaderboard's metrics, in order; those undefined in every run are left out (:func:`defined_metrics`).
-HEADLINE = ("EX", "FB", "abstained", "EX_post", "AIR", "AR", "DEA", "DRR", "DRA", "L1-IR", "JIR", "L2-IR^p",
+#: EM (Spider's exact-set-match) is defined in ``textsql-clarify score`` runs only.
+HEADLINE = ("EX", "EM", "FB", "abstained", "EX_post", "AIR", "AR", "DEA", "DRR", "DRA", "L1-IR", "JIR", "L2-IR^p",
             "SQL_behaviour", "DET", "TYPE", "cell_f1", "turns", "format_valid_rate")
 #: metrics plotted per category (bar charts), where defined.
 PLOTTED = ("EX", "FB", "abstained", "EX_post", "AIR", "AR", "DEA", "SQL_behaviour", "cell_f1")
@@ -93,15 +94,17 @@ def leaderboard(runs: Sequence[Run], metrics: Sequence[str] | None = None, *, se
     Returns:
         ``{"metrics": [names], "reference": runs[0].name, "rows": [{"run": name, "agent", "dataset",
         "n_trajectories", "privileged", "metrics": {m: {"value", "n", "ci95"}}, "diff": {m: {"value", "n",
-        "ci95", "p_value", "test", "verdict"}} | None (the reference)}]}``; ``diff`` is this run minus the
-        reference over the samples both define; ``test`` names the test behind ``p_value``; ``verdict`` is
-        ``"better"``, ``"worse"`` or ``""`` (no difference, or a metric with no direction over these samples:
-        :func:`~textsql_clarify.rewards.direction.verdict`).
+        "ci95", "p_value", "test", "verdict", "direction"}} | None (the reference)}]}``; ``diff`` is this run
+        minus the reference over the samples both define; ``test`` names the test behind ``p_value``;
+        ``verdict`` is ``"better"``, ``"worse"`` or ``""`` (no difference, or a metric with no direction over
+        these samples: :func:`~textsql_clarify.rewards.direction.verdict`); ``direction`` is the one it
+        follows, ``"higher"``, ``"lower"`` or ``None`` (:func:`~textsql_clarify.rewards.direction.direction`).
+        EM's per-sample values are not in the trajectories, so its difference is undefined (n = 0).
     Raises:
         KeyError: a metric with no documented direction.
     """
     from ..rewards.bootstrap import paired_difference
-    from ..rewards.direction import verdict
+    from ..rewards.direction import direction, verdict
 
     names = list(metrics) if metrics is not None else defined_metrics(runs)
     rows = []
@@ -115,7 +118,7 @@ def leaderboard(runs: Sequence[Run], metrics: Sequence[str] | None = None, *, se
             for m in names:
                 d = paired_difference(per_sample_values(r, m), per_sample_values(runs[0], m),
                                       seed=seed, n_resamples=n_resamples)
-                row["diff"][m] = {**d, "verdict": verdict(m, d["value"], groups)}
+                row["diff"][m] = {**d, "verdict": verdict(m, d["value"], groups), "direction": direction(m, groups)}
         rows.append(row)
     return {"metrics": names, "reference": runs[0].name if runs else None, "rows": rows}
 

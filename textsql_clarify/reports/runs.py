@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,6 +30,24 @@ _TRAJ_FIELDS = {f.name for f in fields(Trajectory)}
 _TURN_FIELDS = {f.name for f in fields(Turn)}
 _TRAJ_REQUIRED = ("sample_id", "db_id", "group", "subcategory")
 _TURN_REQUIRED = ("index", "phase", "action_type", "content")
+
+
+#: the agent spec of a predictions replay (``textsql-clarify score``): ``predictions:<file stem>@<12 hex digits>``
+#: (:func:`~textsql_clarify.baselines.predictions.score_predictions`; the digest names the predictions' content)
+_PREDICTIONS_SPEC = re.compile(r"predictions:(?P<stem>.+)@[0-9a-f]{12}")
+
+
+def display_name(agent: str) -> str:
+    """A run's display name from its agent spec: a predictions replay's file stem
+    (``predictions:dev_pred@f465b5029c73`` -> ``dev_pred``), any other spec as it is.
+
+    Args:
+        agent: the agent spec (``run.json``'s ``agent``).
+    Returns:
+        The name (:func:`load_runs` still makes names unique).
+    """
+    m = _PREDICTIONS_SPEC.fullmatch(agent)
+    return m.group("stem") if m else agent
 
 
 class ReportError(TextSQLClarifyError, ValueError):
@@ -225,7 +244,8 @@ def load_run(path: str | Path) -> Run:
     Args:
         path: a folder that ``textsql-clarify eval --out`` wrote.
     Returns:
-        The :class:`Run` (its ``name`` is the agent spec; :func:`load_runs` makes names unique).
+        The :class:`Run` (its ``name`` is :func:`display_name` of the agent spec; :func:`load_runs` makes names
+        unique).
     Raises:
         ReportError: the folder is missing, or a file in it is malformed (names the file, line and field).
     """
@@ -255,14 +275,14 @@ def load_run(path: str | Path) -> Run:
         metrics = {**aggregate(trajs, include_indistinguishable=include), "run": run_block}
         source = "recomputed"
     run = Run(path=p, name="", info=info, metrics=metrics, trajectories=trajs, metrics_source=source)
-    run.name = run.agent
+    run.name = display_name(run.agent)
     return run
 
 
 def load_runs(paths: Sequence[str | Path]) -> list[Run]:
     """Read several run folders and give each a unique display name.
 
-    A name is the agent spec; where two runs share it, each gets its folder name after it
+    A name is the agent spec (a predictions replay's: the predictions file stem); where two runs share it, each gets its folder name after it
     (``oracle (embedded-oracle-rule)``), and a number where that is not enough.
 
     Args:

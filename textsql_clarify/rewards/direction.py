@@ -19,6 +19,8 @@ DIRECTIONS: dict[str, Direction | None] = {
     "EX": "higher", "EX_strict": "higher", "EX_suite": "higher", "EX_strict_suite": "higher",
     "EX_post": "higher", "FB": "higher", "abstained": "higher", "Rec": "higher", "Cls": "higher",
     "AIR": "higher", "relevant_rate": "higher", "turns": "lower",
+    # Spider's exact-set-match (Yu et al. 2018; textsql-clarify score)
+    "EM": "higher",
     # TIDE Table 2
     "DEA": "higher", "AR": None, "L1-IR": "higher", "L2-IR^p": "higher", "JIR": "higher",
     "DRR": "higher", "DRA": "higher",
