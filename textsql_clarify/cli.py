@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--isolation", default="in_process", choices=["in_process", "process"],
                    help="where the SQL runs: 'in_process' (default) or 'process' (worker processes killed at the time "
                         "limit, with a memory cap: for untrusted policies; docs/platform.md, Process isolation)")
-    e.add_argument("--simulator", default="rule", help="'rule' (default), 'transformers' (SmolLM2) or 'transformers:<model>[,<model>...]' (local paths or cached hub ids; several make a council)")
+    e.add_argument("--simulator", default="rule", help="'rule' (default), 'transformers' (SmolLM2), 'transformers:<model>[,<model>...]' (local paths or cached hub ids; several make a council) or 'openai:<base_url>/<model>' (an OpenAI-compatible server, e.g. openai:http://127.0.0.1:8000/v1/Qwen2.5-7B-Instruct; docs/simulator.md)")
     e.add_argument("--preset", default="binary", choices=sorted(PRESETS) + sorted(SUITE_PRESETS),
                    help="reward preset (default: binary; 'suite' pays ex_suite and needs --ex-mode suite)")
     e.add_argument("--ex-mode", default="single", choices=["single", "suite"],
@@ -118,7 +118,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="assistant turns as tagged actions (default) or as tool calls (integrations.trl_env tools)")
     x.add_argument("--out", required=True, help="the .jsonl file to write")
     x.add_argument("--seed", type=int, default=0, help="seed of the first episode (default 0)")
-    x.add_argument("--simulator", default="rule", help="'rule' (default), 'transformers' (SmolLM2) or 'transformers:<model>[,<model>...]' (local paths or cached hub ids; several make a council)")
+    x.add_argument("--simulator", default="rule", help="'rule' (default), 'transformers' (SmolLM2), 'transformers:<model>[,<model>...]' (local paths or cached hub ids; several make a council) or 'openai:<base_url>/<model>' (an OpenAI-compatible server, e.g. openai:http://127.0.0.1:8000/v1/Qwen2.5-7B-Instruct; docs/simulator.md)")
     x.add_argument("--max-clarifications", type=int, default=3, help="clarification budget (default 3)")
     x.add_argument("--category-mode", default="taxonomy_free",
                    choices=["ground_truth", "predicted", "taxonomy_only", "taxonomy_free"])

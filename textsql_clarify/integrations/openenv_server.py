@@ -512,7 +512,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None, help="keep the first N samples")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--simulator", default="rule", help="rule | transformers")
+    p.add_argument("--simulator", default="rule", help="rule | transformers | transformers:<model>[,<model>...] | openai:<base_url>/<model>")
     p.add_argument("--reward-preset", default="binary", help="reward preset ('suite' needs --ex-mode suite)")
     p.add_argument("--ex-mode", default="single", choices=("single", "suite"),
                    help="'suite': also test-suite EX over --suite-k database variants (docs/metrics.md, Test-suite EX)")

@@ -327,23 +327,33 @@ class TransformersUserSimulator:
         return (self.seed * 1_000_003 + stage * 10_007 + model * 101 + rnd) % (2 ** 31 - 1)
 
     # ------------------------------------------------------------------------------------ stage 1
+    def _label_prompt(self, w: _Work, backend: Any):
+        """The stage-1 prompt of one request rendered for ``backend`` (:func:`~.prompts.label_task`)."""
+        return render(label_task(question=w.question, clarification=w.clarification,
+                                 knowledge=w.req.sample.hidden_knowledge or "",
+                                 fragments_sql=[f.sql for f in w.fragments], history=w.episode_history,
+                                 dialogue=w.dialogue), backend)
+
+    @staticmethod
+    def _allowed_labels(w: _Work) -> tuple[str, ...]:
+        """The labels a vote may take: the group's (:data:`~.base.ALLOWED_LABELS`, ABISS §5.2), without
+        ``relevant`` for an unfocused clarification."""
+        allowed = ALLOWED_LABELS[w.req.sample.group]
+        if "no_relevant" in w.meta:
+            allowed = tuple(lab for lab in allowed if lab != "relevant")
+        return allowed
+
     def _stage1(self, active: list[_Work]) -> None:
         """Each council model labels every active clarification (one ``score`` call per model)."""
         for w in active:
             w.votes = []
         for b in self.backends:
-            rendered = [render(label_task(question=w.question, clarification=w.clarification,
-                                          knowledge=w.req.sample.hidden_knowledge or "",
-                                          fragments_sql=[f.sql for f in w.fragments], history=w.episode_history,
-                                          dialogue=w.dialogue), b)
-                        for w in active]
+            rendered = [self._label_prompt(w, b) for w in active]
             sep = rendered[0].option_sep
             scores = b.score([r.text for r in rendered], [sep + o for o in LABEL_OPTIONS],
                              shared_prefix=rendered[0].shared_prefix)
             for w, row in zip(active, scores):
-                allowed = ALLOWED_LABELS[w.req.sample.group]
-                if "no_relevant" in w.meta:
-                    allowed = tuple(lab for lab in allowed if lab != "relevant")
+                allowed = self._allowed_labels(w)
                 by_label = dict(zip(LABEL_OPTIONS, row))
                 # most likely allowed label; an exact tie goes to irrelevant (conservative, ABISS §5.2)
                 w.votes.append(max(allowed, key=lambda lab: (by_label[lab], lab == "irrelevant")))
