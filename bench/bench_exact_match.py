@@ -19,8 +19,9 @@ For each kind: how many rewrites, EM's agreement with relaxed EX over the sample
 undefined where the gold returns no rows), and every disagreement counted by direction (EM 1 / EX 0 and EM 0 /
 EX 1), the same for EX_strict; ``--out FILE`` writes the figures and the disagreeing ids as JSON.
 
-Spider's own evaluation script (and test-suite-sql-eval) is not installable from the package registry reached
-here, so there is no side-by-side run against it.
+Spider's own evaluation script (and test-suite-sql-eval) is not installable from the package registry; the
+side-by-side run against a user-supplied checkout of it is ``bench/bench_official_agreement.py`` (its figures in
+``docs/metrics.md`` "Exact-set-match").
 
 With ``--ex-mode suite`` each rewrite is also scored by test-suite EX (K = 8 fuzzed variants of its database,
 Zhong et al. 2020), and EM's agreement with EX_suite is printed under each kind.
