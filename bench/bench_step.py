@@ -29,15 +29,25 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
 from textsql_clarify.datasets import load_dataset  # noqa: E402
 from textsql_clarify.envs.env import TextSQLClarifyEnv  # noqa: E402
 
-#: (row name, detailed scores, fresh text per step, target median ratio or None)
+#: (row name, detailed scores, prediction text, target median ratio or None); the text: ``same`` (the gold, every
+#: step), ``novel`` (the gold with a comment no earlier step had: a new string, the gold's result), ``wrong`` (a
+#: changed WHERE value or a dropped condition, new string each step: a result that differs), ``ws`` (the gold with
+#: extra spaces: a new string that only whitespace tells from the gold), ``epoch`` (one text per sample, stepped
+#: through the dataset in order twice; the second pass is timed)
 MODES = (
-    ("EX only (binary, detailed_scores=False)", False, False, 1.5),
-    ("EX + cells + components + retrieval", True, False, 10.0),
-    ("  the same, novel prediction text", True, True, 10.0),
+    ("EX only (binary, detailed_scores=False)", False, "same", 1.5),
+    ("  EX only, novel text, the gold's result", False, "novel", 3.0),
+    ("  EX only, novel text, a wrong result", False, "wrong", 3.0),
+    ("  EX only, whitespace respelling", False, "ws", 3.0),
+    ("  EX only, in order, second epoch", False, "epoch", 3.0),
+    ("EX + cells + components + retrieval", True, "same", 10.0),
+    ("  the same, novel prediction text", True, "novel", 10.0),
+    ("  the same, in order, second epoch", True, "epoch", 10.0),
 )
 
 
@@ -65,6 +75,30 @@ def _fresh(sql: str, k: int) -> str:
     return head + " " * (k + 1) + rest
 
 
+def _novel(sql: str, k: int) -> str:
+    """A new string for the same query: a comment no other step has, after the first word."""
+    head, _, rest = sql.partition(" ")
+    return f"{head} /* {k} */ {rest}"
+
+
+def _wrong(sql: str) -> str | None:
+    """The gold with its first WHERE / HAVING value changed, else a WHERE condition dropped (bench_exact_match)."""
+    import bench_exact_match as bem
+    for rewrite in (bem.value_change, bem.drop_condition):
+        try:
+            new = rewrite(sql)
+        except Exception:  # noqa: BLE001 - sqlglot cannot rewrite it: try the next
+            new = None
+        if new is not None:
+            return new
+    return None
+
+
+def _text(kind: str, sql: str, k: int) -> str:
+    return {"same": lambda: sql, "novel": lambda: _novel(sql, k), "ws": lambda: _fresh(sql, k),
+            "wrong": lambda: _novel(sql, k)}[kind]()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spider", default=str(REPO.parent / "shared" / "data" / "spider_dev"))
@@ -72,41 +106,57 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                     help="wall (default) or cpu: this thread's CPU time, for a loaded machine")
+    ap.add_argument("--only", nargs="*", default=None, help="run only the rows whose name holds one of these words")
     args = ap.parse_args()
     global _clock
     _clock = CLOCKS[args.clock]
     samples = load_dataset(f"spider:{args.spider}", limit=args.limit)
     cons: dict[str, sqlite3.Connection] = {}
     rows = []
-    for name, detailed, fresh, target in MODES:
+    for name, detailed, kind, target in MODES:
+        if args.only and not any(w in name for w in args.only):
+            continue
         env = TextSQLClarifyEnv(samples=samples, detailed_scores=detailed, reward_preset="binary")
         ratios, raw_all, step_all, over = [], [], [], []
         k = 0
+        if kind == "epoch":  # one text per sample (not the gold's own), the whole set in order, twice
+            texts = [_novel(s.gold_sql, -1 - i) for i, s in enumerate(samples)]
+            for i in range(len(samples)):
+                _step(env, i, f"<sql>{texts[i]}</sql>")
         for i, s in enumerate(samples):
             con = cons.setdefault(s.db_path, sqlite3.connect(Path(s.db_path).resolve().as_uri() + "?mode=ro", uri=True))
-            action = f"<sql>{s.gold_sql}</sql>"
-            _step(env, i, action)  # warm-up: gold result and gold-side analysis cached
-            raw_t, step_t = [], []
-            for _ in range(args.reps):
-                raw_t.append(_raw(con, s.gold_sql))
-                k += 1
-                step_t.append(_step(env, i, f"<sql>{_fresh(s.gold_sql, k)}</sql>" if fresh else action))
+            base = s.gold_sql
+            if kind == "wrong":
+                base = _wrong(s.gold_sql)
+                if base is None:
+                    continue
+            if kind == "epoch":
+                raw_t = [_raw(con, s.gold_sql)]
+                step_t = [_step(env, i, f"<sql>{texts[i]}</sql>")]
+            else:
+                _step(env, i, f"<sql>{s.gold_sql}</sql>")  # warm-up: gold result and gold-side analysis cached
+                raw_t, step_t = [], []
+                for _ in range(args.reps):
+                    raw_t.append(_raw(con, base))
+                    k += 1
+                    step_t.append(_step(env, i, f"<sql>{_text(kind, base, k)}</sql>"))
             r, st = statistics.median(raw_t), statistics.median(step_t)
             raw_all.append(r)
             step_all.append(st)
             ratios.append(st / max(r, 1e-9))
             over.append(st - r)
         env.close()
-        rows.append((name, target, statistics.median(raw_all), statistics.median(step_all), statistics.median(ratios),
-                     sum(step_all) / sum(raw_all), statistics.median(over)))
-    print(f"n = {len(samples)} Spider dev golds, {args.reps} interleaved repetitions each, gold cached, "
-          f"{args.clock} clock")
-    print(f"{'step mode':40s} {'raw med ms':>10s} {'step med ms':>11s} {'median ratio':>12s} {'target':>7s} "
+        rows.append((name, target, len(step_all), statistics.median(raw_all), statistics.median(step_all),
+                     statistics.median(ratios), sum(step_all) / sum(raw_all), statistics.median(over)))
+    print(f"{len(samples)} Spider dev samples, {args.reps} interleaved repetitions each (epoch rows: one timed step "
+          f"per sample in the second pass), gold cached, {args.clock} clock")
+    print(f"{'step mode':42s} {'n':>5s} {'raw med ms':>10s} {'step med ms':>11s} {'median ratio':>12s} {'target':>7s} "
           f"{'met':>4s} {'total ratio':>11s} {'overhead us':>11s}")
-    for name, target, r, st, ratio, tot, ov in rows:
+    for name, target, n, r, st, ratio, tot, ov in rows:
         t = f"<= {target:g}" if target is not None else "-"
         met = "-" if target is None else ("yes" if ratio <= target else "no")
-        print(f"{name:40s} {r * 1e3:10.3f} {st * 1e3:11.3f} {ratio:12.2f} {t:>7s} {met:>4s} {tot:11.2f} {ov * 1e6:11.1f}")
+        print(f"{name:42s} {n:5d} {r * 1e3:10.3f} {st * 1e3:11.3f} {ratio:12.2f} {t:>7s} {met:>4s} {tot:11.2f} "
+              f"{ov * 1e6:11.1f}")
 
 
 if __name__ == "__main__":

@@ -44,7 +44,8 @@ from sqlglot.tokens import Tokenizer, TokenType
 
 from ..errors import SQLParseError
 from ..sql.readonly import ReadOnlySchema
-from ..sql.schema import analysis_errors, is_star, parse_for_analysis, qualified_for_analysis
+from ..sql.schema import MAX_ANALYSIS_CHARS, analysis_errors, is_star, parse_for_analysis, qualified_for_analysis
+from ..sql.textkey import ByteBoundedLRU, normalise_whitespace
 
 #: SQLite aggregate functions that sqlglot parses as ``Anonymous`` (not an ``AggFunc``).
 _ANON_AGGREGATES = frozenset({"total", "group_concat", "string_agg", "json_group_array", "json_group_object",
@@ -491,10 +492,45 @@ def _names_key(schema: Mapping[str, Mapping[str, str]]) -> tuple:
     return key
 
 
-@functools.lru_cache(maxsize=4096)
+#: the budget of the kept projection analyses, bytes (estimated by :func:`_projection_bytes`): about 2.5 KB per
+#: Spider-size query kept would need 13,000 of them to fill it, so a pass over Spider dev's 546 distinct golds
+#: and a novel prediction per step for a few epochs stay in it
+PROJECTION_CACHE_BYTES = 32 * 2**20
+#: bytes charged per character of the SQL text, and per entry, for a kept projection analysis: the key's text
+#: (one byte a character for ASCII, plus CPython's string header), the key and value tuples, one
+#: :class:`ColumnInfo` per output column and the LRU's own node; a rough figure, proportional to what is kept
+PROJECTION_BYTES_PER_CHAR = 2
+PROJECTION_BYTES_PER_ENTRY = 512
+
+
+def _projection_bytes(key: tuple, value: tuple | None) -> int:
+    return PROJECTION_BYTES_PER_ENTRY + PROJECTION_BYTES_PER_CHAR * len(key[0]) + 64 * len(value or ())
+
+
+#: ``(whitespace-normalised SQL, schema names key) -> _aligned's answer``, bounded by bytes (not by entries, so
+#: that how many fit follows the texts' lengths)
+_PROJECTIONS = ByteBoundedLRU(PROJECTION_CACHE_BYTES, _projection_bytes)
+_MISS = object()
+
+
 def _projection_cached(sql: str, schema_key: tuple | None) -> tuple[ColumnInfo, ...] | None:
-    schema = None if schema_key is None else {t: dict.fromkeys(cols, "") for t, cols in schema_key}
-    return _aligned(sql, schema)
+    """:func:`_aligned` of ``sql`` under the schema of ``schema_key``, kept under the whitespace-normalised text
+    (:func:`~textsql_clarify.sql.textkey.normalise_whitespace`: spellings that tokenize alike share one entry).
+    A text past :data:`~textsql_clarify.sql.schema.MAX_ANALYSIS_CHARS` is not kept: its length alone decides
+    (it is not analysed), and a shorter spelling of it must not answer for it.
+
+    Raises:
+        TypeError: ``schema_key`` is not hashable (the caller then analyses without the cache).
+    """
+    if len(sql) > MAX_ANALYSIS_CHARS:
+        return _aligned(sql, None if schema_key is None else {t: dict.fromkeys(cols, "") for t, cols in schema_key})
+    key = (normalise_whitespace(sql), schema_key)
+    hit = _PROJECTIONS.get(key, _MISS)
+    if hit is _MISS:
+        schema = None if schema_key is None else {t: dict.fromkeys(cols, "") for t, cols in schema_key}
+        hit = _aligned(sql, schema)
+        _PROJECTIONS.put(key, hit)
+    return hit
 
 
 def constant_columns(sql: str, schema: Mapping[str, Mapping[str, str]] | None = None,

@@ -482,7 +482,11 @@ def _compare(pred: ExecutionResult, gold: ExecutionResult, ordered: bool, search
     tie and rounding options may still turn into a match). ``gold_checked``: the caller already found that
     :func:`_gold_verdict` decides nothing for ``gold`` (it is not checked again). ``sources``: a callable
     giving ``(pred reads, gold reads)`` (:func:`~textsql_clarify.rewards.ex_sql.column_reads`, either
-    ``None``) for the independent-answer rule, or ``None``."""
+    ``None``) for the independent-answer rule, or ``None``. ``pconst`` may be a callable returning the set: it
+    is then called only where the verdict depends on it (``docs/platform.md`` "Step cost": a prediction that
+    fails, has too few columns or rows of another count, or that no column selection can make the gold's is
+    judged without reading its SQL)."""
+    const_of = pconst if callable(pconst) else (lambda: pconst)
     if not gold_checked:
         early = _gold_verdict(gold)
         if early is not None:
@@ -500,8 +504,15 @@ def _compare(pred: ExecutionResult, gold: ExecutionResult, ordered: bool, search
                          f"prediction has more than {pred.row_count} rows, gold has {gold.row_count}"), False
     if pred.row_count != gold.row_count:
         return EXVerdict(0.0, "mismatch", f"prediction has {pred.row_count} row(s), gold has {gold.row_count}"), False
-    identity_ok = not pconst or all(j not in pconst or j in gconst for j in range(m))
-    if k == m and identity_ok and pred.rows == gold.rows:  # fast path: a correct query's usual result
+    data_cols = [j for j in range(m) if j not in gconst]
+
+    def identity_ok() -> bool:  # no constant prediction column sits where the gold's column reads data
+        if not data_cols:
+            return True
+        pc = const_of()
+        return not pc or all(j not in pc for j in data_cols)
+
+    if k == m and pred.rows == gold.rows and identity_ok():  # fast path: a correct query's usual result
         return EXVerdict(1.0, "match", "identical results", tuple(range(m))), False
     gcols, g_changed = _columns(gold.rows)
     pcols, p_changed = _columns(pred.rows)
@@ -520,19 +531,51 @@ def _compare(pred: ExecutionResult, gold: ExecutionResult, ordered: bool, search
             gtypes = {frozenset(Counter(map(_type_class, col)).items()) for col in gcols}
             other = frozenset(j for j, col in enumerate(pcols)
                               if frozenset(Counter(map(_type_class, col)).items()) not in gtypes)
-            verdict = _independent_answers_verdict(sources, pconst | other, m)
+            verdict = _independent_answers_verdict(sources, lambda: const_of() | other, m)
             if verdict is not None:
                 return verdict, False
-    if k == m and identity_ok and not ordered:  # fast path: the same columns in the same places, rows reordered
+    if k == m and not ordered:  # fast path: the same columns in the same places, rows reordered
         grows = list(zip(*gcols)) if g_changed else gold.rows
         prows = list(zip(*pcols)) if p_changed else pred.rows
-        if Counter(prows) == Counter(grows):
+        if Counter(prows) == Counter(grows) and identity_ok():
             return EXVerdict(1.0, "match", "bags of rows match", tuple(range(m))), False
-    status, mapping, reason = _match_columns(gcols, pcols, ordered, search_budget, pconst, gconst)
+    if _no_candidate_for_data(gcols, pcols, ordered, gconst):
+        # some gold column that reads data has no prediction column of its values at all, and none that does has
+        # one: the constant rule removes no candidate, so the verdict and its reason are those without it
+        what = "sequence" if ordered else "bag"
+        missing = _missing(gcols, pcols, ordered)
+        return EXVerdict(0.0, "mismatch", f"no prediction column has the {what} of values of gold column(s) "
+                                          f"{missing}"), True
+    status, mapping, reason = _match_columns(gcols, pcols, ordered, search_budget, const_of(), gconst)
     return EXVerdict(1.0 if status == "match" else 0.0, status, reason, mapping), status == "mismatch"
 
 
-def _independent_answers_verdict(sources, pconst: frozenset[int], m: int) -> EXVerdict | None:
+def _value_keys(gcols: list[tuple], pcols: list[tuple], ordered: bool) -> tuple[list, set]:
+    """Per gold column the key a prediction column must share to pair with it (its sequence, ordered; else its
+    bag of values), and the set of the prediction columns' keys."""
+    if ordered:
+        return list(gcols), set(pcols)
+    return ([frozenset(Counter(g).items()) for g in gcols],
+            {frozenset(Counter(p).items()) for p in set(pcols)})
+
+
+def _missing(gcols: list[tuple], pcols: list[tuple], ordered: bool) -> list[int]:
+    """The gold columns no prediction column has the values of (sequence, ordered; else bag)."""
+    gkeys, pkeys = _value_keys(gcols, pcols, ordered)
+    return [i for i, g in enumerate(gkeys) if g not in pkeys]
+
+
+def _no_candidate_for_data(gcols: list[tuple], pcols: list[tuple], ordered: bool, gconst: frozenset[int]) -> bool:
+    """Whether :func:`_match_columns` is a mismatch whatever the prediction's constant columns are, with the
+    reason it gives when there are none: some gold column has no candidate at all, and every gold column that
+    reads data (not in ``gconst``) has none (so the constant rule, which only removes candidates of such
+    columns, changes neither the missing columns nor the reason)."""
+    gkeys, pkeys = _value_keys(gcols, pcols, ordered)
+    data = [gkeys[i] in pkeys for i in range(len(gkeys)) if i not in gconst]
+    return bool(data) and not any(data)
+
+
+def _independent_answers_verdict(sources, pconst, m: int) -> EXVerdict | None:
     """The mismatch of a prediction with extra columns whose data columns of a gold column's value types (the
     columns left out of ``pconst``) answer from more independent queries than the gold's do (:func:`~textsql_clarify.rewards.ex_sql.independent_answers`), else ``None``.
 
@@ -541,11 +584,14 @@ def _independent_answers_verdict(sources, pconst: frozenset[int], m: int) -> EXV
     from a source that no predicate joins to the rest (a cross join, an uncorrelated scalar subquery) is
     another query's answer beside it: ``SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM b)`` is two
     guesses at a one-row count, ``SELECT * FROM (reading 1), (reading 2)`` two readings of an ambiguous
-    question. Either side unanalysable: no verdict (the width bound alone decides). Source: ours.
+    question. Either side unanalysable: no verdict (the width bound alone decides). ``pconst``: the excluded
+    columns, or a callable giving them (called only when the prediction's reads are known). Source: ours.
     """
     preads, greads = sources()
     if preads is None:
         return None
+    if callable(pconst):
+        pconst = pconst()
     n_pred = independent_answers([r for j, r in enumerate(preads) if j not in pconst])
     n_gold = max(1, independent_answers(greads) if greads is not None else m)
     if n_pred <= n_gold:
@@ -617,9 +663,11 @@ def sqlite_round(values: Sequence[float], digits: int) -> list[float]:
 
 
 def _rounded_prediction(pred: ExecutionResult, gold: ExecutionResult, ginfo: Sequence[ColumnInfo],
-                        pinfo: Sequence[ColumnInfo] | None) -> ExecutionResult | None:
+                        pinfo) -> ExecutionResult | None:
     """The prediction with each unrounded float column rounded at the precision of a gold ``ROUND(x, d)``
-    column whose bag of values it then has (and no gold column's before rounding); ``None`` if none is."""
+    column whose bag of values it then has (and no gold column's before rounding); ``None`` if none is.
+    ``pinfo``: the prediction's :class:`ColumnInfo` per column (``None``: not aligned), or a callable giving it,
+    called only when a float column is met."""
     digits = {i: c.round_digits for i, c in enumerate(ginfo) if c.rounds and c.round_digits is not None}
     if not digits or not pred.rows:
         return None
@@ -628,7 +676,11 @@ def _rounded_prediction(pred: ExecutionResult, gold: ExecutionResult, ginfo: Seq
     pcols = [list(col) for col in zip(*pred.rows)]
     changed = False
     for j, col in enumerate(pcols):
-        if (pinfo is not None and pinfo[j].rounds) or not any(type(v) is float for v in col):
+        if not any(type(v) is float for v in col):
+            continue
+        if callable(pinfo):
+            pinfo = pinfo()
+        if pinfo is not None and pinfo[j].rounds:
             continue
         if Counter(map(normalise_value, col)) in gbags:
             continue  # it already has some gold column's values
@@ -716,22 +768,21 @@ def _constant_set(info: Sequence[ColumnInfo] | None) -> frozenset[int]:
     return frozenset() if info is None else frozenset(i for i, c in enumerate(info) if c.constant)
 
 
-#: most entries :func:`_sql_side` keeps before it starts again
+#: most entries :func:`_gold_side` keeps before it starts again
 SQL_SIDE_CACHE = 4096
-#: ``(pred_sql, gold_sql, schema names key, columns, options) -> _sql_side's answer``
+#: ``(gold_sql, schema names key, gold columns, options) -> _gold_side's answer``
 _SQL_SIDE: dict[tuple, tuple] = {}
 
 
-def _sql_side(pred_sql: str, gold_sql: str, schema: Mapping | None, n_pred: int | None, n_gold: int,
-              opts: EXOptions) -> tuple:
-    """What :func:`score_execution` reads from the two SQL texts alone: ``(nondeterminism, ordered, pred
-    projection info, gold projection info, pred constant columns, gold constant columns)``, ``ordered`` being
-    the reason text when the gold's ordering cannot be read. Each part is a pure function of the texts, the
-    schema's names, the column counts and the options (each was cached on its own already); one lookup per
-    step instead of six (``docs/platform.md`` "Step cost": the EX-only step's fixed cost)."""
+def _gold_side(gold_sql: str, schema: Mapping | None, n_gold: int, opts: EXOptions) -> tuple:
+    """What :func:`score_execution` reads from the gold's SQL text alone: ``(nondeterminism, ordered, gold
+    projection info, gold constant columns)``, ``ordered`` being the reason text when the gold's ordering cannot
+    be read. Each part is a pure function of the text, the schema's names, the column count and the options;
+    one lookup per step (``docs/platform.md`` "Step cost"). The prediction's side is read lazily, where a verdict
+    depends on it (:func:`score_execution`)."""
     try:
-        key = (pred_sql, gold_sql, None if schema is None else _names_key(schema), n_pred, n_gold,
-               opts.exclude_nondeterministic_gold, opts.constant_columns)
+        key = (gold_sql, None if schema is None else _names_key(schema), n_gold,
+               opts.exclude_nondeterministic_gold)
         hit = _SQL_SIDE.get(key)
     except TypeError:  # unhashable schema contents: work it out each time
         key, hit = None, None
@@ -742,10 +793,8 @@ def _sql_side(pred_sql: str, gold_sql: str, schema: Mapping | None, n_pred: int 
         ordered: bool | str = gold_is_ordered(gold_sql)
     except SQLParseError as e:
         ordered = e.reason
-    pinfo = projection_info(pred_sql, schema, n_pred) if n_pred is not None else None
     ginfo = projection_info(gold_sql, schema, n_gold)
-    pconst = _constant_set(pinfo) if opts.constant_columns else frozenset()
-    out = (nondet, ordered, pinfo, ginfo, pconst, _constant_set(ginfo))
+    out = (nondet, ordered, ginfo, _constant_set(ginfo))
     if key is not None:
         if len(_SQL_SIDE) >= SQL_SIDE_CACHE:
             _SQL_SIDE.clear()
@@ -785,8 +834,7 @@ def score_execution(pred: ExecutionResult, gold: ExecutionResult, pred_sql: str,
     opts = EXOptions.from_mapping(options)
     schema = sandbox.schema if sandbox is not None else None
     n_pred = len(pred.columns) if pred.ok and pred.columns else None
-    nondet, ordered, pinfo, ginfo, pconst, gconst = _sql_side(pred_sql, gold_sql, schema, n_pred, len(gold.columns),
-                                                              opts)
+    nondet, ordered, ginfo, gconst = _gold_side(gold_sql, schema, len(gold.columns), opts)
     early = _gold_verdict(gold, nondet)
     if early is not None:
         return early, early
@@ -794,6 +842,19 @@ def score_execution(pred: ExecutionResult, gold: ExecutionResult, pred_sql: str,
         v = EXVerdict(None, "gold_error", f"cannot tell whether the gold is ordered: {ordered}")
         return v, v
     lazy: dict[str, Any] = {}
+
+    # the prediction's projection (constant and ROUND columns) is read only where a verdict depends on it: a
+    # prediction that fails, has fewer columns than the gold, another row count, too many extra columns, or no
+    # column with the values of any gold column that reads data is judged without parsing its SQL
+    def pinfo():
+        if "pinfo" not in lazy:
+            lazy["pinfo"] = projection_info(pred_sql, schema, n_pred) if n_pred is not None else None
+        return lazy["pinfo"]
+
+    def pconst() -> frozenset[int]:
+        if "pconst" not in lazy:
+            lazy["pconst"] = _constant_set(pinfo()) if opts.constant_columns else frozenset()
+        return lazy["pconst"]
 
     def rounded() -> ExecutionResult | None:
         if "rounded" not in lazy:
@@ -835,7 +896,7 @@ def score_execution(pred: ExecutionResult, gold: ExecutionResult, pred_sql: str,
     if retry and opts.limit_ties and segments() is not None:
         for p in candidates:
             pcols, _ = _columns(p.rows)
-            mapping = _tie_match(pcols, segments(), len(gold.columns), pconst, gconst, search_budget)
+            mapping = _tie_match(pcols, segments(), len(gold.columns), pconst(), gconst, search_budget)
             if mapping is not None:
                 verdict = EXVerdict(1.0, "match", "rows match, ties under ORDER BY ... LIMIT interchangeable"
                                     + (" (at the gold's ROUND precision)" if p is not pred else ""), mapping)
