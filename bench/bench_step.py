@@ -8,15 +8,20 @@ per-query ratios step/raw next to its target (``docs/platform.md`` "Step cost"):
 - EX only (``binary`` preset, ``detailed_scores=False``): median ratio <= 1.5;
 - with the article's detailed scores (cells, columns, components, retrieval; the default): <= 10.
 
-The detailed row repeats one prediction text per sample, as GRPO repeats a completion within a group and
+The EX-only rows: the gold text itself (repeated, every cache answers); a new string per step for the same query
+(a comment after the first word: the gold's result, so the constant-column rule must read the prediction's SQL);
+a new string with another result (a changed WHERE value or a dropped condition, ``bench_exact_match.py``'s
+rewrites: judged without reading the SQL where no column selection can match); the gold with extra spaces (a
+new string that the whitespace-normalised projection cache serves); and one text per sample stepped through the
+set in order twice, the second pass timed (a cache smaller than the set would miss every time). Their target is
+3x. The detailed rows repeat one prediction text per sample, as GRPO repeats a completion within a group and
 across epochs, so the kept analysis of :func:`textsql_clarify.sql.schema.shared_analysis` answers after the
-warm-up. A third row times the detailed step on a prediction text no earlier step saw (extra spaces after
-the first word), so that no cache keyed by the SQL text answers across steps: the honest cost of a novel RL
-completion, printed next to the same 10x target. The last column is the median fixed overhead per step (step minus raw, microseconds): Spider dev
-queries take ~10-50 us raw, so the EX-only ratio is dominated by that fixed cost (action parsing, the
-sandbox's authorizer and progress handler, EX comparison, observation and info building).
+warm-up; a second times a text no earlier step saw, a third the in-order second epoch. The last column is the
+median fixed overhead per step (step minus raw, microseconds): Spider dev queries take ~10-50 us raw, so the
+EX-only ratio is dominated by that fixed cost (action parsing, the sandbox's authorizer and progress handler, EX
+comparison, observation and info building).
 
-    python bench/bench_step.py [--spider ../shared/data/spider_dev] [--limit N] [--reps 5] [--clock wall|cpu]
+    python bench/bench_step.py [--spider ../shared/data/spider_dev] [--limit N] [--reps 5] [--clock wall|cpu] [--only WORD ...]
 """
 from __future__ import annotations
 

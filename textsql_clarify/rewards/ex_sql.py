@@ -492,9 +492,9 @@ def _names_key(schema: Mapping[str, Mapping[str, str]]) -> tuple:
     return key
 
 
-#: the budget of the kept projection analyses, bytes (estimated by :func:`_projection_bytes`): about 2.5 KB per
-#: Spider-size query kept would need 13,000 of them to fill it, so a pass over Spider dev's 546 distinct golds
-#: and a novel prediction per step for a few epochs stay in it
+#: the budget of the kept projection analyses, bytes (estimated by :func:`_projection_bytes`): at about 800 bytes
+#: charged for a Spider-size query, some 40,000 analyses fill it, so Spider dev's 546 distinct golds and the novel
+#: predictions of many steps stay in it (``docs/platform.md`` "Step cost")
 PROJECTION_CACHE_BYTES = 32 * 2**20
 #: bytes charged per character of the SQL text, and per entry, for a kept projection analysis: the key's text
 #: (one byte a character for ASCII, plus CPython's string header), the key and value tuples, one
@@ -511,6 +511,8 @@ def _projection_bytes(key: tuple, value: tuple | None) -> int:
 #: that how many fit follows the texts' lengths)
 _PROJECTIONS = ByteBoundedLRU(PROJECTION_CACHE_BYTES, _projection_bytes)
 _MISS = object()
+#: the normalised key of a raw text seen lately (a repeated text skips the regex pass; entries are two strings)
+_normalised = functools.lru_cache(maxsize=4096)(normalise_whitespace)
 
 
 def _projection_cached(sql: str, schema_key: tuple | None) -> tuple[ColumnInfo, ...] | None:
@@ -524,7 +526,7 @@ def _projection_cached(sql: str, schema_key: tuple | None) -> tuple[ColumnInfo, 
     """
     if len(sql) > MAX_ANALYSIS_CHARS:
         return _aligned(sql, None if schema_key is None else {t: dict.fromkeys(cols, "") for t, cols in schema_key})
-    key = (normalise_whitespace(sql), schema_key)
+    key = (_normalised(sql), schema_key)
     hit = _PROJECTIONS.get(key, _MISS)
     if hit is _MISS:
         schema = None if schema_key is None else {t: dict.fromkeys(cols, "") for t, cols in schema_key}
