@@ -60,7 +60,7 @@ __all__ = ["OpenAIUserSimulator", "OpenAIChatBackend", "UserServerError", "parse
 
 #: HTTP statuses worth another try (as the openai client retries them), besides every 5xx.
 RETRY_STATUS = frozenset({408, 409, 429})
-#: HTTP statuses by which a server refuses ``response_format`` (400 vLLM / SGLang / llama.cpp, 422 TGI).
+#: HTTP statuses by which a server refuses ``response_format``: 400 (bad request) or 422 (validation error).
 SCHEMA_REFUSED_STATUS = frozenset({400, 422})
 _MAX_BACKOFF_S = 8.0
 _EXCERPT = 300
