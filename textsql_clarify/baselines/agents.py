@@ -311,21 +311,16 @@ def make_agent(spec: str, *, seed: int = 0, **options: Any):
 
         return TransformersAgent(rest.strip(), **{_LLM_OPTIONS[k][0]: v for k, v in given.items()})
     if kind == "openai":
-        import re
-
-        from urllib.parse import urlsplit
+        from .openai_agent import split_base_url_and_model
 
         example = "openai:http://127.0.0.1:8000/v1/Qwen2.5-7B-Instruct"
-        whole = urlsplit(rest.strip())
-        if (whole.scheme in ("http", "https") and whole.netloc
-                and re.fullmatch(r"(/v\d+)?/*", whole.path or "") and not whole.query):
-            # a bare server URL (http://host:8000 or http://host:8000/v1): the model name is missing
-            raise _bad(spec, f"openai: needs <base_url>/<model>, but {rest.strip()!r} has no model name after "
-                             f"the base URL; expected the form openai:<base_url>/<model>, e.g. {example}")
-        versioned = re.match(r"^(.*?/v\d+)/(.+)$", rest)  # .../v1/<model>, the model may hold a '/'
-        base_url, slash, model = (versioned.group(1), "/", versioned.group(2)) if versioned else rest.rpartition("/")
-        if not slash or not base_url.strip() or not model.strip():
-            raise _bad(spec, "openai: needs <base_url>/<model>, e.g. openai:http://127.0.0.1:8000/v1/Qwen2.5-7B-Instruct")
+        try:
+            base_url, model = split_base_url_and_model(rest)
+        except ValueError as e:
+            if "no model name" in str(e):
+                raise _bad(spec, f"openai: needs <base_url>/<model>, but {e}; expected the form "
+                                 f"openai:<base_url>/<model>, e.g. {example}") from None
+            raise _bad(spec, f"openai: needs <base_url>/<model>, e.g. {example}") from None
         refused = [k for k in given if _LLM_OPTIONS[k][1] is None]
         if refused:
             raise _bad(spec, f"option(s) {refused} do not apply to openai: agents")

@@ -62,6 +62,38 @@ def normalize_base_url(base_url: str) -> str:
     return url if parts.path not in ("", "/") else url + "/v1"
 
 
+def split_base_url_and_model(rest: str) -> tuple[str, str]:
+    """Split ``<base_url>/<model>`` (an ``openai:`` spec without its prefix) into ``(base_url, model)``.
+
+    The base URL ends at the first API version segment (``/v1``), so a served name holding ``/`` stays whole
+    (``http://127.0.0.1:8000/v1/Qwen/Qwen2.5-7B-Instruct`` -> ``("http://127.0.0.1:8000/v1",
+    "Qwen/Qwen2.5-7B-Instruct")``); without one, the last path segment is the model. One rule for the agent
+    spec (:func:`~textsql_clarify.baselines.agents.make_agent`) and the user spec
+    (:func:`~textsql_clarify.simulators.openai_user.parse_openai_spec`). The base URL is returned as written
+    (callers normalise it with :func:`normalize_base_url`).
+
+    Args:
+        rest: the spec after ``openai:``, stripped or not.
+    Returns:
+        ``(base_url, model)``, both non-empty and stripped.
+    Raises:
+        ValueError: ``"no model name after the base URL"`` for a bare server URL (``http://host:8000``,
+            ``.../v1``), or ``"needs <base_url>/<model>"`` when no ``/`` separates the two.
+    """
+    import re
+
+    rest = rest.strip()
+    whole = urlsplit(rest)
+    if (whole.scheme in ("http", "https") and whole.netloc
+            and re.fullmatch(r"(/v\d+)?/*", whole.path or "") and not whole.query):
+        raise ValueError(f"{rest!r} has no model name after the base URL")
+    versioned = re.match(r"^(.*?/v\d+)/(.+)$", rest)  # .../v1/<model>, the model may hold a '/'
+    base_url, slash, model = (versioned.group(1), "/", versioned.group(2)) if versioned else rest.rpartition("/")
+    if not slash or not base_url.strip() or not model.strip():
+        raise ValueError("needs <base_url>/<model>")
+    return base_url.strip(), model.strip()
+
+
 class OpenAIAgent:
     """An agent whose every action is one chat completion from an OpenAI-compatible server.
 

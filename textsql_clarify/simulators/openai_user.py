@@ -51,7 +51,6 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
-from urllib.parse import urlsplit
 
 from ..errors import TextSQLClarifyError
 from .transformers_user import TransformersUserSimulator
@@ -100,7 +99,7 @@ def parse_openai_spec(spec: str) -> tuple[str, str]:
         ValueError: no model after the base URL (a bare ``http://host:8000`` or ``.../v1``), or not an
             http(s) URL; the message names the spec and an example.
     """
-    from ..baselines.openai_agent import normalize_base_url
+    from ..baselines.openai_agent import normalize_base_url, split_base_url_and_model
 
     if not isinstance(spec, str):
         raise ValueError(f"simulator spec must be a string, got {type(spec).__name__}")
@@ -111,11 +110,10 @@ def parse_openai_spec(spec: str) -> tuple[str, str]:
     if "#" in rest:
         base, _, model = rest.partition("#")
     else:
-        whole = urlsplit(rest)
-        if whole.scheme in ("http", "https") and whole.netloc and re.fullmatch(r"(/v\d+)?/*", whole.path or ""):
-            raise ValueError(f"simulator spec {spec!r} names no model after the base URL; expected {example}")
-        versioned = re.match(r"^(.*?/v\d+)/(.+)$", rest)
-        base, _, model = (versioned.group(1), "/", versioned.group(2)) if versioned else rest.rpartition("/")
+        try:
+            base, model = split_base_url_and_model(rest)
+        except ValueError as e:
+            raise ValueError(f"simulator spec {spec!r}: {e}; expected {example}") from None
     if not base.strip() or not model.strip():
         raise ValueError(f"simulator spec {spec!r} needs a base URL and a model; expected {example}")
     try:
@@ -197,7 +195,7 @@ class OpenAIChatBackend:
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 60.0,
                  max_retries: int = 3, retry_backoff_s: float = 0.5, max_concurrency: int = 8, seed: int = 0,
                  choice_max_tokens: int = 24):
-        from ..baselines.openai_agent import normalize_base_url
+        from ..baselines.openai_agent import normalize_base_url, split_base_url_and_model
 
         if not isinstance(model, str) or not model.strip():
             raise ValueError(f"model must be a non-empty served model name, got {model!r}")
