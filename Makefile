@@ -20,7 +20,7 @@ eval: $(STAMP)
 # module's line shows the order the modules ran in. SEED=N make test reruns one order; a failing module after
 # the one that ran before it: `pytest tests/before.py tests/failing.py` (no --random-order flag: the order given).
 # `make test-ordered` runs the file order.
-SEED ?= 20261203
+SEED ?= 20261204
 test: $(STAMP)
 	@echo "test order: pytest-random-order, bucket module, seed $(SEED) (SEED=N make test reruns an order)"
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/python -m pytest -p random_order \
