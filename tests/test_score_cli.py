@@ -252,3 +252,36 @@ def test_report_names_a_score_run_by_its_file_stem_with_an_em_column(spider_root
     assert em["value"] == (n - wrong) / n
     by_group = next(ln for ln in lines if ln.startswith("| answerable | h2pred |"))
     assert f"{em['value']:.3f}" in by_group  # all twenty are answerable: the group row is the overall one
+
+
+def test_score_predictions_holds_the_folder_lock_while_it_writes_exact_match(spider_root, golds, tmp_path, monkeypatch):
+    """The Python API, not only the CLI, keeps one lock over the replay and EM's rewrite of metrics.json: another
+    thread that tries the folder at the moment EM is added is refused."""
+    import threading
+
+    from textsql_clarify.baselines import predictions as mod
+    from textsql_clarify.baselines.run_journal import RunFolderError, exclusive_folder
+    from textsql_clarify.datasets import load_dataset
+
+    samples = load_dataset(f"spider:{spider_root}")[:N]
+    preds = {sid: sql for sid, sql, _ in golds}
+    seen: list[str] = []
+    real = mod.add_exact_match
+
+    def probing(metrics, trajs, samples_, predictions_):
+        def other():
+            try:
+                with exclusive_folder(tmp_path / "run"):
+                    seen.append("entered")
+            except RunFolderError:
+                seen.append("refused")
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        return real(metrics, trajs, samples_, predictions_)
+
+    monkeypatch.setattr(mod, "add_exact_match", probing)
+    _, metrics = mod.score_predictions(samples, preds, out_dir=tmp_path / "run", progress=False)
+    assert seen == ["refused"]
+    written = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert written["overall"]["EM"]["value"] == metrics["overall"]["EM"]["value"] == 1.0  # six golds, each itself

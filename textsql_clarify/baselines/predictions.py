@@ -325,7 +325,7 @@ def score_predictions(samples: Sequence[Sample], predictions: Mapping[str, str],
         samples: the dataset's samples, in gold order.
         predictions: ``{sample id: SQL}``, one per sample (:func:`read_predictions`).
         out_dir: where ``trajectories.jsonl``, ``metrics.json`` and ``run.json`` go (as ``eval`` writes them;
-            ``metrics.json`` is then rewritten with EM), or ``None``.
+            ``metrics.json`` is then rewritten with EM, both under one lock of the folder), or ``None``.
         seed, progress, dataset: as :func:`~textsql_clarify.baselines.rollout.evaluate`.
         name: the predictions' name in the run's agent spec (``predictions:<name>@<digest>``).
         env_kwargs: env options (``ex_mode``, ``suite_k``, ``isolation``, ...), as for ``evaluate``.
@@ -333,6 +333,7 @@ def score_predictions(samples: Sequence[Sample], predictions: Mapping[str, str],
         ``(trajectories, metrics)``; metrics as ``evaluate`` returns them plus :func:`add_exact_match`'s fields.
     Raises:
         PredictionsError: a sample has no prediction.
+        RunFolderError: ``out_dir`` is held by another run (:func:`~textsql_clarify.baselines.run_journal.run_folder`).
         Whatever :func:`~textsql_clarify.baselines.rollout.evaluate` raises.
     """
     from ..reports.output import replace_text
@@ -342,9 +343,18 @@ def score_predictions(samples: Sequence[Sample], predictions: Mapping[str, str],
     if missing:
         raise PredictionsError(f"{len(missing)} sample(s) have no prediction, e.g. {missing[0]!r}")
     spec = f"predictions:{name}@{predictions_digest({s.id: predictions[s.id] for s in samples})}"
-    trajs, metrics = evaluate(samples, ReplayAgent(predictions), seed=seed, out_dir=out_dir, progress=progress,
-                              agent_spec=spec, dataset=dataset, **env_kwargs)
-    add_exact_match(metrics, trajs, samples, predictions)
-    if out_dir is not None:
+    if out_dir is None:
+        trajs, metrics = evaluate(samples, ReplayAgent(predictions), seed=seed, out_dir=None, progress=progress,
+                                  agent_spec=spec, dataset=dataset, **env_kwargs)
+        add_exact_match(metrics, trajs, samples, predictions)
+        return trajs, metrics
+    from .run_journal import run_folder
+
+    # one lock (reentrant: evaluate's own nests in it) over the replay and EM's rewrite of metrics.json, so no
+    # other run writes the folder between the two
+    with run_folder(out_dir):
+        trajs, metrics = evaluate(samples, ReplayAgent(predictions), seed=seed, out_dir=out_dir, progress=progress,
+                                  agent_spec=spec, dataset=dataset, **env_kwargs)
+        add_exact_match(metrics, trajs, samples, predictions)
         replace_text(Path(out_dir) / "metrics.json", json.dumps(metrics, indent=2, ensure_ascii=False, default=str) + "\n")
     return trajs, metrics
