@@ -259,3 +259,33 @@ def test_eval_says_on_stderr_what_it_loads_and_how_many_samples_came(tmp_path, m
     assert start < done
     assert main(["eval", "--agent", "random", "--limit", "3", "--no-progress", "--out", str(tmp_path / "b")]) == 0
     assert "loading dataset" not in capsys.readouterr().err
+
+
+def test_a_finished_run_of_an_edited_dataset_file_under_the_same_spec_is_not_overwritten(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """run.json records the played samples' digest, so the same spec over an edited file is another configuration."""
+    import shutil
+
+    from textsql_clarify.datasets import university
+
+    src = Path(university.__file__).parent / "embedded"
+    data = tmp_path / "data"
+    shutil.copytree(src, data)
+    file = data / "samples.jsonl"
+    out = tmp_path / "run"
+    args = ["eval", "--agent", "oracle", "--dataset", str(file), "--limit", "3", "--no-progress", "--out", str(out)]
+    assert main(args) == 0
+    first = json.loads((out / "run.json").read_text(encoding="utf-8"))
+    assert len(first["samples_sha256"]) == 64
+    lines = file.read_text(encoding="utf-8").splitlines(keepends=True)
+    rec = json.loads(lines[0])
+    rec["question"] = rec["question"] + " Please."
+    file.write_text(json.dumps(rec) + "\n" + "".join(lines[1:]), encoding="utf-8")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "holds a finished run of another configuration" in err and "samples_sha256" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert main([*args, "--fresh"]) == 0
+    assert json.loads((out / "run.json").read_text(encoding="utf-8"))["samples_sha256"] != first["samples_sha256"]

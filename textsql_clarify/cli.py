@@ -355,7 +355,8 @@ def _eval(args: argparse.Namespace) -> int:
         if not args.fresh:
             _refuse_other_finished_run(args.out, run_info({"agent": args.agent}, dataset=args.dataset, seed=args.seed,
                                                           backend=backend, num_envs=args.num_envs,
-                                                          n_samples=len(samples), env_kwargs=env_kwargs))
+                                                          n_samples=len(samples), env_kwargs=env_kwargs,
+                                                          samples=samples))
         try:
             agent = make_agent(args.agent, seed=args.seed, max_new_tokens=args.max_new_tokens, device=args.device)
         except ImportError as e:
@@ -694,7 +695,8 @@ def _score(args: argparse.Namespace) -> int:
             spec = f"predictions:{_safe_name(stem)}@{predictions_digest({s.id: predictions[s.id] for s in samples})}"
             _refuse_other_finished_run(args.out, run_info({"agent": spec}, dataset=args.dataset, seed=0,
                                                           backend="local", num_envs=1, n_samples=len(samples),
-                                                          env_kwargs={"isolation": args.isolation, **suite_kwargs}))
+                                                          env_kwargs={"isolation": args.isolation, **suite_kwargs},
+                                                          samples=samples))
         _, metrics = score_predictions(samples, predictions, out_dir=args.out, progress=not args.no_progress,
                                        dataset=args.dataset, name=_safe_name(stem), isolation=args.isolation,
                                        include_indistinguishable=args.include_indistinguishable,

@@ -347,7 +347,7 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
                                    include_indistinguishable=include_indistinguishable), "run": run}
             parts = [split_timing(r) for r in records]
             info = run_info(run, dataset=dataset, seed=seed, backend=backend, num_envs=num_envs,
-                            n_samples=len(samples), env_kwargs=env_kwargs)
+                            n_samples=len(samples), env_kwargs=env_kwargs, samples=samples)
             info["episodes_resumed"] = journal.resumed
             # ASCII escapes in the JSONL files: a lone surrogate from an agent's output cannot break them
             replace_files(out, {
@@ -425,7 +425,7 @@ def _spec_name(value: Any) -> Any:
 
 
 def run_info(run: dict, *, dataset: str | None, seed: int, backend: str, num_envs: int, n_samples: int,
-             env_kwargs: dict) -> dict[str, Any]:
+             env_kwargs: dict, samples: Sequence[Any] | None = None) -> dict[str, Any]:
     """What a run was: the ``run.json`` that :func:`evaluate` writes next to ``metrics.json``, so
     that ``textsql-clarify report`` can name and compare runs.
 
@@ -435,6 +435,9 @@ def run_info(run: dict, *, dataset: str | None, seed: int, backend: str, num_env
         seed: reset seed of the first episode; backend: ``local`` | ``ray``; num_envs: envs played at once;
         n_samples: episodes played.
         env_kwargs: the env options evaluate passed on (simulator, isolation, preset, budget, protocol ...).
+        samples: the samples played; when given, ``samples_sha256`` holds their digest
+            (:func:`~textsql_clarify.baselines.run_journal.samples_digest`), so a finished run of an edited
+            dataset under the same spec is told apart.
     Returns:
         A JSON-ready dict: ``agent``, ``privileged``, ``dataset``, ``n_samples``, ``seed``, ``simulator``,
         ``reward_preset``, ``max_clarifications``, ``category_mode``, ``protocol``, ``isolation``, ``ex_mode``
@@ -443,6 +446,7 @@ def run_info(run: dict, *, dataset: str | None, seed: int, backend: str, num_env
     """
     from .. import __version__
     from ..sql.variants import DEFAULT_K
+    from .run_journal import samples_digest
 
     return {"agent": run.get("agent"), "privileged": run.get("privileged"), "dataset": dataset,
             "n_samples": n_samples, "seed": seed,
@@ -454,4 +458,5 @@ def run_info(run: dict, *, dataset: str | None, seed: int, backend: str, num_env
             "isolation": env_kwargs.get("isolation", "in_process"),
             "ex_mode": env_kwargs.get("ex_mode", "single"),
             "suite_k": (env_kwargs.get("suite_k") or DEFAULT_K) if env_kwargs.get("ex_mode") == "suite" else None,
-            "backend": backend, "num_envs": num_envs, "version": __version__}
+            "backend": backend, "num_envs": num_envs, "version": __version__,
+            **({} if samples is None else {"samples_sha256": samples_digest(samples)})}

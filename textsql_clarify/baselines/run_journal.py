@@ -38,7 +38,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from ..errors import TextSQLClarifyError
 
 __all__ = ["JOURNAL", "JOURNAL_FORMAT", "TIMINGS", "EvalJournal", "RunFolderError", "config_fingerprint",
-           "exclusive_folder", "finished_run_differences", "line_digest", "normalize_record", "replace_files", "run_config", "run_folder", "source_digest",
+           "exclusive_folder", "finished_run_differences", "line_digest", "samples_digest", "normalize_record", "replace_files", "run_config", "run_folder", "source_digest",
            "split_timing"]
 
 JOURNAL = "journal.jsonl"
@@ -94,6 +94,24 @@ def source_digest(root: str | os.PathLike = PACKAGE_ROOT) -> str:
     return digest.hexdigest()
 
 
+def samples_digest(samples: Sequence[Any]) -> str:
+    """SHA-256 hex digest of the samples played, in order: each one's ``to_dict()`` record (a plain dict as
+    given) as canonical JSON, one per line. An edited dataset file under the same spec gives another digest.
+
+    Args:
+        samples: :class:`~textsql_clarify.samples.Sample` objects or their dicts.
+    Returns:
+        64 hex characters.
+    Source: docs/platform.md, Run folders.
+    """
+    digest = hashlib.sha256()
+    for s in samples:
+        rec = s.to_dict() if callable(getattr(s, "to_dict", None)) else s
+        digest.update(json.dumps(rec, sort_keys=True, ensure_ascii=True, default=str).encode("ascii"))
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
 def run_config(samples: Sequence[Any], *, dataset: str | None, agent: str, privileged: bool, seed: int,
                backend: str, num_envs: int, include_indistinguishable: bool, env_kwargs: Mapping[str, Any],
                agent_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -114,13 +132,8 @@ def run_config(samples: Sequence[Any], *, dataset: str | None, agent: str, privi
     """
     from .. import __version__
 
-    digest = hashlib.sha256()
-    for s in samples:
-        rec = s.to_dict() if callable(getattr(s, "to_dict", None)) else s
-        digest.update(json.dumps(rec, sort_keys=True, ensure_ascii=True, default=str).encode("ascii"))
-        digest.update(b"\n")
     return {"format": JOURNAL_FORMAT, "version": __version__, "code": source_digest(), "dataset": dataset, "n_samples": len(samples),
-            "samples_sha256": digest.hexdigest(), "agent": agent, "privileged": bool(privileged),
+            "samples_sha256": samples_digest(samples), "agent": agent, "privileged": bool(privileged),
             "agent_options": _plain(dict(agent_options or {})), "seed": int(seed), "backend": backend,
             "num_envs": int(num_envs), "include_indistinguishable": bool(include_indistinguishable),
             "env": _plain(dict(sorted(env_kwargs.items())))}
@@ -404,8 +417,8 @@ def replace_files(out_dir: str | os.PathLike, files: Mapping[str, bytes]) -> Non
 
 
 #: the ``run.json`` fields that decide a run's result: a finished run is only replaced by a run equal in all of them
-RESULT_FIELDS = ("dataset", "n_samples", "agent", "seed", "simulator", "reward_preset", "max_clarifications",
-                 "category_mode", "protocol", "ex_mode", "suite_k")
+RESULT_FIELDS = ("dataset", "n_samples", "samples_sha256", "agent", "seed", "simulator", "reward_preset",
+                 "max_clarifications", "category_mode", "protocol", "ex_mode", "suite_k")
 
 
 def finished_run_differences(out_dir: str | os.PathLike, info: Mapping[str, Any]) -> str | None:
