@@ -129,6 +129,12 @@ SHORT_INSTRUCTIONS = ("Reply with exactly one action: <sql>SELECT ...</sql> to a
 
 
 # ------------------------------------------------------------------------------------------ arguments
+#: the measured run's log, committed with the docs; ``--smoke`` writes :data:`SMOKE_LOG` instead unless told
+DEFAULT_LOG = os.path.join("docs", "training", "decision_log.json")
+#: ``--smoke``'s default log, under the git-ignored ``runs/`` (a CI-size run never overwrites the measured log)
+SMOKE_LOG = os.path.join("runs", "decision_smoke.json")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line (see the module doc). ``--smoke`` overrides the sizes with tiny ones."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -139,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus-per-group", type=int, default=0,
                    help="build_training_corpus's per_group cap before the split (0: no cap, every sample kept; the "
                         "picks below balance the groups on each side)")
-    p.add_argument("--out-log", default=os.path.join("docs", "training", "decision_log.json"),
+    p.add_argument("--out-log", default=DEFAULT_LOG,
                    help="the JSON log (relative paths resolve against the repository)")
     p.add_argument("--model", default="smollm2", help="model spec: 'smollm2' or a local model folder")
     p.add_argument("--seed", type=int, default=0)
@@ -188,7 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def apply_smoke(args: argparse.Namespace) -> argparse.Namespace:
-    """Shrink every size to the CI smoke run (2 SFT steps, 2 GRPO steps, 6 held-out episodes)."""
+    """Shrink every size to the CI smoke run (2 SFT steps, 2 GRPO steps, 6 held-out episodes); the log goes to
+    :data:`SMOKE_LOG` unless ``--out-log`` named another file."""
+    if args.out_log == DEFAULT_LOG:
+        args.out_log = SMOKE_LOG
     args.heldout_per_group = 2
     args.max_new_tokens = 8
     args.max_schema_tokens = 64

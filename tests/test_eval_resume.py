@@ -136,6 +136,15 @@ def test_resume_without_a_journal_is_refused(tmp_path, capsys):
     assert not (tmp_path / "run").exists()  # the refused run leaves no folder behind
 
 
+def test_resume_of_a_finished_run_says_it_finished(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["eval", "--limit", "2", "--no-progress", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["eval", "--limit", "2", "--no-progress", "--resume", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to resume" in err and "its run finished" in err and "start the run" not in err
+
+
 def test_lockstep_resume_from_a_cut_journal_matches_a_sequential_run(tmp_path):
     samples = load_dataset("embedded", limit=10)
     whole, cut = tmp_path / "whole", tmp_path / "cut"

@@ -285,3 +285,21 @@ def test_score_predictions_holds_the_folder_lock_while_it_writes_exact_match(spi
     assert seen == ["refused"]
     written = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert written["overall"]["EM"]["value"] == metrics["overall"]["EM"]["value"] == 1.0  # six golds, each itself
+
+
+def test_a_missing_predictions_file_is_named_with_its_formats(spider_root, tmp_path, capsys):
+    assert _score(spider_root, tmp_path / "predicted.txt", tmp_path / "run") == 2
+    err = capsys.readouterr().err
+    assert "predicted.txt" in err and "no such predictions file" in err and "one query per line" in err
+
+
+def test_jsonl_predicting_the_first_samples_suggests_limit(spider_root, golds, tmp_path, capsys):
+    preds = tmp_path / "p.jsonl"
+    preds.write_text("".join(json.dumps({"id": sid, "sql": sql}) + "\n" for sid, sql, _ in golds[:4]), encoding="utf-8")
+    assert _score(spider_root, preds, tmp_path / "run") == 2
+    err = capsys.readouterr().err
+    assert f"4 predictions for {N} samples" in err and "add --limit 4" in err
+    # ids that are not the first ones: no --limit would help, so no hint
+    preds.write_text("".join(json.dumps({"id": sid, "sql": sql}) + "\n" for sid, sql, _ in golds[1:5]), encoding="utf-8")
+    assert _score(spider_root, preds, tmp_path / "run2") == 2
+    assert "--limit" not in capsys.readouterr().err

@@ -21,6 +21,15 @@ def _load():
     return mod
 
 
+def test_smoke_writes_its_log_under_runs_unless_told_otherwise():
+    mod = _load()
+    args = mod.apply_smoke(mod.build_parser().parse_args(["--smoke"]))
+    assert args.out_log == mod.SMOKE_LOG and Path(mod.SMOKE_LOG).parts[0] == "runs"
+    args = mod.apply_smoke(mod.build_parser().parse_args(["--smoke", "--out-log", "x.json"]))
+    assert args.out_log == "x.json"
+    assert mod.build_parser().parse_args([]).out_log == mod.DEFAULT_LOG
+
+
 def test_mcnemar_exact_matches_the_binomial_tail_on_a_hand_example():
     mod = _load()
     # 20 paired episodes: 9 fixed by B, 1 broken, 10 concordant. Exact two-sided p = 2 * P(X <= 1 | 10, 1/2)

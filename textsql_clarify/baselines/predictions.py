@@ -86,10 +86,10 @@ def read_predictions(path: str | Path, samples: Sequence[Sample]) -> dict[str, s
     Raises:
         PredictionsError: the file is empty; a JSONL line is not a JSON object, lacks ``id`` or ``sql`` or has
             one of another type, names an unknown id, repeats an id, or names another database; the ids do not
-            cover the dataset; a line file holds another number of queries than the dataset has samples (with
+            cover the dataset (when they are its first N samples, the message suggests ``--limit N``); a line file holds another number of queries than the dataset has samples (with
             fewer, the message suggests ``--limit`` with the file's count), or a line's tab-separated database id
             is not its sample's. Each names the file and the line.
-        OSError: the file cannot be read.
+        OSError: the file cannot be read (a missing file is a PredictionsError naming it).
 
     Source: Spider's evaluation script's reading of ``predicted.txt`` (Yu et al. 2018, the released
     evaluation; one query per line, blank lines skipped, ``query<TAB>db_id`` accepted).
@@ -99,6 +99,9 @@ def read_predictions(path: str | Path, samples: Sequence[Sample]) -> dict[str, s
         text = Path(path).read_text(encoding="utf-8-sig")  # a leading byte-order mark is not part of line 1
     except UnicodeDecodeError as e:
         raise _error(file, None, None, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except FileNotFoundError:
+        raise _error(file, None, None, "no such predictions file (--predictions names a JSONL file of "
+                                       "{\"id\", \"sql\"} records or one query per line)") from None
     # lines end at "\n" (or "\r\n") only, as Python's readlines() and Spider's evaluation script read them:
     # str.splitlines() also breaks at U+0085, U+2028, form feeds ..., which may stand inside a SQL string literal
     lines = [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
@@ -145,8 +148,11 @@ def _read_jsonl(file: str, lines: list[str], samples: Sequence[Sample]) -> dict[
     missing = [s.id for s in samples if s.id not in out]
     if missing:
         shown = ", ".join(repr(m) for m in missing[:3]) + (", ..." if len(missing) > 3 else "")
+        # the file predicts exactly the dataset's first samples: most often it was written for a --limit run
+        first = len(out) > 0 and all(s.id in out for s in samples[:len(out)])
+        hint = f"; to score the first {len(out)} samples only, add --limit {len(out)}" if first else ""
         raise _error(file, None, None, f"{len(out)} predictions for {len(samples)} samples: {len(missing)} sample(s) "
-                                       f"have none ({shown})")
+                                       f"have none ({shown}){hint}")
     return out
 
 

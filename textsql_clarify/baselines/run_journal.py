@@ -248,8 +248,10 @@ class EvalJournal:
         self._ids = list(sample_ids)
         exists = self.path.is_file() and self.path.stat().st_size > 0
         if resume is True and not exists:
-            raise RunFolderError(f"{self.path.parent}: nothing to resume (no {JOURNAL}); run without --resume to "
-                                 f"start the run")
+            finished = (self.path.parent / "run.json").is_file()
+            raise RunFolderError(f"{self.path.parent}: nothing to resume (no {JOURNAL}); " + (
+                "its run finished: run without --resume to play it again, or give another --out folder" if finished
+                else "run without --resume to start the run"))
         good = self._read() if exists and resume is not False else 0
         if good:
             with open(self.path, "r+b") as fh:
