@@ -76,7 +76,10 @@ SFT step of 8 records (~330 tokens each) ~70 s; greedy evaluation 6.5 s per held
 alone). The defaults are cut to about 35-45 minutes at that load: the schema capped at 128 tokens
 (``--max-schema-tokens``), the short instructions (41 tokens instead of 164), SFT 16 steps of 8, GRPO 30 steps
 of 2 prompts x 8 generations (480 completions) at lr 1e-5, 150 held-out episodes. ``--train-layers N`` trains
-only the top N of the 30 layers, so the backward pass stops there (about N/30 of its cost); on a GPU raise
+only the top N of the 30 layers, so the backward pass stops there (about N/30 of its cost) and autograd keeps only
+those layers' activations. Memory: with all weights a GRPO step holds the activations of 16 completions padded to
+the longest prompt through 30 layers; the measured default run reached 18.9 GB resident at step 9 and was killed
+by the OOM killer on a 23 GB machine, so on a CPU with less than about 32 GB pass ``--train-layers 6``; on a GPU raise
 ``--grpo-steps`` (e.g. 100-200) and ``--grpo-prompts-per-step`` (4-8). ``--smoke`` is 2 SFT and 2 GRPO steps on 6
 held-out episodes with a 64-token schema cap.
 
