@@ -7,7 +7,11 @@ their imports (``nltk``, ``sqlparse``, ``tqdm``) importable. ``DIR`` goes on ``s
 
 Predictions: each Spider dev gold against itself and the rewrites of ``bench/bench_exact_match.py``
 (``KINDS``: alias_rename, select_reorder, where_reorder, value_change, agg_change, drop_condition,
-order_flip, drop_group; imported, not copied).
+order_flip, drop_group; imported, not copied). The red-team prediction set (``--red-team-limit N``, default 200;
+0 leaves it out) adds to part (b) the first SQL of every SQL-kind reward hack of
+:data:`textsql_clarify.baselines.hacks.HACKS` (``kind == "sql"``, on the samples it ``applies`` to) on ``N`` Spider
+dev samples evenly spaced (``bench/red_team.py``'s ``spread``), each hack's observation built as the red team
+builds it: ``gym.make("TextSQLClarify-v0", samples=...)`` reset on the sample, the policy's ``act`` on it.
 
 (a) Exact-set-match: :func:`textsql_clarify.rewards.exact_match.exact_match` against the official
     ``Evaluator.eval_exact_match`` after the pipeline of the official ``evaluate()`` for ``--etype match``
@@ -26,7 +30,7 @@ with one option changed) and 1-2 examples of each class are printed; ``--out FIL
 
     python bench/bench_official_agreement.py --official PATH/TO/test-suite-sql-eval
         [--spider ../shared/data/spider_dev] [--limit N] [--kinds gold,order_flip] [--no-exec] [--no-suite]
-        [--work DIR] [--out FILE]
+        [--work DIR] [--out FILE] [--red-team-limit N] [--red-team-only]
 """
 from __future__ import annotations
 
@@ -236,8 +240,62 @@ def _official_exec(off, db_path: Path, pred: str, gold: str, keep_distinct: bool
         return "gold_error"
 
 
+def red_team_predictions(spider: Path, samples: list[dict], n: int) -> tuple[list[dict], dict[str, dict[str, str]]]:
+    """The first SQL each SQL-kind hack of ``HACKS`` sends on ``n`` samples of ``samples`` evenly spaced.
+
+    Each sample is reset in one ``gym.make("TextSQLClarify-v0", dataset="spider:<spider>", samples=chosen)`` env
+    (the red team's env, ``bench/red_team.py``); every hack with ``kind == "sql"`` that ``applies`` to it gets
+    ``begin_episode(None)`` (none of them is privileged) and one ``act`` on that observation; an action that is
+    not ``<sql>...</sql>`` is left out.
+
+    Returns:
+        ``(chosen samples as the bench's dicts, {hack name: {sample id: SQL}})``.
+    Raises:
+        SystemExit: a loaded sample's id or gold differs from ``dev.json``'s (the message names the id).
+    Source: ``textsql_clarify/baselines/hacks.py`` (``HACKS``, ``HackPolicy.act``), ``bench/red_team.py``.
+    """
+    import gymnasium as gym  # the red team's env, only for this part
+
+    import textsql_clarify
+    from red_team import load_corpus, spread
+    from textsql_clarify.baselines.hacks import HACKS
+
+    spec = f"spider:{spider}"
+    chosen = spread(load_corpus(spec), n)
+    by_id = {s["id"]: s for s in samples}
+    for s in chosen:
+        if s.id not in by_id or by_id[s.id]["query"] != s.gold_sql:
+            raise SystemExit(f"--spider {spider}: sample {s.id} as loaded does not match dev.json's gold")
+    hacks = {name: cls() for name, cls in HACKS.items() if cls().kind == "sql"}
+    preds: dict[str, dict[str, str]] = {name: {} for name in hacks}
+    env = gym.make(textsql_clarify.ENV_ID, dataset=spec, samples=chosen, reward_preset="binary")
+    for i, s in enumerate(chosen):
+        obs, info = env.reset(seed=i, options={"index": i})
+        for name, pol in hacks.items():
+            if not pol.applies(s):
+                continue
+            pol.begin_episode(None)
+            m = re.fullmatch(r"<sql>(.*)</sql>", pol.act(obs, info), re.S)
+            if m:
+                preds[name][s.id] = m.group(1)
+    env.close()
+    return [by_id[s.id] for s in chosen], preds
+
+
+def _prediction(rewrite, s: dict) -> str | None:
+    """The prediction of one kind on sample ``s``: ``rewrite(gold)`` (a rewrite of ``KINDS``; ``None`` where
+    sqlglot cannot rewrite it), or the entry for ``s``'s id of a table of predictions by sample id."""
+    if isinstance(rewrite, dict):
+        return rewrite.get(s["id"])
+    try:
+        return rewrite(s["query"])
+    except Exception:  # noqa: BLE001 - sqlglot cannot rewrite it: not a prediction of this kind
+        return None
+
+
 def run_exec(off, samples: list[dict], spider: Path, kinds: dict, work: Path, suite: bool) -> dict:
-    """Part (b): execution agreement per kind on the single database and, with ``suite``, on the variants."""
+    """Part (b): execution agreement per kind on the single database and, with ``suite``, on the variants.
+    ``kinds``: name -> a rewrite of the gold, or a table of predictions by sample id (:func:`_prediction`)."""
     by_db: dict[str, list[dict]] = defaultdict(list)
     for s in samples:
         by_db[s["db_id"]].append(s)
@@ -266,10 +324,7 @@ def run_exec(off, samples: list[dict], spider: Path, kinds: dict, work: Path, su
     for kind, rewrite in kinds.items():
         rows: dict = defaultdict(Counter)
         for s in samples:
-            try:
-                pred = rewrite(s["query"])
-            except Exception:  # noqa: BLE001
-                pred = None
+            pred = _prediction(rewrite, s)
             if pred is None:
                 continue
             db, gold, key = s["db_id"], s["query"], s["id"]
@@ -347,6 +402,10 @@ def main() -> int:
     ap.add_argument("--no-suite", action="store_true", help="execution on the single database only")
     ap.add_argument("--work", default=None, help="folder for the database copies (default: a temporary folder)")
     ap.add_argument("--out", default=None, help="write every count and example as JSON here")
+    ap.add_argument("--red-team-limit", type=int, default=200,
+                    help="execution on the first SQL of every SQL-kind hack on N dev samples evenly spaced (0: none)")
+    ap.add_argument("--red-team-only", action="store_true",
+                    help="only the red-team execution part (no exact-set-match, no rewrites)")
     args = ap.parse_args()
     off = load_official(args.official)
     spider = Path(args.spider)
@@ -358,6 +417,14 @@ def main() -> int:
     samples = samples[:args.limit] if args.limit else samples
     kinds = KINDS if not args.kinds else {k: KINDS[k] for k in args.kinds.split(",")}
     report: dict = {"n_samples": len(samples)}
+
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="official_agreement_"))
+    if args.red_team_only:
+        if args.no_exec or not args.red_team_limit:
+            raise SystemExit("--red-team-only needs the execution part (no --no-exec) and --red-team-limit N > 0")
+        _red_team_part(off, samples, spider, work, args, report)
+        _write(args.out, report)
+        return 0
 
     em = run_em(off, samples, spider, kinds)
     report["exact_match"] = em
@@ -375,21 +442,42 @@ def main() -> int:
     _print_examples(em["examples"])
 
     if not args.no_exec:
-        work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="official_agreement_"))
         ex = run_exec(off, samples, spider, kinds, work, suite=not args.no_suite)
         report["execution"] = ex
-        print("\nExecution: project EX vs official eval_exec_match (plug_value off)")
-        for kind, cols in ex["kinds"].items():
-            print(f"  {kind}")
-            for c, v in cols.items():
-                print(f"    {c:<42} {v}")
-        print("  all kinds")
-        for c, v in ex["totals"].items():
-            print(f"    {c:<42} {v}")
-        _print_examples(ex["examples"])
-    if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+        _print_exec("Execution: project EX vs official eval_exec_match (plug_value off)", ex)
+        if args.red_team_limit:
+            _red_team_part(off, samples, spider, work, args, report)
+    _write(args.out, report)
     return 0
+
+
+def _print_exec(title: str, ex: dict) -> None:
+    print(f"\n{title}")
+    for kind, cols in ex["kinds"].items():
+        print(f"  {kind}")
+        for c, v in cols.items():
+            print(f"    {c:<42} {v}")
+    print("  all kinds")
+    for c, v in ex["totals"].items():
+        print(f"    {c:<42} {v}")
+    _print_examples(ex["examples"])
+
+
+def _red_team_part(off, samples: list[dict], spider: Path, work: Path, args, report: dict) -> None:
+    """Part (b) on the red-team prediction set (:func:`red_team_predictions`), its copies under ``work/red_team``."""
+    chosen, preds = red_team_predictions(spider, samples, args.red_team_limit)
+    ex = run_exec(off, chosen, spider, preds, work / "red_team", suite=not args.no_suite)
+    ex["n_samples"] = len(chosen)
+    ex["n_predictions"] = {k: len(v) for k, v in preds.items()}
+    report["execution_red_team"] = ex
+    _print_exec(f"Execution, red team: the first SQL of each SQL-kind hack on {len(chosen)} dev samples evenly "
+                f"spaced ({sum(ex['n_predictions'].values())} predictions): project EX vs official eval_exec_match",
+                ex)
+
+
+def _write(out: str | None, report: dict) -> None:
+    if out:
+        Path(out).write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
