@@ -62,6 +62,19 @@ def normalize_base_url(base_url: str) -> str:
     return url if parts.path not in ("", "/") else url + "/v1"
 
 
+def check_int_options(*options: tuple[str, Any, int]) -> None:
+    """Check integer client options (the OpenAI agent's and the OpenAI-compatible user's).
+
+    Args:
+        options: ``(name, value, lowest allowed)`` triples.
+    Raises:
+        ValueError: a value that is not an ``int`` (a ``bool`` is refused) or is below its lowest, naming it.
+    """
+    for arg, value, low in options:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{arg} must be an int >= {low}, got {value!r}")
+
+
 def split_base_url_and_model(rest: str) -> tuple[str, str]:
     """Split ``<base_url>/<model>`` (an ``openai:`` spec without its prefix) into ``(base_url, model)``.
 
@@ -138,10 +151,8 @@ class OpenAIAgent:
             raise ImportError("OpenAIAgent needs the openai package: pip install 'textsql-clarify[openai]'") from e
         if not isinstance(model, str) or not model.strip():
             raise ValueError(f"model must be a non-empty served model name, got {model!r}")
-        for arg, value, low in (("max_tokens", max_tokens, 1), ("max_concurrency", max_concurrency, 1),
-                                ("max_retries", max_retries, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{arg} must be an int >= {low}, got {value!r}")
+        check_int_options(("max_tokens", max_tokens, 1), ("max_concurrency", max_concurrency, 1),
+                          ("max_retries", max_retries, 0))
         if not timeout_s or timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
         self.base_url = normalize_base_url(base_url)

@@ -195,14 +195,12 @@ class OpenAIChatBackend:
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 60.0,
                  max_retries: int = 3, retry_backoff_s: float = 0.5, max_concurrency: int = 8, seed: int = 0,
                  choice_max_tokens: int = 24):
-        from ..baselines.openai_agent import normalize_base_url, split_base_url_and_model
+        from ..baselines.openai_agent import check_int_options, normalize_base_url
 
         if not isinstance(model, str) or not model.strip():
             raise ValueError(f"model must be a non-empty served model name, got {model!r}")
-        for arg, value, low in (("max_retries", max_retries, 0), ("max_concurrency", max_concurrency, 1),
-                                ("choice_max_tokens", choice_max_tokens, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{arg} must be an int >= {low}, got {value!r}")
+        check_int_options(("max_retries", max_retries, 0), ("max_concurrency", max_concurrency, 1),
+                          ("choice_max_tokens", choice_max_tokens, 1))
         for arg, value in (("timeout_s", timeout_s), ("retry_backoff_s", retry_backoff_s)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (
                     arg == "timeout_s" and value == 0):
