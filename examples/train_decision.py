@@ -170,15 +170,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sft-batch", type=int, default=8)
     p.add_argument("--sft-lr", type=float, default=1e-4)
     # GRPO
-    p.add_argument("--grpo-per-group", type=int, default=40, help="training prompts per group for GRPO")
-    p.add_argument("--grpo-steps", type=int, default=30)
-    p.add_argument("--grpo-prompts-per-step", type=int, default=2)
+    p.add_argument("--grpo-per-group", type=int, default=70, help="training prompts per group for GRPO")
+    p.add_argument("--grpo-steps", type=int, default=50)
+    p.add_argument("--grpo-prompts-per-step", type=int, default=4)
     p.add_argument("--num-generations", type=int, default=8, help="GRPO group size")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--grpo-lr", type=float, default=1e-5)
     p.add_argument("--beta", type=float, default=0.0, help="KL coefficient (0: no reference model)")
     p.add_argument("--scale-rewards", choices=("batch", "group", "none"), default="batch",
                    help="TRL GRPOConfig.scale_rewards (see the module doc)")
+    p.add_argument("--grpo-impl", choices=("shared-prefix", "trl"), default="shared-prefix",
+                   help="shared-prefix: one prompt pass per group, its KV cache shared by the G completions "
+                        "(textsql_clarify.training.shared_prefix_grpo; stops at the closing action tag); trl: TRL's "
+                        "GRPOTrainer (G padded copies of the prompt, stops only at EOS)")
     p.add_argument("--skip-sft", action="store_true", help="GRPO straight from the base model")
     p.add_argument("--train-layers", type=int, default=0,
                    help="train only the top N transformer layers and the final norm, in SFT and GRPO (0: all "
@@ -884,6 +888,88 @@ def run_grpo(model: Any, tok: Any, rows: list[dict], args: argparse.Namespace, w
     }
 
 
+def run_grpo_shared_prefix(model: Any, tok: Any, rows: list[dict], args: argparse.Namespace) -> tuple[Any, dict]:
+    """GRPO on the decision reward with one prompt pass per group
+    (:class:`textsql_clarify.training.shared_prefix_grpo.SharedPrefixGRPO`: TRL's ``dapo`` objective at
+    ``beta=0``, ``num_iterations=1``; see that module's doc).
+
+    The training prompts are shuffled (seeded) and taken ``--grpo-prompts-per-step`` at a time, reshuffled at
+    each epoch. Completions stop at the first closing action tag (:data:`STOP_STRINGS`), as in the evaluation,
+    so a completion is cut by the budget only when the model wrote no closing tag within ``--max-new-tokens``.
+
+    Args:
+        rows: ``{"prompt": chat messages, "sample_id", "group", "expected_decision"}`` per training prompt.
+    Returns:
+        ``(model, log)`` in :func:`run_grpo`'s shape (per step the reward stats, the loop's loss, reward std,
+        zero-std fraction, grad norm, mean completion length, sample / train seconds).
+    """
+    import statistics
+
+    from textsql_clarify.baselines.llm_prompt import STOP_STRINGS
+    from textsql_clarify.training.shared_prefix_grpo import SharedPrefixGRPO
+
+    t0 = time.perf_counter()
+
+    def reward(row: dict, text: str, hit_budget: bool) -> float:
+        return decision_reward(read_decision(text, hit_budget=hit_budget)[0], row["expected_decision"])
+
+    loop = SharedPrefixGRPO(model, tok, reward, num_generations=args.num_generations,
+                            max_new_tokens=args.max_new_tokens, temperature=args.temperature, lr=args.grpo_lr,
+                            scale=args.scale_rewards, stop_strings=STOP_STRINGS, seed=args.seed)
+    rng = random.Random(args.seed)
+    order: list[dict] = []
+    steps: list[dict] = []
+    per = args.grpo_prompts_per_step
+    for k in range(args.grpo_steps):
+        t = time.perf_counter()
+        if len(order) < per:
+            epoch = list(rows)
+            rng.shuffle(epoch)
+            order.extend(epoch)
+        batch, order = order[:per], order[per:]
+        out = loop.step(batch)
+        rewards, decs, closed, groups, lengths = [], [], [], [], []
+        for row, g in zip(batch, out["groups"]):
+            for text, hit, r, c in zip(g.texts, g.hit_budget, g.rewards, g.completions):
+                d, cl = read_decision(text, hit_budget=hit)
+                rewards.append(r)
+                decs.append(d)
+                closed.append(cl)
+                groups.append(row["group"])
+                lengths.append(len(c))
+        rec: dict[str, Any] = {"step": k + 1, "reward": sum(rewards) / len(rewards), "n": len(rewards),
+                               "closed_rate": sum(closed) / len(closed),
+                               "decisions": {str(x): decs.count(x) for x in (*DECISIONS, None)},
+                               "sample_ids": [r["sample_id"] for r in batch]}
+        for grp in GROUPS:
+            ks = [i for i, x in enumerate(groups) if x == grp]
+            rec[f"recall_{grp}"] = {"value": sum(rewards[i] for i in ks) / len(ks) if ks else None, "n": len(ks)}
+            rec[f"AR_{grp}"] = {"value": sum(decs[i] == "clarify" for i in ks) / len(ks) if ks else None,
+                                "n": len(ks)}
+        rec["trl"] = {"loss": out["loss"], "reward": rec["reward"],
+                      "reward_std": statistics.stdev(rewards) if len(rewards) > 1 else 0.0,
+                      "frac_reward_zero_std": out["zero_std_groups"] / len(batch),
+                      "completions/mean_length": sum(lengths) / len(lengths), "grad_norm": out["grad_norm"]}
+        rec["sample_s"], rec["train_s"] = out["sample_s"], out["train_s"]
+        rec["step_s"] = round(time.perf_counter() - t, 2)
+        steps.append(rec)
+        log(f"GRPO step {k + 1}/{args.grpo_steps}: reward {rec['reward']:.3f}, zero-std groups "
+            f"{out['zero_std_groups']}/{len(batch)}, decisions {rec['decisions']}, sample {out['sample_s']} s, "
+            f"train {out['train_s']} s")
+    return model, {
+        "steps": steps, "wall_s": round(time.perf_counter() - t0, 1), "n_prompts": len(rows),
+        "prompt_ids": [r["sample_id"] for r in rows],
+        "config": {"impl": "shared-prefix", "max_steps": args.grpo_steps, "prompts_per_step": per,
+                   "num_generations": args.num_generations, "max_completion_length": args.max_new_tokens,
+                   "lr": args.grpo_lr, "temperature": args.temperature, "beta": 0.0,
+                   "scale_rewards": args.scale_rewards, "loss_type": "dapo (token-level, on-policy)",
+                   "max_grad_norm": 1.0, "optimizer": "AdamW (0.9, 0.999), eps 1e-8, no weight decay",
+                   "scheduler": "constant", "stop_strings": list(STOP_STRINGS),
+                   "reward": "decision (1 if the first action's type is the expected decision, else 0; no format "
+                             "penalty)"},
+    }
+
+
 # ------------------------------------------------------------------------------------------ baseline
 def minilm_baseline(train: Sequence[Any], heldout: Sequence[Any], decision_of: dict[str, str], *, seed: int,
                     db_of: dict[str, str], schema_cache: dict, evidence: bool = False) -> tuple[list[dict], dict]:
@@ -1151,11 +1237,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             for i in grpo_ids]
     log(f"GRPO on {len(rows)} training prompts: {args.grpo_steps} steps of {args.grpo_prompts_per_step} prompts x "
         f"{args.num_generations}, {args.max_new_tokens} tokens, scale_rewards={args.scale_rewards}")
-    model, run["grpo"] = run_grpo(model, tok, rows, args, workdir)
+    use_trl = args.grpo_impl == "trl" or bool(args.beta)  # the shared-prefix loop has no reference model
+    if use_trl:
+        model, run["grpo"] = run_grpo(model, tok, rows, args, workdir)
+    else:
+        model, run["grpo"] = run_grpo_shared_prefix(model, tok, rows, args)
     wall["grpo_s"] = run["grpo"]["wall_s"]
     times = [r["step_s"] for r in run["grpo"]["steps"] if r.get("step_s") is not None]
     run["grpo"]["step_s"] = _stats(times)
-    for r in run["grpo"]["steps"]:
+    for r in run["grpo"]["steps"] if use_trl else ():  # the shared-prefix loop logged its steps as it went
         log(f"GRPO step {r['step']}: reward {r['reward']:.3f} (n={r['n']}), closed {r['closed_rate']:.2f}, "
             f"zero-std groups {r['trl'].get('frac_reward_zero_std')}, decisions {r['decisions']}, {r['step_s']} s")
     record("SFT+GRPO", *evaluate_policy(model, tok, eval_samples, prompts, decision_of, db_of, args))

@@ -1,0 +1,1 @@
+"""Training loops that the trainer libraries do not provide (see each module's doc)."""
