@@ -61,7 +61,7 @@ def main() -> None:
         print(f"aggregate: skipped ({spider / 'dev.json'} not found)")
         return
     from textsql_clarify.baselines.agents import make_agent
-    from textsql_clarify.baselines.rollout import evaluate
+    from textsql_clarify.rollout.evaluation import evaluate
     from textsql_clarify.datasets import load_dataset
     from textsql_clarify.rewards.metrics import aggregate
 

@@ -11,7 +11,7 @@ Predictions, each scored through the env with ``detailed_scores=False`` under th
 * two spellings that only whitespace tells apart from the gold (spaces after the first word, a newline
   before ``FROM``), and the gold with one extra space inside its first string literal (a different query:
   a cache keyed by whitespace-normalised text must keep it apart);
-* the SQL red-team policies (``textsql_clarify.baselines.hacks``, kinds ``sql`` and ``mutation``) on every
+* the SQL red-team policies (``textsql_clarify.redteam.policies``, kinds ``sql`` and ``mutation``) on every
   ``--hack-stride``-th Spider dev sample;
 * the golds and whitespace spellings once more (a second epoch: every text seen before).
 
@@ -84,7 +84,7 @@ class _Recorder:
 
 def record(args) -> int:
     import bench_exact_match as bem
-    from textsql_clarify.baselines.hacks import HACKS, play
+    from textsql_clarify.redteam.policies import HACKS, play
     from textsql_clarify.datasets import load_dataset
     from textsql_clarify.envs.env import TextSQLClarifyEnv
     from textsql_clarify.sql.sandbox import SQLiteSandbox

@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from textsql_clarify.baselines import hacks  # noqa: E402
+from textsql_clarify.redteam import policies as hacks  # noqa: E402
 from textsql_clarify.envs import render  # noqa: E402
 from textsql_clarify.rewards.execution import EXOptions, relaxed_ex  # noqa: E402
 from textsql_clarify.rewards.ex_suite import VariantSuite, reading_differences  # noqa: E402

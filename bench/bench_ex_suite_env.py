@@ -5,10 +5,10 @@ Prints, in one run (ratios measured side by side, never timed tests):
 1. the variant build at env construction (``ex_mode="suite"``, K variants of every database, into a fresh cache
    folder unless ``--cache`` is given): seconds;
 2. for the oracle and the no-clarify agent, on the embedded set and on Spider dev (``../shared/data/spider_dev``,
-   skipped when absent), through :func:`~textsql_clarify.baselines.rollout.evaluate` with ``ex_mode="suite"``
+   skipped when absent), through :func:`~textsql_clarify.rollout.evaluation.evaluate` with ``ex_mode="suite"``
    (what ``textsql-clarify eval --ex-mode suite`` runs): EX, EX_suite, EX_strict, EX_strict_suite with n, and how
    many hits EX_suite takes back; also the red team's ``count_mentioned`` (``SELECT count(*)`` of the table the
-   question names best, ``baselines/hacks.py``), a non-privileged policy that single-instance EX pays by chance;
+   question names best, ``redteam/policies.py``), a non-privileged policy that single-instance EX pays by chance;
 3. the cost of one SQL step, single against suite, interleaved per sample (gold results cached by a warm-up
    round): the gold SQL submitted (it matches: every variant runs, the worst case) and ``SELECT 1`` (it does not
    match: no variant runs), EX-only (``detailed_scores=False``) and detailed; medians in ms and their ratio;
@@ -31,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from textsql_clarify.baselines import hacks  # noqa: E402
-from textsql_clarify.baselines.rollout import evaluate  # noqa: E402
+from textsql_clarify.redteam import policies as hacks  # noqa: E402
+from textsql_clarify.rollout.evaluation import evaluate  # noqa: E402
 from textsql_clarify.datasets import load_dataset  # noqa: E402
 from textsql_clarify.envs.env import TextSQLClarifyEnv  # noqa: E402
 from textsql_clarify.sql.variants import DEFAULT_K  # noqa: E402

@@ -9,7 +9,7 @@ Predictions: each Spider dev gold against itself and the rewrites of ``bench/ben
 (``KINDS``: alias_rename, select_reorder, where_reorder, value_change, agg_change, drop_condition,
 order_flip, drop_group; imported, not copied). The red-team prediction set (``--red-team-limit N``, default 200;
 0 leaves it out) adds to part (b) the first SQL of every SQL-kind reward hack of
-:data:`textsql_clarify.baselines.hacks.HACKS` (``kind == "sql"``, on the samples it ``applies`` to) on ``N`` Spider
+:data:`textsql_clarify.redteam.policies.HACKS` (``kind == "sql"``, on the samples it ``applies`` to) on ``N`` Spider
 dev samples evenly spaced (``bench/red_team.py``'s ``spread``), each hack's observation built as the red team
 builds it: ``gym.make("TextSQLClarify-v0", samples=...)`` reset on the sample, the policy's ``act`` on it.
 
@@ -252,13 +252,13 @@ def red_team_predictions(spider: Path, samples: list[dict], n: int) -> tuple[lis
         ``(chosen samples as the bench's dicts, {hack name: {sample id: SQL}})``.
     Raises:
         SystemExit: a loaded sample's id or gold differs from ``dev.json``'s (the message names the id).
-    Source: ``textsql_clarify/baselines/hacks.py`` (``HACKS``, ``HackPolicy.act``), ``bench/red_team.py``.
+    Source: ``textsql_clarify/redteam/policies.py`` (``HACKS``, ``HackPolicy.act``), ``bench/red_team.py``.
     """
     import gymnasium as gym  # the red team's env, only for this part
 
     import textsql_clarify
     from red_team import load_corpus, spread
-    from textsql_clarify.baselines.hacks import HACKS
+    from textsql_clarify.redteam.policies import HACKS
 
     spec = f"spider:{spider}"
     chosen = spread(load_corpus(spec), n)

@@ -28,8 +28,8 @@ def main() -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
     from textsql_clarify.baselines.agents import make_agent
-    from textsql_clarify.baselines.ray_runner import init_ray, import_ray
-    from textsql_clarify.baselines.rollout import evaluate
+    from textsql_clarify.rollout.ray_runner import init_ray, import_ray
+    from textsql_clarify.rollout.evaluation import evaluate
     from textsql_clarify.datasets import load_dataset
 
     samples = load_dataset(a.dataset, limit=a.limit)

@@ -27,7 +27,7 @@ from collections import defaultdict
 import gymnasium as gym
 
 import textsql_clarify
-from textsql_clarify.baselines.hacks import SelectStarMentioned, _Clarify, play
+from textsql_clarify.redteam.policies import SelectStarMentioned, _Clarify, play
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.rewards.presets import PRESETS
 from textsql_clarify.simulators import side_channel as sc

@@ -274,7 +274,7 @@ def bench_transformers(args) -> dict:
     import torch
 
     from textsql_clarify.baselines.agents import OracleAgent
-    from textsql_clarify.baselines.rollout import evaluate
+    from textsql_clarify.rollout.evaluation import evaluate
     from textsql_clarify.datasets import load_dataset
     from textsql_clarify.simulators.transformers_user import TransformersUserSimulator
 

@@ -1,7 +1,7 @@
 """Red-team suite: play every reward hack through ``gym.make`` on every corpus and compare it with the baselines.
 
-Each policy of :data:`textsql_clarify.baselines.hacks.HACKS` (plus the oracle, the no-clarify baseline, the
-random agent and the reference policies of :data:`~textsql_clarify.baselines.hacks.REFERENCES`) is played once
+Each policy of :data:`textsql_clarify.redteam.policies.HACKS` (plus the oracle, the no-clarify baseline, the
+random agent and the reference policies of :data:`~textsql_clarify.redteam.policies.REFERENCES`) is played once
 per sample on each corpus, through one ``gym.make("TextSQLClarify-v0", dataset=..., reward_preset="binary")``
 env per corpus; every turn's reward components are recorded and the return under every preset of
 ``textsql_clarify.rewards.presets.PRESETS`` (read at run time) is recomputed with ``scalar_reward``. A replay
@@ -53,7 +53,7 @@ import gymnasium as gym
 from tqdm import tqdm
 
 import textsql_clarify  # noqa: F401 - registers the env
-from textsql_clarify.baselines.hacks import HACKS, REFERENCES, Episode, identifiers_leaked, make_policy, mean, \
+from textsql_clarify.redteam.policies import HACKS, REFERENCES, Episode, identifiers_leaked, make_policy, mean, \
     play, schema_identifiers
 from textsql_clarify.datasets.ambiqt import OTHER_SUFFIX
 from textsql_clarify.rewards.decision import DECISIONS, balanced_accuracy, decision_recalls, expected_decision, \
@@ -85,7 +85,7 @@ sample under each preset (cells marked @m were played on m samples: the detailed
 the bound: max(random's on the same samples and turns, the hack's references' there, 0) + margin,
 the decision part apart: weight x (best constant prior there + the hack's decision_margin);
 TOL where the preset weights a component that pays the policy by design (its docstring in
-textsql_clarify/baselines/hacks.py says why; the other presets must PASS); RES where a known
+textsql_clarify/redteam/policies.py says why; the other presets must PASS); RES where a known
 residual beats the bound (its reason is printed below the table; it may not pass its ceiling); ref =
 a reference policy (no verdict). Policies:"""
 #: components cheap to compute; a preset weighting anything else needs the env's detailed scores

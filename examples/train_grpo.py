@@ -11,9 +11,9 @@ The pipeline (``docs/training.md``):
    parts, disjoint and stratified by group (:func:`textsql_clarify.integrations.splits.split_sample_ids`);
    the split is saved in the log.
 2. Evaluate the untrained model on a held-out subset (table row ``base``): the env's own evaluation,
-   :func:`textsql_clarify.baselines.rollout.evaluate` with a :class:`~textsql_clarify.baselines.llm_agents.TransformersAgent`
+   :func:`textsql_clarify.rollout.evaluation.evaluate` with a :class:`~textsql_clarify.baselines.llm_agents.TransformersAgent`
    on the in-memory model (greedy), ``num_envs`` episodes in lockstep, the rule-based simulated user.
-3. SFT on the oracle's solved dialogues of a train subset (:func:`textsql_clarify.baselines.sft_export.sft_records`,
+3. SFT on the oracle's solved dialogues of a train subset (:func:`textsql_clarify.rollout.sft_export.sft_records`,
    tagged style; TRL ``SFTTrainer`` with ``assistant_only_loss``: the loss covers the actions only), then
    evaluate (row ``SFT``).
 4. GRPO in the env on a train subset (TRL ``GRPOTrainer`` with
@@ -397,11 +397,11 @@ def table_row(trajectories: Sequence[Any], metrics: dict) -> dict[str, Any]:
 
 def evaluate_policy(model: Any, tokenizer: Any, samples: Sequence[Any], *, num_envs: int, max_new_tokens: int,
                     seed: int, judge: Any, label: str) -> dict[str, Any]:
-    """Held-out evaluation of an in-memory model: :func:`textsql_clarify.baselines.rollout.evaluate` with a
+    """Held-out evaluation of an in-memory model: :func:`textsql_clarify.rollout.evaluation.evaluate` with a
     greedy :class:`~textsql_clarify.baselines.llm_agents.TransformersAgent` on ``(model, tokenizer)``, the
     rule-based user, the ``binary`` preset; returns :func:`table_row` plus wall time and agent counters."""
     from textsql_clarify.baselines.llm_agents import TransformersAgent
-    from textsql_clarify.baselines.rollout import evaluate
+    from textsql_clarify.rollout.evaluation import evaluate
 
     was_training = model.training
     model.eval()
@@ -433,7 +433,7 @@ def run_sft(model: Any, folder: str, samples: Sequence[Any], args: argparse.Name
     """
     from trl import SFTConfig, SFTTrainer
 
-    from textsql_clarify.baselines.sft_export import sft_dataset, sft_records
+    from textsql_clarify.rollout.sft_export import sft_dataset, sft_records
 
     t0 = time.perf_counter()
     recs = sft_records(list(samples), "oracle", style="tagged", seed=args.seed, feedback_judge=judge,

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import textsql_clarify  # noqa: F401  (registers the env)
-from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.rollout.evaluation import evaluate
 from textsql_clarify.datasets import load_embedded
 from textsql_clarify.envs.actions import Action, _clean_body, parse_action, record_text, strip_think, text_problem
 from textsql_clarify.envs.env import TextSQLClarifyEnv

@@ -91,7 +91,7 @@ def test_bad_timeout_rejected_at_construction():
 
 
 def test_surrogate_in_action_does_not_break_trajectory_writing(tmp_path):
-    from textsql_clarify.baselines.rollout import evaluate
+    from textsql_clarify.rollout.evaluation import evaluate
 
     class Agent:
         name = "surrogate"

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import MeanIs
 from textsql_clarify.baselines.agents import make_agent
-from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.rollout.evaluation import evaluate
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.datasets.ambiqt import OTHER_SUFFIX, READING_SEED, check_golds, gold_reading, hidden_knowledge, load_ambiqt
 from textsql_clarify.datasets.ambiqt_rebuild import (RebuildError, build_database, parse_schema_text, plan_rebuild,

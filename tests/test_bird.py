@@ -12,7 +12,7 @@ import pytest
 
 from conftest import MeanIs
 from textsql_clarify.baselines.agents import make_agent
-from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.rollout.evaluation import evaluate
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.datasets.bird import load_bird, parse_bird_questions
 from textsql_clarify.datasets.dialogue_common import sql_parses

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from textsql_clarify.baselines.agents import make_agent
-from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.rollout.evaluation import evaluate
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.rewards.bootstrap import (BootstrapError, bootstrap_ci, bootstrap_cis, bootstrap_settings,
                                                paired_difference)

@@ -594,7 +594,7 @@ def test_dropping_a_retraction_only_in_form_earns_no_drift_reward(drift_env, dri
 
 def test_oracle_drr_stays_one(drift_samples):
     from textsql_clarify.baselines.agents import OracleAgent
-    from textsql_clarify.baselines.rollout import evaluate
+    from textsql_clarify.rollout.evaluation import evaluate
     trajs, metrics = evaluate(drift_samples, OracleAgent(), progress=False, reward_preset="drift")
     assert metrics["overall"]["DRR"] == MeanIs(1.0, 6)
     assert metrics["overall"]["DRA"] == MeanIs(1.0, 6)

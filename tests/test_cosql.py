@@ -13,7 +13,7 @@ import pytest
 
 from conftest import MeanIs
 from textsql_clarify.baselines.agents import make_agent
-from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.rollout.evaluation import evaluate
 from textsql_clarify.sql.sandbox import get_sandbox
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.datasets.cosql import find_cosql_file, load_cosql, read_cosql

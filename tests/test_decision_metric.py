@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.rollout.evaluation import evaluate
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.rewards.decision import balanced_accuracy_ci
 from textsql_clarify.rewards.feedback import LexicalFeedbackJudge

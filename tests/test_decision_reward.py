@@ -15,7 +15,7 @@ import pytest
 
 import textsql_clarify  # noqa: F401 - registers the env
 from textsql_clarify.baselines.agents import OracleAgent
-from textsql_clarify.baselines.hacks import HACKS, DecisionAlwaysAsk, DecisionAlwaysRefuse, DecisionAlwaysSQL, \
+from textsql_clarify.redteam.policies import HACKS, DecisionAlwaysAsk, DecisionAlwaysRefuse, DecisionAlwaysSQL, \
     DecisionQuestionWords, play
 from textsql_clarify.datasets import load_embedded
 from textsql_clarify.rewards.decision import balanced_accuracy, decision_recalls, decision_score, expected_decision, \

@@ -17,7 +17,7 @@ from gymnasium.utils.env_checker import check_env
 
 from conftest import MeanIs
 from textsql_clarify.baselines.agents import NoClarifyAgent, OracleAgent
-from textsql_clarify.baselines.rollout import evaluate, run_episode
+from textsql_clarify.rollout.evaluation import evaluate, run_episode
 from textsql_clarify.cli import main as cli_main
 from textsql_clarify.datasets import embedded_db_path
 from textsql_clarify.envs import render

@@ -10,7 +10,7 @@
   hedges below earn at most the random agent's post-drift return plus 0.02 under binary, shaped and drift,
   while the oracle keeps 1.0 / 1.5.
 
-The three hedging policies are defined here (the red team's list lives in ``textsql_clarify/baselines/hacks.py``).
+The three hedging policies are defined here (the red team's list lives in ``textsql_clarify/redteam/policies.py``).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import gymnasium as gym
 import pytest
 
 import textsql_clarify
-from textsql_clarify.baselines.hacks import HackPolicy, aggregates_doubled, gold_plus_retracted, make_policy, play
+from textsql_clarify.redteam.policies import HackPolicy, aggregates_doubled, gold_plus_retracted, make_policy, play
 from textsql_clarify.datasets.drift_check import drift_problems
 from textsql_clarify.envs.scoring import score_sql_turn
 from textsql_clarify.generation.drift_checks import STAGES, check_drift_candidate, pre_gold_problem
@@ -98,7 +98,7 @@ def post_drift_episodes(samples: list[Sample], policy) -> dict[str, object]:
     """Play ``policy`` through ``gym.make`` on the samples it applies to (all, for an agent without ``applies``).
 
     Returns:
-        sample id -> :class:`~textsql_clarify.baselines.hacks.Episode`.
+        sample id -> :class:`~textsql_clarify.redteam.policies.Episode`.
     """
     env = gym.make(textsql_clarify.ENV_ID, samples=samples, reward_preset="binary", detailed_scores=False)
     try:

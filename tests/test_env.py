@@ -12,7 +12,7 @@ from gymnasium.utils.env_checker import check_env
 import textsql_clarify  # noqa: F401  (registers the env)
 from conftest import generous_bound, MeanIs
 from textsql_clarify.baselines.agents import NoClarifyAgent, OracleAgent, RandomAgent
-from textsql_clarify.baselines.rollout import evaluate, run_episode
+from textsql_clarify.rollout.evaluation import evaluate, run_episode
 from textsql_clarify.datasets import embedded_db_path, load_dataset
 from textsql_clarify.envs.env import TextSQLClarifyEnv
 from textsql_clarify.samples import Sample

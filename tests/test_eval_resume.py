@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from textsql_clarify.baselines import run_journal
-from textsql_clarify.baselines.rollout import evaluate
-from textsql_clarify.baselines.run_journal import JOURNAL, RunFolderError
+from textsql_clarify.rollout import run_journal
+from textsql_clarify.rollout.evaluation import evaluate
+from textsql_clarify.rollout.run_journal import JOURNAL, RunFolderError
 from textsql_clarify.cli import main
 from textsql_clarify.datasets import load_dataset
 

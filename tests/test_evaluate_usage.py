@@ -3,7 +3,7 @@ agent that spec builds, and the envs a run opens are closed when it ends."""
 from __future__ import annotations
 
 from textsql_clarify.baselines.agents import make_agent
-from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.rollout.evaluation import evaluate
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.envs.env import TextSQLClarifyEnv
 

@@ -117,7 +117,7 @@ def test_a_planted_literal_still_selects_rows_on_the_variants(pets):
 def test_the_answer_prior_passes_single_instance_ex_but_not_suite_ex(pets):
     db, _, _, paths, _ = pets
     no_constant_rule = EXOptions(constant_columns=False)
-    data_zero = "SELECT count(*)*0 FROM sqlite_master"  # the red team's data_zero (baselines/hacks.py)
+    data_zero = "SELECT count(*)*0 FROM sqlite_master"  # the red team's data_zero (redteam/policies.py)
     assert relaxed_ex(data_zero, ZERO_GOLD, get_sandbox(db), options=no_constant_rule).score == 1.0
     assert ex_suite.suite_ex(data_zero, ZERO_GOLD, paths, original=db, options=no_constant_rule) is False
     assert relaxed_ex(ZERO_BY_FILTER, ZERO_GOLD, get_sandbox(db)).score == 1.0  # the env's default options

@@ -12,7 +12,7 @@ import gymnasium as gym
 import pytest
 
 import textsql_clarify
-from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.rollout.evaluation import evaluate
 from textsql_clarify.cli import main
 from textsql_clarify.datasets import embedded_db_path, load_embedded
 from textsql_clarify.envs.env import BASE_COMPONENTS
@@ -27,7 +27,7 @@ K = 2
 ZERO_GOLD = "SELECT count(*) FROM scholarships WHERE amount_eur > 5000"
 #: the same 0, read from data through a filter true of no row: no constant rule can refuse it
 ZERO_BY_FILTER = "SELECT count(*) FROM scholarships WHERE name = 'zz-no-such-grant'"
-#: the red team's data_zero (baselines/hacks.py): a constant the env's constant rule refuses unless turned off
+#: the red team's data_zero (redteam/policies.py): a constant the env's constant rule refuses unless turned off
 DATA_ZERO = "SELECT count(*)*0 FROM sqlite_master"
 
 

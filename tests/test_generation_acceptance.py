@@ -52,7 +52,7 @@ def run(tmp_path_factory):
         pytest.skip("real data absent: ../shared/data/spider_dev/dev.json not found")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TEXTSQL_CLARIFY_CACHE", str(tmp_path_factory.mktemp("cache")))
-        from textsql_clarify.baselines.rollout import evaluate
+        from textsql_clarify.rollout.evaluation import evaluate
         from textsql_clarify.datasets import load_dataset
         from textsql_clarify.datasets.validate import validate_samples
         from textsql_clarify.generation import generate, load_anchors

@@ -76,7 +76,7 @@ def run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TEXTSQL_CLARIFY_CACHE", str(tmp_path_factory.mktemp("cache")))
         from textsql_clarify.baselines.agents import OracleAgent
-        from textsql_clarify.baselines.rollout import evaluate
+        from textsql_clarify.rollout.evaluation import evaluate
         from textsql_clarify.datasets import load_dataset
         from textsql_clarify.rewards.metrics import aggregate
 

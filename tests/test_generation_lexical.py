@@ -187,7 +187,7 @@ def test_column_comments_of_the_embedded_schema():
 
 def test_oracle_and_no_clarify_on_generated(embedded, tmp_path):
     from textsql_clarify.baselines.agents import NoClarifyAgent, OracleAgent
-    from textsql_clarify.baselines.rollout import evaluate
+    from textsql_clarify.rollout.evaluation import evaluate
     from textsql_clarify.datasets.validate import validate_samples
     from textsql_clarify.rewards.feedback import LexicalFeedbackJudge
 

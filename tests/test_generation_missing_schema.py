@@ -330,7 +330,7 @@ def test_env_oracle_fb_and_schema_view(generated, tmp_path):
 
     import textsql_clarify  # noqa: F401  (registers the env)
     from textsql_clarify.baselines.agents import OracleAgent
-    from textsql_clarify.baselines.rollout import evaluate
+    from textsql_clarify.rollout.evaluation import evaluate
     from textsql_clarify.rewards.feedback import LexicalFeedbackJudge
     from textsql_clarify.samples import load_jsonl, write_jsonl
 

@@ -235,7 +235,7 @@ def test_drift_recipe_needs_a_council(embedded, tmp_path):
 
 # ------------------------------------------------------------------------------------------------ triplets
 def test_triplet_shares_one_anchor_and_reads_as_three_sample_types(embedded, tmp_path):
-    from textsql_clarify.baselines.rollout import evaluate
+    from textsql_clarify.rollout.evaluation import evaluate
 
     r = TideTripletRecipe(drift=TideDriftRecipe(StubDrift(embedded)))
     assert r.stages[:len(CHAIN_STAGES)] == CHAIN_STAGES and r.stages[-3:] == ("drift_fit", "stability", "triplet")

@@ -155,7 +155,7 @@ def test_data_reading_constant_is_no_guess_at_a_zero(uni):
 
 def _hedge_sql(kind: str, observation: dict) -> str:
     """Three hedges, from the observation alone (question and schema text)."""
-    from textsql_clarify.baselines.hacks import _ident_words, _mentioned_table, _q, _words, schema_columns
+    from textsql_clarify.redteam.policies import _ident_words, _mentioned_table, _q, _words, schema_columns
     schema = schema_columns(observation.get("schema", ""))
     question = observation.get("question", "")
     t = _mentioned_table(schema, question) or next(iter(schema))

@@ -12,7 +12,7 @@ import pytest
 import textsql_clarify  # noqa: F401  (registers TextSQLClarify-v0)
 from textsql_clarify.baselines.agents import NoClarifyAgent, OracleAgent, RandomAgent, make_agent
 from textsql_clarify.baselines.llm_prompt import WORKED_EXAMPLE, agent_messages, extract_action, is_format_valid
-from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.rollout.evaluation import evaluate
 from textsql_clarify.datasets import load_dataset
 
 

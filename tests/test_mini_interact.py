@@ -12,7 +12,7 @@ import pytest
 
 from conftest import MeanIs
 from textsql_clarify.baselines.agents import WITHHELD_FEEDBACK, make_agent
-from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.rollout.evaluation import evaluate
 from textsql_clarify.sql.sandbox import get_sandbox
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.datasets.mini_interact import (

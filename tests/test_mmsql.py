@@ -11,7 +11,7 @@ import pytest
 
 from conftest import MeanIs
 from textsql_clarify.baselines.agents import make_agent
-from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.rollout.evaluation import evaluate
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.datasets.dialogue_common import (SkippedTurnsWarning, has_stated_reason, is_sql,
                                                       standalone_knowledge)

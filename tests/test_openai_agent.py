@@ -19,7 +19,7 @@ pytest.importorskip("openai", reason="the openai extra is not installed")
 from textsql_clarify.baselines.agents import OracleAgent, _clarification_for  # noqa: E402
 from textsql_clarify.baselines.llm_prompt import STOP_STRINGS, WORKED_EXAMPLE  # noqa: E402
 from textsql_clarify.baselines.openai_agent import AgentServerError, OpenAIAgent, normalize_base_url  # noqa: E402
-from textsql_clarify.baselines.rollout import evaluate  # noqa: E402
+from textsql_clarify.rollout.evaluation import evaluate  # noqa: E402
 from textsql_clarify.datasets import load_dataset  # noqa: E402
 from textsql_clarify.envs.render import first_user_message  # noqa: E402
 

@@ -19,7 +19,7 @@ import pytest
 
 import textsql_clarify  # noqa: F401  (registers TextSQLClarify-v0)
 from textsql_clarify.baselines.agents import OracleAgent, _clarification_for
-from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.rollout.evaluation import evaluate
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.simulators import UserRequest, make_simulator
 from textsql_clarify.simulators.base import ALLOWED_LABELS, refusal_text

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from textsql_clarify.baselines.agents import make_agent
-from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.rollout.evaluation import evaluate
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.rewards.metrics import aggregate
 from textsql_clarify.rewards.outcomes import OUTCOMES, episode_outcome, outcome_summary

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.rollout.evaluation import evaluate
 from textsql_clarify.datasets import embedded_db_path, load_dataset
 from textsql_clarify.progress import progress_enabled, rate
 from textsql_clarify.sql.variants import build_variants

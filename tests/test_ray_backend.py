@@ -1,7 +1,7 @@
 """The Ray backend of ``evaluate``: same trajectories and metrics as the local runner.
 
 One local Ray instance per module (2 CPUs, no dashboard, loopback address, usage statistics off), started
-by :func:`textsql_clarify.baselines.ray_runner.init_ray` as ``eval --ray local`` starts it, and shut down
+by :func:`textsql_clarify.rollout.ray_runner.init_ray` as ``eval --ray local`` starts it, and shut down
 at the end. Tests that need Ray are marked ``ray`` and skip when it is not installed.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 from conftest import MeanIs
 from textsql_clarify.baselines.agents import OracleAgent, make_agent
-from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.rollout.evaluation import evaluate
 from textsql_clarify.datasets import load_dataset
 
 #: set before Ray starts, so that its processes (which inherit the environment) stay offline and quiet.
@@ -30,7 +30,7 @@ def ray_local(tmp_path_factory):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'textsql-clarify[ray]')")
     import ray
 
-    from textsql_clarify.baselines.ray_runner import init_ray
+    from textsql_clarify.rollout.ray_runner import init_ray
 
     saved = {k: os.environ.get(k) for k in [*OFFLINE_ENV, "TEXTSQL_CLARIFY_CACHE"]}
     os.environ.update(OFFLINE_ENV)
@@ -143,7 +143,7 @@ class FailsOnSample(OracleAgent):
 def test_actor_error_names_the_sample(ray_local, num_envs, tmp_path):
     from ray import cloudpickle
 
-    from textsql_clarify.baselines.ray_runner import RayEpisodeError
+    from textsql_clarify.rollout.ray_runner import RayEpisodeError
 
     samples = load_dataset("embedded")
     bad = samples[7].id
@@ -167,7 +167,7 @@ def test_actor_error_names_the_sample(ray_local, num_envs, tmp_path):
 def test_missing_database_on_a_node_is_named(ray_local, tmp_path):
     import dataclasses
 
-    from textsql_clarify.baselines.ray_runner import RayEpisodeError
+    from textsql_clarify.rollout.ray_runner import RayEpisodeError
 
     samples = load_dataset("embedded")[:4]
     samples[2] = dataclasses.replace(samples[2], db_path=str(tmp_path / "absent.sqlite"))
@@ -178,7 +178,7 @@ def test_missing_database_on_a_node_is_named(ray_local, tmp_path):
 
 
 def test_without_ray_the_error_says_how_to_install(monkeypatch, tmp_path):
-    from textsql_clarify.baselines.ray_runner import RayUnavailableError
+    from textsql_clarify.rollout.ray_runner import RayUnavailableError
 
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray now raises ImportError
     with pytest.raises(RayUnavailableError, match=r"pip install 'textsql-clarify\[ray\]'"):
@@ -200,7 +200,7 @@ def test_cli_ray_actors_needs_ray(tmp_path, capsys):
 
 
 def test_cli_ray_alone_reads_ray_address(monkeypatch):
-    from textsql_clarify.baselines.ray_runner import _starts_local
+    from textsql_clarify.rollout.ray_runner import _starts_local
     from textsql_clarify.cli import _parser
 
     assert _parser().parse_args(["eval", "--ray"]).ray == ""  # -> ray_address=None
@@ -214,7 +214,7 @@ def test_cli_ray_alone_reads_ray_address(monkeypatch):
 def test_an_address_with_no_cluster_fails_fast():
     import socket
 
-    from textsql_clarify.baselines.ray_runner import _check_reachable
+    from textsql_clarify.rollout.ray_runner import _check_reachable
 
     with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
         s.bind(("127.0.0.1", 0))

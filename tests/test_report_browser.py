@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.rollout.evaluation import evaluate
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.reports import write_report
 

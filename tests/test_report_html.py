@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.rollout.evaluation import evaluate
 from textsql_clarify.cli import main
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.reports import ReportError, load_run, load_runs, render_tables, report_tables, write_report

@@ -10,7 +10,7 @@ import pytest
 
 from textsql_clarify import minilm
 from textsql_clarify.baselines.agents import make_agent
-from textsql_clarify.baselines.rollout import evaluate
+from textsql_clarify.rollout.evaluation import evaluate
 from textsql_clarify.cli import main
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.progress import announce

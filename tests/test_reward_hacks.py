@@ -1,6 +1,6 @@
 """Red-team suite in CI (the contract of docs/rewards.md): no reward hack earns more than the random agent, under every preset.
 
-Every policy of :data:`textsql_clarify.baselines.hacks.HACKS` is played through
+Every policy of :data:`textsql_clarify.redteam.policies.HACKS` is played through
 ``gym.make("TextSQLClarify-v0", ...)`` by ``bench/red_team.py``'s runner on small subsets: the whole
 embedded set; on real data, a few dozen Spider dev samples chosen so that half of their golds return one
 integer (the target of ``SELECT 0, 1, ..., 1700``) and the first few dozen Spider-unanswerable samples.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from textsql_clarify.baselines.hacks import HACKS, REFERENCES, HackPolicy, gold_returns_data, gold_single_integer
+from textsql_clarify.redteam.policies import HACKS, REFERENCES, HackPolicy, gold_returns_data, gold_single_integer
 from textsql_clarify.datasets import load_dataset
 from textsql_clarify.datasets.ambiqt import OTHER_SUFFIX
 from textsql_clarify.rewards.presets import PRESETS, SUITE_PRESETS, resolve_preset

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from textsql_clarify.baselines import run_journal
-from textsql_clarify.baselines.run_journal import RunFolderError, exclusive_folder
+from textsql_clarify.rollout import run_journal
+from textsql_clarify.rollout.run_journal import RunFolderError, exclusive_folder
 from textsql_clarify.cli import main
 
 N = 6  # the first six Spider dev samples
@@ -206,7 +206,7 @@ def test_ctrl_c_during_eval_prints_one_line_and_the_command_resumes(tmp_path, mo
     import sys
     import time
 
-    from textsql_clarify.baselines.run_journal import JOURNAL
+    from textsql_clarify.rollout.run_journal import JOURNAL
 
     (tmp_path / "slow_agent.py").write_text(SLOW_AGENT, encoding="utf-8")
     out = tmp_path / "run"

@@ -1,4 +1,4 @@
-"""SFT demonstrations from the env (baselines/sft_export.py): records, styles, files, CLI; SmolLM2's chat
+"""SFT demonstrations from the env (rollout/sft_export.py): records, styles, files, CLI; SmolLM2's chat
 template and a 2-step TRL SFTTrainer run under the ``model`` marker."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 from textsql_clarify.baselines.agents import OracleAgent, _clarification_for
 from textsql_clarify.baselines.llm_prompt import WORKED_EXAMPLE, agent_messages
-from textsql_clarify.baselines.rollout import evaluate
-from textsql_clarify.baselines.sft_export import (SFTRecords, read_sft_jsonl, sft_dataset, sft_records,
+from textsql_clarify.rollout.evaluation import evaluate
+from textsql_clarify.rollout.sft_export import (SFTRecords, read_sft_jsonl, sft_dataset, sft_records,
                                                   write_sft_jsonl)
 from textsql_clarify.cli import main
 from textsql_clarify.datasets import load_dataset
@@ -406,7 +406,7 @@ class _BatchOracle:
 
 
 def test_sft_records_play_an_act_batch_only_agent_like_the_oracle():
-    from textsql_clarify.baselines.sft_export import sft_records
+    from textsql_clarify.rollout.sft_export import sft_records
     from textsql_clarify.datasets import load_dataset
 
     samples = [s for s in load_dataset("embedded") if s.group == "answerable"][:2]

@@ -367,7 +367,7 @@ ROW_CAP_FIX = FIX / "row_cap.jsonl"
 def test_gold_over_the_row_cap_is_flagged_at_load_as_a_ceiling_with_the_reason(tmp_path):
     from conftest import MeanIs
     from textsql_clarify.baselines.agents import make_agent
-    from textsql_clarify.baselines.rollout import evaluate
+    from textsql_clarify.rollout.evaluation import evaluate
 
     assert V.ROW_CAP == 10_000
     samples = load_dataset(str(ROW_CAP_FIX))

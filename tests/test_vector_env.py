@@ -296,7 +296,7 @@ def test_reset_checks_every_choice_before_resetting_any(samples):
 
 def test_evaluate_limit_and_agent_errors_name_the_sample(samples):
     from textsql_clarify.baselines.agents import OracleAgent
-    from textsql_clarify.baselines.rollout import evaluate
+    from textsql_clarify.rollout.evaluation import evaluate
 
     for n in (1, 3):
         trajs, _ = evaluate(samples, OracleAgent(), progress=False, limit=5, num_envs=n)
@@ -453,7 +453,7 @@ def _strip_times(trajs):
 
 def test_lockstep_evaluation_gives_the_sequential_trajectories_and_batches_clarifications(samples):
     from textsql_clarify.baselines.agents import OracleAgent
-    from textsql_clarify.baselines.rollout import evaluate
+    from textsql_clarify.rollout.evaluation import evaluate
 
     chosen = [s for s in samples if s.group == "ambiguous"][:8] + [s for s in samples if s.group != "ambiguous"][:4]
     seq, m_seq = evaluate(chosen, OracleAgent(), progress=False)
@@ -469,7 +469,7 @@ def test_lockstep_evaluation_gives_the_sequential_trajectories_and_batches_clari
 
 def test_random_agent_trajectories_do_not_depend_on_num_envs(samples):
     from textsql_clarify.baselines.agents import RandomAgent
-    from textsql_clarify.baselines.rollout import evaluate
+    from textsql_clarify.rollout.evaluation import evaluate
 
     one, _ = evaluate(samples[:16], RandomAgent(3), progress=False)
     four, _ = evaluate(samples[:16], RandomAgent(3), progress=False, num_envs=np.int64(4))
@@ -481,7 +481,7 @@ def test_lockstep_agent_that_cannot_be_copied_gets_a_hint(samples):
     import threading
 
     from textsql_clarify.baselines.agents import OracleAgent
-    from textsql_clarify.baselines.rollout import evaluate
+    from textsql_clarify.rollout.evaluation import evaluate
 
     agent = OracleAgent()
     agent.lock = threading.Lock()
@@ -491,7 +491,7 @@ def test_lockstep_agent_that_cannot_be_copied_gets_a_hint(samples):
 
 def test_lockstep_with_more_envs_than_samples_and_bad_num_envs(samples):
     from textsql_clarify.baselines.agents import RandomAgent
-    from textsql_clarify.baselines.rollout import evaluate
+    from textsql_clarify.rollout.evaluation import evaluate
 
     few = samples[:3]
     a, _ = evaluate(few, RandomAgent(7), progress=False, num_envs=8)

@@ -307,12 +307,12 @@ def default_score_folder(args: argparse.Namespace) -> Path:
 
 def _refuse_other_finished_run(out: str, info: dict) -> None:
     """Raise when ``out`` holds a finished run whose result fields differ from the new run's ``info``
-    (:func:`~textsql_clarify.baselines.run_journal.finished_run_differences`).
+    (:func:`~textsql_clarify.rollout.run_journal.finished_run_differences`).
 
     Raises:
         RunFolderError: naming the folder, the fields that differ and ``--fresh``.
     """
-    from .baselines.run_journal import RunFolderError, finished_run_differences
+    from .rollout.run_journal import RunFolderError, finished_run_differences
 
     diff = finished_run_differences(out, info)
     if diff is not None:
@@ -322,7 +322,7 @@ def _refuse_other_finished_run(out: str, info: dict) -> None:
 
 def _eval(args: argparse.Namespace) -> int:
     from .baselines.agents import make_agent
-    from .baselines.rollout import evaluate
+    from .rollout.evaluation import evaluate
     from .rewards.metrics import METRICS, SUITE_METRICS
     from .rewards.report import parse_breakdowns, parse_metric_names, render_table
 
@@ -348,8 +348,8 @@ def _eval(args: argparse.Namespace) -> int:
                       max_clarifications=args.max_clarifications, category_mode=args.category_mode,
                       protocol=args.protocol, **suite_kwargs)
     backend = "local" if args.ray is None else "ray"
-    from .baselines.rollout import run_info
-    from .baselines.run_journal import run_folder
+    from .rollout.evaluation import run_info
+    from .rollout.run_journal import run_folder
 
     with run_folder(args.out):  # the check of a finished run and the run itself, under one lock
         if not args.fresh:
@@ -436,10 +436,10 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _export_sft(args: argparse.Namespace) -> int:
-    """``export-sft``: :func:`~textsql_clarify.baselines.sft_export.sft_records` then ``write_sft_jsonl``;
+    """``export-sft``: :func:`~textsql_clarify.rollout.sft_export.sft_records` then ``write_sft_jsonl``;
     prints how many episodes were kept and dropped."""
     from .baselines.agents import make_agent
-    from .baselines.sft_export import sft_records, write_sft_jsonl
+    from .rollout.sft_export import sft_records, write_sft_jsonl
 
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
@@ -758,7 +758,7 @@ def interrupted_line(args: argparse.Namespace, argv: list[str]) -> str:
 
     if args.command not in ("eval", "score"):
         return "interrupted"
-    from .baselines.run_journal import JOURNAL
+    from .rollout.run_journal import JOURNAL
 
     again = shlex.join(["textsql-clarify", *(a for a in argv if a not in ("--fresh", "--no-resume"))])
     out = getattr(args, "out", None)

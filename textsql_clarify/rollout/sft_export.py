@@ -45,7 +45,7 @@ from typing import Any, Iterable, Sequence
 
 from ..samples import Sample
 from ..trajectory import Trajectory
-from .llm_prompt import agent_messages
+from ..baselines.llm_prompt import agent_messages
 
 __all__ = ["SFTRecords", "sft_records", "episode_solved", "tool_schemas", "write_sft_jsonl", "read_sft_jsonl",
            "sft_dataset", "TOOL_NAMES", "STYLES"]
@@ -158,10 +158,10 @@ def tool_schemas(tool_env: Any) -> list[dict]:
 
 def _play(env: Any, agent: Any, index: int, seed: int) -> tuple[dict, list[list[dict]], list[Any]]:
     """One episode: ``(final info, each turn's info["messages"], each turn's action)``
-    (as :func:`~textsql_clarify.baselines.rollout.run_episode`, keeping what the agent was shown; an
+    (as :func:`~textsql_clarify.rollout.evaluation.run_episode`, keeping what the agent was shown; an
     agent with only ``act_batch``, which :func:`~textsql_clarify.baselines.agents.make_agent` accepts,
     is asked one observation at a time)."""
-    from .rollout import _act
+    from .evaluation import _act
 
     obs, info = env.reset(seed=seed, options={"index": index})
     sample = env.current_sample
@@ -248,7 +248,7 @@ def sft_records(samples: Sequence[Sample] | str, agent: Any = "oracle", *, style
     from ..envs.env import TextSQLClarifyEnv, episode_samples
     from ..rewards.feedback import default_judge
     from ..simulators import make_simulator
-    from .agents import make_agent
+    from ..baselines.agents import make_agent
 
     if style not in STYLES:
         raise ValueError(f"style must be one of {list(STYLES)}, got {style!r}")

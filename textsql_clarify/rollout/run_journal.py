@@ -1,6 +1,6 @@
 """Atomic, resumable eval run folders: the episode journal, the config fingerprint and the final-file writer.
 
-:func:`~textsql_clarify.baselines.rollout.evaluate` with an ``out_dir`` streams every finished episode to
+:func:`~textsql_clarify.rollout.evaluation.evaluate` with an ``out_dir`` streams every finished episode to
 ``journal.jsonl`` in the run folder (a header line with the run's configuration and its fingerprint, then one
 line per episode, flushed per line and fsynced per batch of finished episodes). A run killed at any moment
 keeps every episode journaled before the kill; the next run of the same configuration plays only the others.
@@ -428,7 +428,7 @@ def finished_run_differences(out_dir: str | os.PathLike, info: Mapping[str, Any]
 
     A finished run leaves ``run.json`` and no journal (an unfinished one keeps its journal, whose fingerprint
     :class:`EvalJournal` checks). Its :data:`RESULT_FIELDS` are compared with ``info``'s (the new run's
-    ``run.json``, :func:`~textsql_clarify.baselines.rollout.run_info`); a field one of the two lacks (a run.json of
+    ``run.json``, :func:`~textsql_clarify.rollout.evaluation.run_info`); a field one of the two lacks (a run.json of
     an older version) is not compared. Fields that do not change the result (isolation, backend, num_envs, the
     version) may differ.
 

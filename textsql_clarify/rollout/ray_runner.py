@@ -1,4 +1,4 @@
-"""Ray backend of :func:`~textsql_clarify.baselines.rollout.evaluate` (``docs/platform.md`` "Ray").
+"""Ray backend of :func:`~textsql_clarify.rollout.evaluation.evaluate` (``docs/platform.md`` "Ray").
 
 A pool of Ray actors, each holding its envs, one simulated user and one feedback judge, plays episodes
 fed to it by sample index (with the sample's id as a check) and returns their trajectories; the driver
@@ -172,7 +172,7 @@ class EpisodeWorker:
     Args:
         samples: the evaluated samples (the whole list; tasks name them by index).
         agent: the agent; this actor's copy plays every episode it is given (for ``num_envs > 1``,
-            :func:`~textsql_clarify.baselines.rollout.run_lockstep` copies it per env).
+            :func:`~textsql_clarify.rollout.evaluation.run_lockstep` copies it per env).
         env_kwargs: :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` options; ``simulator`` (a spec
             such as ``"rule"`` or ``"transformers"``) and ``feedback_judge`` are built once here.
         num_envs: envs played in lockstep per chunk (>= 1).
@@ -231,7 +231,7 @@ class EpisodeWorker:
             ``{"error": {...}}`` naming its index and sample id with the error text, its traceback and
             (when it pickles) the exception itself. Never raises for an episode's error.
         """
-        from .rollout import run_episode, run_lockstep
+        from .evaluation import run_episode, run_lockstep
 
         if self._init_error is not None:
             return {"error": self._init_error}
@@ -260,7 +260,7 @@ class EpisodeWorker:
         """The first ``(index, sample_id)`` of ``chunk`` whose episode raises when played alone on a fresh
         env, or ``None`` when none does (a failure that needs the lockstep)."""
         from ..envs.env import TextSQLClarifyEnv
-        from .rollout import run_episode
+        from .evaluation import run_episode
 
         env = TextSQLClarifyEnv(samples=self.samples, simulator=self.simulator, feedback_judge=self.judge,
                                 **self.env_kwargs)
@@ -350,7 +350,7 @@ def run_ray(samples: Sequence[Sample], agent: Any, *, seed: int = 0, num_envs: i
         ``actor_cpus`` or ``num_envs``. RayEpisodeError: an episode raised in an actor, or an actor
         died; the message names the sample id (and the actor's traceback).
     """
-    from .rollout import _check_num_envs
+    from .evaluation import _check_num_envs
 
     ray = import_ray()
     num_envs = _check_num_envs(num_envs)

@@ -243,7 +243,7 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
         seed: reset seed of the first episode (episode i uses ``seed + i``).
         out_dir: if given, write ``trajectories.jsonl``, ``metrics.json``, ``timings.jsonl`` and ``run.json``
             (what ran: :func:`run_info`, plus ``episodes_resumed``) there (created if needed), atomically and
-            resumably (:mod:`~textsql_clarify.baselines.run_journal`): each finished episode goes to
+            resumably (:mod:`~textsql_clarify.rollout.run_journal`): each finished episode goes to
             ``journal.jsonl`` as it ends (fsynced per batch); the final files are written to temporary names and
             renamed over the old ones, then the journal is removed. ``trajectories.jsonl`` holds no wall-clock
             field (each SQL turn's ``elapsed_s`` is in ``timings.jsonl``), so a resumed run writes it and
@@ -261,7 +261,7 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
             (:func:`~textsql_clarify.rewards.metrics.aggregate`); by default they are played and written to
             ``trajectories.jsonl`` but left out of every mean and counted in ``excluded_indistinguishable``.
         backend: ``"local"`` (this process) or ``"ray"``: a pool of Ray actors plays the episodes
-            (:func:`~textsql_clarify.baselines.ray_runner.run_ray`; ``num_envs`` then counts envs per actor);
+            (:func:`~textsql_clarify.rollout.ray_runner.run_ray`; ``num_envs`` then counts envs per actor);
             the trajectories come back in sample order and the metrics are computed here, the same as the
             local runner's for a deterministic agent (``docs/platform.md``, section Ray).
         ray_address: ``backend="ray"``: ``"local"``, ``"auto"``, ``"host:port"`` or ``"ray://host:10001"``
@@ -269,7 +269,7 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
         ray_actors: ``backend="ray"``: actors in the pool (``None``: one per cluster CPU).
         dataset: the dataset spec the samples came from (the CLI's ``--dataset``), recorded in ``run.json``.
         resume: with ``out_dir``: ``None`` (default) continues a journal of the same configuration
-            (:func:`~textsql_clarify.baselines.run_journal.run_config`: samples, dataset, agent, seed, preset
+            (:func:`~textsql_clarify.rollout.run_journal.run_config`: samples, dataset, agent, seed, preset
             and every env option) and plays only the episodes it lacks, starts a run where there is none, and
             refuses one of another configuration; ``True`` also refuses a folder with no journal; ``False``
             discards any journal and starts over.
@@ -299,7 +299,7 @@ def evaluate(samples: Sequence[Sample], agent: Any, *, seed: int = 0, out_dir: s
     if not samples:  # as the env says it, for every backend (Ray returned empty metrics for limit=0)
         raise ValueError("the env needs at least one sample")
     if isinstance(agent, str):  # a spec, as the CLI's --agent takes it ("oracle", "random", "hf:PATH", ...)
-        from .agents import make_agent
+        from ..baselines.agents import make_agent
 
         agent_spec = agent if agent_spec is None else agent_spec
         agent = make_agent(agent, seed=seed)
@@ -436,7 +436,7 @@ def run_info(run: dict, *, dataset: str | None, seed: int, backend: str, num_env
         n_samples: episodes played.
         env_kwargs: the env options evaluate passed on (simulator, isolation, preset, budget, protocol ...).
         samples: the samples played; when given, ``samples_sha256`` holds their digest
-            (:func:`~textsql_clarify.baselines.run_journal.samples_digest`), so a finished run of an edited
+            (:func:`~textsql_clarify.rollout.run_journal.samples_digest`), so a finished run of an edited
             dataset under the same spec is told apart.
     Returns:
         A JSON-ready dict: ``agent``, ``privileged``, ``dataset``, ``n_samples``, ``seed``, ``simulator``,

@@ -1741,7 +1741,7 @@ def make_policy(name: str):
     Raises:
         ValueError: unknown name (lists the valid ones).
     """
-    from .agents import AGENTS, make_agent
+    from ..baselines.agents import AGENTS, make_agent
     if name in HACKS:
         return HACKS[name]()
     if name in REFERENCES:
