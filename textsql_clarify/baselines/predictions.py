@@ -12,7 +12,9 @@ Each prediction is replayed as a one-turn SQL episode by :class:`ReplayAgent` th
 :func:`~textsql_clarify.baselines.rollout.evaluate`, so EX, EX_strict (and with ``ex_mode="suite"`` EX_suite)
 are exactly what ``textsql-clarify eval`` computes, and the same ``trajectories.jsonl``, ``metrics.json`` and
 ``run.json`` are written. :func:`add_exact_match` then adds EM (:mod:`textsql_clarify.rewards.exact_match`)
-with its n and interval to ``metrics.json``.
+with its n and interval to ``metrics.json``, and each episode's EM to its ``scores["em"]`` in
+``trajectories.jsonl`` (beside its ``scores["ex"]``), so that a report pairs two runs' EM per sample as it pairs
+their EX.
 """
 from __future__ import annotations
 
@@ -232,7 +234,9 @@ def add_exact_match(metrics: dict[str, Any], trajectories: Sequence[Any], sample
     trajectories the metrics averaged (the ``indistinguishable`` exclusion is the run's), with the run's
     bootstrap settings; ``exact_match`` holds each component's rate the same way, and the counts of samples
     without a gold, with a gold that cannot be read (both undefined, out of the means) and with a prediction
-    that cannot be read (a miss, as Spider scores it).
+    that cannot be read (a miss, as Spider scores it). Every trajectory (excluded ones too) gets its own EM in
+    ``scores["em"]``: 1.0 or 0.0, ``None`` where undefined (what
+    :func:`~textsql_clarify.rewards.metrics.trajectory_metrics` reads as ``EM``).
 
     Args:
         metrics: :func:`~textsql_clarify.rewards.metrics.aggregate`'s dict of the run.
@@ -240,7 +244,7 @@ def add_exact_match(metrics: dict[str, Any], trajectories: Sequence[Any], sample
         samples: the samples played.
         predictions: ``{sample id: SQL}``.
     Returns:
-        ``metrics``.
+        ``metrics`` (the trajectories' ``scores`` are changed in place too).
     Raises:
         KeyError: a trajectory's sample has no prediction.
 
@@ -252,6 +256,9 @@ def add_exact_match(metrics: dict[str, Any], trajectories: Sequence[Any], sample
     from ..rewards.metrics import BREAKDOWNS, INDISTINGUISHABLE, _key  # _key: a trajectory's row, as aggregate keys it
 
     verdicts, counts = _em_values(samples, predictions)
+    for t in trajectories:  # per episode, beside EX: what the report's paired difference of EM reads
+        v = verdicts[t.sample_id]
+        t.scores["em"] = None if v is None else float(v.match)
     boot = metrics.get("bootstrap") or {}
     settings = {"seed": boot.get("seed", 0), "n_resamples": boot.get("n_resamples", 1000)}
     keep = [t for t in trajectories
@@ -331,7 +338,8 @@ def score_predictions(samples: Sequence[Sample], predictions: Mapping[str, str],
         samples: the dataset's samples, in gold order.
         predictions: ``{sample id: SQL}``, one per sample (:func:`read_predictions`).
         out_dir: where ``trajectories.jsonl``, ``metrics.json`` and ``run.json`` go (as ``eval`` writes them;
-            ``metrics.json`` is then rewritten with EM, both under one lock of the folder), or ``None``.
+            ``metrics.json`` and ``trajectories.jsonl`` are then rewritten with EM, all under one lock of the
+            folder), or ``None``.
         seed, progress, dataset: as :func:`~textsql_clarify.baselines.rollout.evaluate`.
         name: the predictions' name in the run's agent spec (``predictions:<name>@<digest>``).
         env_kwargs: env options (``ex_mode``, ``suite_k``, ``isolation``, ...), as for ``evaluate``.
@@ -342,7 +350,6 @@ def score_predictions(samples: Sequence[Sample], predictions: Mapping[str, str],
         RunFolderError: ``out_dir`` is held by another run (:func:`~textsql_clarify.baselines.run_journal.run_folder`).
         Whatever :func:`~textsql_clarify.baselines.rollout.evaluate` raises.
     """
-    from ..reports.output import replace_text
     from .rollout import evaluate
 
     missing = [s.id for s in samples if s.id not in predictions]
@@ -354,13 +361,38 @@ def score_predictions(samples: Sequence[Sample], predictions: Mapping[str, str],
                                   agent_spec=spec, dataset=dataset, **env_kwargs)
         add_exact_match(metrics, trajs, samples, predictions)
         return trajs, metrics
-    from .run_journal import run_folder
+    from .run_journal import replace_files, run_folder
 
-    # one lock (reentrant: evaluate's own nests in it) over the replay and EM's rewrite of metrics.json, so no
-    # other run writes the folder between the two
+    # one lock (reentrant: evaluate's own nests in it) over the replay and EM's rewrite of metrics.json and
+    # trajectories.jsonl, so no other run writes the folder between the two
     with run_folder(out_dir):
         trajs, metrics = evaluate(samples, ReplayAgent(predictions), seed=seed, out_dir=out_dir, progress=progress,
                                   agent_spec=spec, dataset=dataset, **env_kwargs)
         add_exact_match(metrics, trajs, samples, predictions)
-        replace_text(Path(out_dir) / "metrics.json", json.dumps(metrics, indent=2, ensure_ascii=False, default=str) + "\n")
+        replace_files(out_dir, {
+            "trajectories.jsonl": _with_em(Path(out_dir) / "trajectories.jsonl", trajs),
+            "metrics.json": (json.dumps(metrics, indent=2, ensure_ascii=False, default=str) + "\n").encode(
+                "utf-8", "backslashreplace"),
+        })
     return trajs, metrics
+
+
+def _with_em(path: Path, trajectories: Sequence[Any]) -> bytes:
+    """``trajectories.jsonl`` as ``evaluate`` wrote it, each record's ``scores["em"]`` set from the trajectory
+    of the same line (one line per trajectory, in order; every other field kept as written), as ASCII JSON lines.
+
+    Raises:
+        PredictionsError: the file's lines are not the trajectories (another count or sample id).
+    """
+    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    if len(lines) != len(trajectories):
+        raise PredictionsError(f"{path}: {len(lines)} records for {len(trajectories)} episodes played")
+    out = []
+    for no, (line, t) in enumerate(zip(lines, trajectories), 1):
+        rec = json.loads(line)
+        if rec.get("sample_id") != t.sample_id:
+            raise PredictionsError(f"{path}, line {no}, field 'sample_id': {rec.get('sample_id')!r}, but the episode "
+                                   f"played there is {t.sample_id!r}")
+        rec.setdefault("scores", {})["em"] = t.scores.get("em")
+        out.append(json.dumps(rec, ensure_ascii=True) + "\n")
+    return "".join(out).encode("ascii")

@@ -99,7 +99,9 @@ def leaderboard(runs: Sequence[Run], metrics: Sequence[str] | None = None, *, se
         ``verdict`` is ``"better"``, ``"worse"`` or ``""`` (no difference, or a metric with no direction over
         these samples: :func:`~textsql_clarify.rewards.direction.verdict`); ``direction`` is the one it
         follows, ``"higher"``, ``"lower"`` or ``None`` (:func:`~textsql_clarify.rewards.direction.direction`).
-        EM's per-sample values are not in the trajectories, so its difference is undefined (n = 0).
+        EM's per-sample values are the trajectories' ``scores["em"]``, which ``textsql-clarify score`` writes
+        (:func:`~textsql_clarify.baselines.predictions.add_exact_match`): its difference between two score runs
+        is exact McNemar like EX's; against a run without them it is undefined (n = 0).
     Raises:
         KeyError: a metric with no documented direction.
     """

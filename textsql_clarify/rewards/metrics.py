@@ -80,7 +80,7 @@ INDISTINGUISHABLE = "indistinguishable"
 #: breakdown name -> output key.
 BREAKDOWNS = ("group", "subcategory", "difficulty", "drift_subtype", "sample_type")
 
-_BINARY_SCORES = ("ex", "ex_strict", "ex_post", "fb", "abstained", "ex_suite", "ex_strict_suite")
+_BINARY_SCORES = ("ex", "ex_strict", "ex_post", "fb", "abstained", "ex_suite", "ex_strict_suite", "em")
 _UNIT_SCORES = ("cell_precision", "cell_recall", "cell_f1", "column_precision", "column_recall",
                 "table_recall", "table_precision")
 _FLAG_SCORES = ("gold_truncated", "pred_truncated", "keyless", "scorer_inconsistent")
@@ -259,6 +259,8 @@ def _abiss(t: Trajectory) -> dict[str, float | None]:
                                     "abstained": _f(s.get("abstained"))}
     if "ex_suite" in s or "ex_strict_suite" in s:  # test-suite EX: a run with ex_mode="suite"
         out["EX_suite"], out["EX_strict_suite"] = _f(s.get("ex_suite")), _f(s.get("ex_strict_suite"))
+    if "em" in s:  # Spider's exact-set-match: a predictions replay (textsql-clarify score) writes it per episode
+        out["EM"] = _f(s.get("em"))
     classified = t.predicted_category is not None or any(x.phase == "classification" for x in t.turns)
     rec = cls = None
     if classified:
@@ -376,6 +378,11 @@ def trajectory_metrics(t: Trajectory, *, original: bool = False) -> dict[str, fl
     * ``EX_suite`` / ``EX_strict_suite`` = ``scores.ex_suite`` / ``scores.ex_strict_suite`` (Zhong, Yu and Klein
       2020; only in runs whose env had ``ex_mode="suite"``, else absent): the same SQL and denominator as ``EX``
       / ``EX_strict``, a hit only when the prediction also agrees on every database variant where the gold runs.
+    * ``EM`` = ``scores.em`` (Yu et al. 2018, Spider §Evaluation Metrics, exact-set-match; only in the runs of
+      ``textsql-clarify score``, which writes it per episode, else absent): 1/0 where the sample has a readable
+      gold SQL, ``None`` otherwise. Its mean is written by
+      :func:`~textsql_clarify.baselines.predictions.add_exact_match`; the per-episode value feeds the report's
+      paired difference (McNemar, as for EX).
     * ``FB`` = ``scores.fb`` (ABISS §5.3): judge verdict on unanswerable samples with a stated rationale,
       0 for feedback on a solvable one; ``None`` on unanswerable samples without a rationale.
     * ``abstained`` = ``scores.abstained`` (ours): over unanswerable samples without a stated rationale
