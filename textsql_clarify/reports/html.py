@@ -20,12 +20,16 @@ import math
 from typing import Any, Iterable, Sequence
 
 from . import assets
-from .leaderboard import (DEFAULT_BY, PLOTTED, UNBOUNDED, category_table, leaderboard, outcome_table)
+from .leaderboard import (DEFAULT_BY, NOT_APPLICABLE, PLOTTED, UNBOUNDED, applies_outcome, category_table,
+                          leaderboard, outcome_table)
 from .expected import ExpectedSource, expected_sources
 from .plots import COLOURS, bar_chart_svg
 from .runs import Run
 
 UNDEFINED = "—"
+#: the cell of a metric that does not apply to its run (an agent-behaviour metric of a predictions replay).
+NOT_APPLICABLE_MARK = "n/a"
+_NOT_APPLICABLE_TITLE = "not applicable: a predictions replay (textsql-clarify score) is one SQL turn per episode"
 #: per-episode scores the dialogue browser can filter on (``scores`` key -> label), where some episode has them.
 SCORE_FILTERS = (("ex", "EX"), ("fb", "FB"), ("ex_post", "EX_post"), ("abstained", "abstained"))
 #: the chips shown first, in this order, on a turn's components and an episode's final scores; every other
@@ -52,6 +56,8 @@ def fmt(v: Any, digits: int = 3) -> str:
 
 
 def _mean_cell(m: dict[str, Any]) -> str:
+    if m and m.get("not_applicable"):
+        return f'<td class="num undef na" title="{esc(_NOT_APPLICABLE_TITLE)}">{NOT_APPLICABLE_MARK}</td>'
     if not m or not m.get("n") or m.get("value") is None:
         return f'<td class="num undef" title="undefined (n=0)">{UNDEFINED}</td>'
     ci = m.get("ci95")
@@ -124,10 +130,19 @@ def _leaderboard_section(runs: Sequence[Run], board: dict[str, Any]) -> str:
     for m in names:
         body.append(f'<tr data-metric="{esc(m)}"><td>{esc(m)}</td>')
         for k, row in enumerate(rows):
-            body.append(_mean_cell(row["metrics"][m]) + (_diff_cell(row["diff"][m]) if k > 0 else ""))
+            na = row["metrics"][m].get("not_applicable") or rows[0]["metrics"][m].get("not_applicable")
+            diff = "" if k == 0 else _mean_cell(NOT_APPLICABLE) if na else _diff_cell(row["diff"][m])
+            body.append(_mean_cell(row["metrics"][m]) + diff)
         body.append("</tr>")
     note = ("Each run's cell: its mean, the 95 % bootstrap interval over samples, and n (the samples it is taken "
             "over). Metrics undefined in every run are left out.")
+    if any(r.replay for r in runs):
+        from ..rewards.report import REPLAY_SKIPPED
+
+        note += (f" A predictions replay (textsql-clarify score) is one SQL turn per episode, so "
+                 f"{esc(', '.join(REPLAY_SKIPPED))} describe no agent there: "
+                 + ("they are not shown." if all(r.replay for r in runs) else
+                    f"its cells read {NOT_APPLICABLE_MARK} and have no Δ."))
     if len(runs) > 1:
         note += (f" Δ: the run minus {esc(board['reference'])} over the samples both runs define (n), with the paired "
                  "bootstrap's 95 % interval (PremiseSQL) and a two-sided p named by its test: exact McNemar for 0/1 "
@@ -150,24 +165,29 @@ def _leaderboard_section(runs: Sequence[Run], board: dict[str, Any]) -> str:
 def _outcomes_section(runs: Sequence[Run]) -> str:
     from ..rewards.outcomes import OUTCOMES
 
-    head = ("<tr><th>run</th><th>episodes</th>" + "".join(f"<th>{esc(o)}</th>" for o in OUTCOMES)
-            + "<th>turns</th><th>clarifications</th></tr>")
+    # a column that applies to no run (a report of predictions replays only: one SQL turn per episode) is left out
+    shown = [o for o in OUTCOMES if any(applies_outcome(r, o) for r in runs)]
+    means = [c for c in ("turns", "clarifications") if any(applies_outcome(r, c) for r in runs)]
+    head = ("<tr><th>run</th><th>episodes</th>" + "".join(f"<th>{esc(o)}</th>" for o in shown + means) + "</tr>")
     body = []
     for k, r in enumerate(runs):
         t = outcome_table(r)
         cells = []
-        for o in OUTCOMES:
+        for o in shown:
             s = (t.get("shares") or {}).get(o) or {}
-            cell = _mean_cell(s)
-            if s.get("n"):
+            cell = _mean_cell(s if applies_outcome(r, o) else NOT_APPLICABLE)
+            if s.get("n") and applies_outcome(r, o):
                 cell = cell.replace('<span class="n">', f'<span class="n">{esc(s.get("count"))} of ', 1)
             cells.append(cell)
+        cells += [_mean_cell((t.get(c) or {}) if applies_outcome(r, c) else NOT_APPLICABLE) for c in means]
         body.append(f"<tr><td>{_swatch(k)}{esc(r.name)}</td><td class=\"num\">{esc(t.get('n'))}</td>" + "".join(cells)
-                    + _mean_cell(t.get("turns") or {}) + _mean_cell(t.get("clarifications") or {}) + "</tr>")
+                    + "</tr>")
+    replay_note = (" A predictions replay (textsql-clarify score) is one SQL turn per episode: only its sql share "
+                   "applies." if any(r.replay for r in runs) else "")
     return ('<section id="outcomes"><h2>Outcomes</h2><p class="note">How each run\'s episodes ended: share with its '
             "95 % interval and count of n; sql / feedback: ended on that action; budget_spent: still asking when the "
             "clarification budget was spent; malformed: two malformed actions in a row (TIDE App. D); truncated: the "
-            "turn cap. Turns and clarifications are means per episode.</p>"
+            "turn cap. Turns and clarifications are means per episode." + replay_note + "</p>"
             '<div class="scroll"><table class="outcomes">' + head + "".join(body) + "</table></div></section>")
 
 

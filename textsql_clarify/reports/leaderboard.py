@@ -28,8 +28,38 @@ DEFAULT_BY = ("group", "subcategory")
 UNBOUNDED = {"SQL_behaviour": 2.0, "turns": None, "spurious_tables": None}
 
 
+#: what a cell of a metric that does not apply to its run holds: undefined (n = 0), marked so the page can say why.
+NOT_APPLICABLE = {"value": None, "n": 0, "ci95": None, "not_applicable": True}
+
+
 def _defined(m: Any) -> bool:
     return isinstance(m, dict) and bool(m.get("n")) and m.get("value") is not None
+
+
+def applies(run: Run, metric: str) -> bool:
+    """Whether ``metric`` describes ``run``: not for a predictions replay (``textsql-clarify score``,
+    :attr:`~textsql_clarify.reports.runs.Run.replay`) when it is one of the agent-behaviour metrics that the
+    score tables leave out (:data:`~textsql_clarify.rewards.report.REPLAY_SKIPPED`: AR, turns, DEC, ...; every
+    episode is one SQL turn), else always.
+
+    Args:
+        run: the run. metric: a metric name.
+    Returns:
+        ``False`` for a replay's skipped metric; the report shows such a cell as not applicable, leaves the
+        metric's column out where it applies to no run, and gives no paired difference for it.
+    """
+    from ..rewards.report import REPLAY_SKIPPED
+
+    return not (run.replay and metric in REPLAY_SKIPPED)
+
+
+def applies_outcome(run: Run, column: str) -> bool:
+    """As :func:`applies`, for an outcomes-table column (an outcome share, ``turns`` or ``clarifications``):
+    a replay's :data:`~textsql_clarify.rewards.report.REPLAY_SKIPPED_OUTCOMES` do not apply (only ``sql``
+    stays: one SQL turn per episode)."""
+    from ..rewards.report import REPLAY_SKIPPED_OUTCOMES
+
+    return not (run.replay and column in REPLAY_SKIPPED_OUTCOMES)
 
 
 def breakdown_block(run: Run, by: str) -> dict[str, Any]:
@@ -44,8 +74,9 @@ def breakdown_block(run: Run, by: str) -> dict[str, Any]:
 
 
 def defined_metrics(runs: Sequence[Run], names: Sequence[str] = HEADLINE) -> list[str]:
-    """The ``names`` that some run defines overall (n > 0), in the given order (undefined is not shown)."""
-    return [m for m in names if any(_defined(r.metrics["overall"].get(m)) for r in runs)]
+    """The ``names`` that some run defines overall (n > 0) and that apply to it (:func:`applies`), in the given
+    order (undefined is not shown; AR and turns are not shown for a report of predictions replays only)."""
+    return [m for m in names if any(applies(r, m) and _defined(r.metrics["overall"].get(m)) for r in runs)]
 
 
 def per_sample_values(run: Run, metric: str) -> dict[str, float | None]:
@@ -93,9 +124,11 @@ def leaderboard(runs: Sequence[Run], metrics: Sequence[str] | None = None, *, se
             (:func:`~textsql_clarify.rewards.bootstrap.paired_difference`).
     Returns:
         ``{"metrics": [names], "reference": runs[0].name, "rows": [{"run": name, "agent", "dataset",
-        "n_trajectories", "privileged", "metrics": {m: {"value", "n", "ci95"}}, "diff": {m: {"value", "n",
-        "ci95", "p_value", "test", "verdict", "direction"}} | None (the reference)}]}``; ``diff`` is this run
-        minus the reference over the samples both define; ``test`` names the test behind ``p_value``;
+        "n_trajectories", "privileged", "replay", "metrics": {m: {"value", "n", "ci95"}}, "diff": {m: {"value",
+        "n", "ci95", "p_value", "test", "verdict", "direction"}} | None (the reference)}]}``; ``diff`` is this run
+        minus the reference over the samples both define; ``test`` names the test behind ``p_value``; a metric
+        that does not apply to a run (:func:`applies`) is :data:`NOT_APPLICABLE` there, and its difference
+        against or from that run is undefined (n = 0);
         ``verdict`` is ``"better"``, ``"worse"`` or ``""`` (no difference, or a metric with no direction over
         these samples: :func:`~textsql_clarify.rewards.direction.verdict`); ``direction`` is the one it
         follows, ``"higher"``, ``"lower"`` or ``None`` (:func:`~textsql_clarify.rewards.direction.direction`).
@@ -112,13 +145,15 @@ def leaderboard(runs: Sequence[Run], metrics: Sequence[str] | None = None, *, se
     rows = []
     for k, r in enumerate(runs):
         row = {"run": r.name, "agent": r.agent, "dataset": r.info.get("dataset"),
-               "n_trajectories": r.metrics.get("n_trajectories"), "privileged": r.privileged,
-               "metrics": {m: _mean(r.metrics["overall"].get(m)) for m in names}, "diff": None}
+               "n_trajectories": r.metrics.get("n_trajectories"), "privileged": r.privileged, "replay": r.replay,
+               "metrics": {m: _mean(r.metrics["overall"].get(m)) if applies(r, m) else dict(NOT_APPLICABLE)
+                           for m in names}, "diff": None}
         if k > 0:
             groups = _paired_groups(r, runs[0])
             row["diff"] = {}
             for m in names:
-                d = paired_difference(per_sample_values(r, m), per_sample_values(runs[0], m),
+                both = applies(r, m) and applies(runs[0], m)
+                d = paired_difference(per_sample_values(r, m) if both else {}, per_sample_values(runs[0], m),
                                       seed=seed, n_resamples=n_resamples)
                 row["diff"][m] = {**d, "verdict": verdict(m, d["value"], groups), "direction": direction(m, groups)}
         rows.append(row)
@@ -178,7 +213,8 @@ def category_table(runs: Sequence[Run], by: str, metrics: Sequence[str] | None =
     Returns:
         ``{"by": by, "metrics": [names], "keys": [keys], "rows": [{"key", "run", "n_trajectories",
         "metrics": {m: {"value", "n", "ci95"}}}]}``, rows by key, then by run (a run without the key has
-        ``n_trajectories`` 0 and undefined metrics).
+        ``n_trajectories`` 0 and undefined metrics; a metric that does not apply to a run, :func:`applies`, is
+        :data:`NOT_APPLICABLE` in its rows and, by default, a column only where it applies to some run).
     Raises:
         ValueError: ``by`` is unknown.
     """
@@ -186,13 +222,15 @@ def category_table(runs: Sequence[Run], by: str, metrics: Sequence[str] | None =
     blocks = [breakdown_block(r, by) for r in runs]
     if metrics is None:
         metrics = [m for m in HEADLINE
-                   if any(_defined((b.get(k) or {}).get("metrics", {}).get(m)) for b in blocks for k in b)]
+                   if any(applies(r, m) and _defined((b.get(k) or {}).get("metrics", {}).get(m))
+                          for r, b in zip(runs, blocks) for k in b)]
     rows = []
     for k in keys:
         for r, b in zip(runs, blocks):
             blk = b.get(k) or {}
             rows.append({"key": k, "run": r.name, "n_trajectories": blk.get("n_trajectories", 0),
-                         "metrics": {m: _mean((blk.get("metrics") or {}).get(m)) for m in metrics}})
+                         "metrics": {m: _mean((blk.get("metrics") or {}).get(m)) if applies(r, m)
+                                     else dict(NOT_APPLICABLE) for m in metrics}})
     return {"by": by, "metrics": list(metrics), "keys": keys, "rows": rows}
 
 

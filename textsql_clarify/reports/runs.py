@@ -84,6 +84,15 @@ class Run:
         return str(self.info.get("agent") or (self.metrics.get("run") or {}).get("agent") or self.path.name)
 
     @property
+    def replay(self) -> bool:
+        """Whether the run is a predictions replay (``textsql-clarify score``), told from its own record: the
+        agent spec in ``run.json`` (else ``metrics.json``'s run block) is ``predictions:<stem>@<digest>``
+        (:func:`~textsql_clarify.baselines.predictions.score_predictions`). Every episode of such a run is one SQL
+        turn, so its agent-behaviour metrics (AR, turns, ...) describe no agent (docs/metrics.md, "Scoring a
+        predictions file")."""
+        return _PREDICTIONS_SPEC.fullmatch(self.agent) is not None
+
+    @property
     def privileged(self) -> bool:
         """Whether the agent was given each episode's gold (the oracle): its scores are no model's."""
         return bool(self.info.get("privileged", (self.metrics.get("run") or {}).get("privileged", False)))
