@@ -9,7 +9,7 @@ of a fresh episode on its row's sample (``reset(options={"sample_ids": [...]})``
 reward (a named preset, ``docs/rewards.md``) is returned. The completions of a step that clarify are
 answered by the simulated user in one batch. This is single-turn scoring: a clarification earns the
 preset's turn penalty and its episode is left open; multi-turn training needs a rollout loop (see
-``textsql_clarify.rollout.evaluation.run_lockstep`` for one over plain envs).
+``textsql_clarify.rollout.episodes.run_lockstep`` for one over plain envs).
 
 :func:`dataset_rows` builds the prompt rows (chat messages, as ``info["messages"]`` gives them, plus
 the ``sample_id`` column the reward function reads). No TRL import is needed; the demo below scores a

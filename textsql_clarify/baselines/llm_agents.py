@@ -5,7 +5,7 @@ the env's ``info["messages"]`` plus one worked example) with the tokenizer's cha
 greedily until the first closing action tag (:data:`~textsql_clarify.baselines.llm_prompt.STOP_STRINGS`),
 and cuts the completion to one action (:func:`~textsql_clarify.baselines.llm_prompt.extract_action`).
 :meth:`TransformersAgent.act_batch` takes the observations of every live env of a lockstep turn and
-answers them with one left-padded ``model.generate`` call (``rollout.evaluation.run_lockstep`` calls it once
+answers them with one left-padded ``model.generate`` call (``rollout.episodes.run_lockstep`` calls it once
 per turn), so N envs cost one generate per turn rather than N.
 
 Models load offline: ``"smollm2"`` (or any spec) goes through

@@ -180,7 +180,7 @@ class OpenAIAgent:
         """Nothing to prepare: the agent is not privileged and keeps no episode state."""
 
     def fork(self, k: int) -> "OpenAIAgent":
-        """The agent for lockstep env ``k`` (:func:`~textsql_clarify.rollout.evaluation.run_lockstep`): this
+        """The agent for lockstep env ``k`` (:func:`~textsql_clarify.rollout.episodes.run_lockstep`): this
         same object, since it keeps no per-episode state and its client is thread-safe."""
         return self
 

@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 from ..errors import TextSQLClarifyError
 from ..samples import Sample
 from ..trajectory import Trajectory
+from .episodes import _check_num_envs, run_episode, run_lockstep
 
 #: how to install the optional dependency (named in every "no Ray" error).
 RAY_INSTALL_HINT = "pip install 'textsql-clarify[ray]'"
@@ -172,7 +173,7 @@ class EpisodeWorker:
     Args:
         samples: the evaluated samples (the whole list; tasks name them by index).
         agent: the agent; this actor's copy plays every episode it is given (for ``num_envs > 1``,
-            :func:`~textsql_clarify.rollout.evaluation.run_lockstep` copies it per env).
+            :func:`~textsql_clarify.rollout.episodes.run_lockstep` copies it per env).
         env_kwargs: :class:`~textsql_clarify.envs.env.TextSQLClarifyEnv` options; ``simulator`` (a spec
             such as ``"rule"`` or ``"transformers"``) and ``feedback_judge`` are built once here.
         num_envs: envs played in lockstep per chunk (>= 1).
@@ -231,8 +232,6 @@ class EpisodeWorker:
             ``{"error": {...}}`` naming its index and sample id with the error text, its traceback and
             (when it pickles) the exception itself. Never raises for an episode's error.
         """
-        from .evaluation import run_episode, run_lockstep
-
         if self._init_error is not None:
             return {"error": self._init_error}
         current: tuple[int, str] | None = chunk[0]
@@ -260,7 +259,6 @@ class EpisodeWorker:
         """The first ``(index, sample_id)`` of ``chunk`` whose episode raises when played alone on a fresh
         env, or ``None`` when none does (a failure that needs the lockstep)."""
         from ..envs.env import TextSQLClarifyEnv
-        from .evaluation import run_episode
 
         env = TextSQLClarifyEnv(samples=self.samples, simulator=self.simulator, feedback_judge=self.judge,
                                 **self.env_kwargs)
@@ -350,8 +348,6 @@ def run_ray(samples: Sequence[Sample], agent: Any, *, seed: int = 0, num_envs: i
         ``actor_cpus`` or ``num_envs``. RayEpisodeError: an episode raised in an actor, or an actor
         died; the message names the sample id (and the actor's traceback).
     """
-    from .evaluation import _check_num_envs
-
     ray = import_ray()
     num_envs = _check_num_envs(num_envs)
     if num_actors is not None and (isinstance(num_actors, bool) or not isinstance(num_actors, int) or num_actors < 1):

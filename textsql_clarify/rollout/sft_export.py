@@ -46,6 +46,7 @@ from typing import Any, Iterable, Sequence
 from ..samples import Sample
 from ..trajectory import Trajectory
 from ..baselines.llm_prompt import agent_messages
+from .episodes import _act
 
 __all__ = ["SFTRecords", "sft_records", "episode_solved", "tool_schemas", "write_sft_jsonl", "read_sft_jsonl",
            "sft_dataset", "TOOL_NAMES", "STYLES"]
@@ -158,11 +159,9 @@ def tool_schemas(tool_env: Any) -> list[dict]:
 
 def _play(env: Any, agent: Any, index: int, seed: int) -> tuple[dict, list[list[dict]], list[Any]]:
     """One episode: ``(final info, each turn's info["messages"], each turn's action)``
-    (as :func:`~textsql_clarify.rollout.evaluation.run_episode`, keeping what the agent was shown; an
+    (as :func:`~textsql_clarify.rollout.episodes.run_episode`, keeping what the agent was shown; an
     agent with only ``act_batch``, which :func:`~textsql_clarify.baselines.agents.make_agent` accepts,
     is asked one observation at a time)."""
-    from .evaluation import _act
-
     obs, info = env.reset(seed=seed, options={"index": index})
     sample = env.current_sample
     agent.begin_episode(sample if getattr(agent, "privileged", False) else None)
