@@ -291,7 +291,7 @@ def test_source_files_of_specs(spider_root):
 
 def test_corrupt_cache_file_is_ignored_and_rewritten(executions):
     samples = load_jsonl(CASES)
-    digest, _ = cache_key(str(CASES), samples, V._settings())
+    digest, _ = cache_key(str(CASES), samples, V._settings(), code=V._code_digest())
     path = cache_path(digest)
     path.parent.mkdir(parents=True)
     path.write_text("{not json", encoding="utf-8")

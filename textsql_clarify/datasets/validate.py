@@ -333,7 +333,7 @@ def validate_samples(samples: Sequence[Sample], *, spec: str | None = None, use_
         from . import validation_cache as vc
 
         try:
-            digest, key = vc.cache_key(spec, samples, _settings())
+            digest, key = vc.cache_key(spec, samples, _settings(), code=_code_digest())
         except OSError:
             digest = None
         if digest is not None:

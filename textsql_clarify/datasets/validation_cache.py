@@ -87,13 +87,14 @@ def _sample_digest(samples: Sequence[Sample]) -> str:
 
 
 def cache_key(spec: str, samples: Sequence[Sample], settings: dict[str, Any], *,
-              code: str | None = None) -> tuple[str, dict]:
+              code: str) -> tuple[str, dict]:
     """The cache key of one validation run.
 
     Args:
         spec: the dataset spec. samples: the loaded samples (before validation).
         settings: the validator's version and sandbox settings (JSON-ready values).
-        code: a digest of the validator's code, stored as ``key["code"]``; ``None``: ``validate._code_digest()``.
+        code: a digest of the validator's code (``validate._code_digest()``, which the validator passes, so
+            that this module never imports the validator), stored as ``key["code"]``.
     Returns:
         ``(sha256 hex digest, the key record it hashes)``; the record is stored in the cache file too.
     Raises:
@@ -107,10 +108,6 @@ def cache_key(spec: str, samples: Sequence[Sample], settings: dict[str, Any], *,
         "databases": [_stat(Path(d).resolve()) for d in dbs],
         "samples": [len(samples), _sample_digest(samples)],
     }
-    if code is None:
-        from .validate import _code_digest
-
-        code = _code_digest()
     key["code"] = code
     text = json.dumps(key, sort_keys=True, ensure_ascii=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest(), key
