@@ -234,7 +234,9 @@ def add_exact_match(metrics: dict[str, Any], trajectories: Sequence[Any], sample
     trajectories the metrics averaged (the ``indistinguishable`` exclusion is the run's), with the run's
     bootstrap settings; ``exact_match`` holds each component's rate the same way, and the counts of samples
     without a gold, with a gold that cannot be read (both undefined, out of the means) and with a prediction
-    that cannot be read (a miss, as Spider scores it). Every trajectory (excluded ones too) gets its own EM in
+    that cannot be read (a miss, as Spider scores it); ``exact_match["partial"]`` holds Spider's partial-match
+    precision, recall (each with its n) and F1 of each component over the same trajectories
+    (:func:`~textsql_clarify.rewards.exact_match.partial_match`). Every trajectory (excluded ones too) gets its own EM in
     ``scores["em"]``: 1.0 or 0.0, ``None`` where undefined (what
     :func:`~textsql_clarify.rewards.metrics.trajectory_metrics` reads as ``EM``).
 
@@ -252,7 +254,7 @@ def add_exact_match(metrics: dict[str, Any], trajectories: Sequence[Any], sample
     :mod:`textsql_clarify.rewards.bootstrap`.
     """
     from ..rewards.bootstrap import bootstrap_cis
-    from ..rewards.exact_match import COMPONENTS
+    from ..rewards.exact_match import COMPONENTS, partial_match
     from ..rewards.metrics import BREAKDOWNS, INDISTINGUISHABLE, _key  # _key: a trajectory's row, as aggregate keys it
 
     verdicts, counts = _em_values(samples, predictions)
@@ -287,6 +289,12 @@ def add_exact_match(metrics: dict[str, Any], trajectories: Sequence[Any], sample
         "source": "Yu et al. 2018 (Spider), Evaluation: exact-set-match, values ignored (docs/metrics.md)",
         "components": {c: whole[c] for c in COMPONENTS},
         **counts,
+        "partial": {
+            "source": "Spider evaluation.py (github.com/taoyds/spider): eval_partial_match and evaluate's partial "
+                      "averages; precision over the samples whose prediction has the component, recall over those "
+                      "whose gold has it, F1 = 2PR / (P + R) (docs/metrics.md)",
+            "components": partial_match(v for v in (verdicts[t.sample_id] for t in keep) if v is not None),
+        },
     }
     for b in BREAKDOWNS:
         rows = metrics.get(f"by_{b}") or {}
@@ -297,7 +305,8 @@ def add_exact_match(metrics: dict[str, Any], trajectories: Sequence[Any], sample
 
 
 def render_exact_match(metrics: Mapping[str, Any]) -> str:
-    """Plain-text table of EM and its components (value, 95 % interval, n), then EM and EX by difficulty, in the
+    """Plain-text table of EM and its components (value, 95 % interval, n), then Spider's partial-match precision,
+    recall (each with its n) and F1 per component where ``metrics`` has them, then EM and EX by difficulty, in the
     format of ``eval``'s tables (:func:`~textsql_clarify.rewards.report.grid`: a dashed rule under each header,
     no trailing spaces).
 
@@ -306,7 +315,7 @@ def render_exact_match(metrics: Mapping[str, Any]) -> str:
     Returns:
         The lines, joined by ``"\\n"``, every line under 100 columns.
     """
-    from ..rewards.report import format_ci, format_mean, format_value, grid
+    from ..rewards.report import UNDEFINED, format_ci, format_mean, format_value, grid
 
     em = metrics["exact_match"]
     body = [[name, format_value(cell), format_ci(cell), str(cell["n"])]
@@ -318,6 +327,13 @@ def render_exact_match(metrics: Mapping[str, Any]) -> str:
                                                  ("no_gold", "samples without gold SQL (left out)")) if em.get(k)]
     if notes:
         lines.append("; ".join(notes))
+    partial = (em.get("partial") or {}).get("components")
+    if partial:
+        body = [[name, format_mean(cell["precision"]), format_mean(cell["recall"]),
+                 UNDEFINED if cell["f1"] is None else f"{cell['f1']:.3f}"] for name, cell in partial.items()]
+        lines += ["", "Partial match (Spider evaluation.py): precision over the samples whose prediction has the",
+                  "component, recall over those whose gold has it (n), F1 = 2PR / (P + R)"]
+        lines += grid(["component", "precision", "recall", "F1"], body, [False, False, False, True])
     rows = metrics.get("by_difficulty") or {}
     if len(rows) > 1 or (rows and "unknown" not in rows):
         body = [["overall", format_mean(metrics["overall"]["EM"]), format_mean(metrics["overall"].get("EX"))]]

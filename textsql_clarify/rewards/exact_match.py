@@ -44,6 +44,13 @@ of prediction units found in the gold (each gold unit used once) are equal (so t
 
 Exact match: every component matches and, when the gold has FROM table units, the sorted table units are
 equal. A nested query in a condition compares by equality of its structure (values dropped).
+
+Partial matching (:func:`partial_match`), as the script's ``eval_partial_match`` and ``evaluate`` define it: each
+verdict keeps, per component, the prediction's and the gold's count of units (``pred_total``, ``label_total``)
+and whether the component matched (the script's 0/1 ``acc``: the counts equal and every predicted unit found).
+Over a set of verdicts, a component's precision is the share of matches among the examples whose prediction has
+the component (``pred_total > 0``), its recall the share among those whose gold has it (``label_total > 0``), and
+F1 = 2PR / (P + R).
 """
 from __future__ import annotations
 
@@ -60,7 +67,7 @@ from ..sql.schema import DIALECT
 from ..sql.uri import ro_uri
 from .sql_canonical import prepare_sql
 
-__all__ = ["COMPONENTS", "ExactMatch", "SpiderQuery", "exact_match", "foreign_keys", "spider_query"]
+__all__ = ["COMPONENTS", "ExactMatch", "SpiderQuery", "exact_match", "foreign_keys", "partial_match", "spider_query"]
 
 #: The ten components of Spider's component matching, in the order its evaluation prints them.
 COMPONENTS: tuple[str, ...] = ("select", "select(no AGG)", "where", "where(no OP)", "group(no having)", "group",
@@ -118,11 +125,15 @@ class ExactMatch:
         components: ``{component: matched}`` for each name in :data:`COMPONENTS`.
         error: why the prediction could not be read (parse error, not a query); then ``match`` and every
             component are ``False``, as Spider scores a prediction its parser rejects.
+        partial: ``{component: (pred_total, label_total, matched)}`` for each name in :data:`COMPONENTS`: the
+            counts of Spider's ``eval_partial_match`` and its 0/1 score (module docstring); for an unreadable
+            prediction those of an empty query, as the script scores one (so ``and/or`` can match there).
     """
 
     match: bool
     components: Mapping[str, bool] = field(default_factory=dict)
     error: str | None = None
+    partial: Mapping[str, tuple[int, int, bool]] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------------- schema facts
@@ -467,6 +478,80 @@ def _components(pred: SpiderQuery, gold: SpiderQuery) -> dict[str, bool]:
     }
 
 
+def _totals(pred: SpiderQuery, gold: SpiderQuery) -> dict[str, tuple[int, int]]:
+    """``{component: (pred_total, label_total)}``: the unit counts of the script's ``eval_sel``, ``eval_where``,
+    ``eval_group``, ``eval_having``, ``eval_order``, ``eval_and_or``, ``eval_IUEN`` and ``eval_keywords``."""
+    def has(q: SpiderQuery, name: str) -> int:
+        return int(getattr(q, name) is not None)
+
+    p_ao, g_ao = set(pred.where_connectors), set(gold.where_connectors)
+    # the script's eval_and_or returns (1, 1) for equal sets (empty ones too), else the two set sizes in the
+    # order (label_total, pred_total) = (len(pred), len(gold)): kept as written, so the shares are the script's
+    and_or = (1, 1) if p_ao == g_ao else (len(g_ao), len(p_ao))
+    return {
+        "select": (len(pred.select), len(gold.select)),
+        "select(no AGG)": (len(pred.select), len(gold.select)),
+        "where": (len(pred.where), len(gold.where)),
+        "where(no OP)": (len(pred.where), len(gold.where)),
+        "group(no having)": (len(pred.group), len(gold.group)),
+        "group": (int(bool(pred.group)), int(bool(gold.group))),
+        "order": (int(pred.order is not None), int(gold.order is not None)),
+        "and/or": and_or,
+        "IUEN": (sum(has(pred, n) for n in ("intersect", "union", "except_")),
+                 sum(has(gold, n) for n in ("intersect", "union", "except_"))),
+        "keywords": (len(_keywords(pred)), len(_keywords(gold))),
+    }
+
+
+def _partial(pred: SpiderQuery, gold: SpiderQuery, comps: Mapping[str, bool]) -> dict[str, tuple[int, int, bool]]:
+    totals = _totals(pred, gold)
+    return {c: (totals[c][0], totals[c][1], bool(comps[c])) for c in COMPONENTS}
+
+
+def partial_match(verdicts: Iterable[ExactMatch]) -> dict[str, dict[str, Any]]:
+    """Spider's partial-match precision, recall and F1 of each component over a set of verdicts.
+
+    Per component: ``precision`` = matches / examples whose prediction has the component (``pred_total > 0``),
+    ``recall`` = matches / examples whose gold has it (``label_total > 0``), each ``{"value", "n"}`` with ``n``
+    that denominator (``value`` ``None`` when ``n == 0``); ``f1`` = 2PR / (P + R), 0.0 when P + R = 0, ``None``
+    when P or R is undefined. Two departures from the script's printout, where it has no number to give: it
+    prints 0 for a precision or recall over no example and then F1 = 1 whenever both are 0; here they are
+    undefined (``None``), and F1 is 0 when both are 0 over some example (no match at all).
+
+    Args:
+        verdicts: :class:`ExactMatch` values of :func:`exact_match` (their ``partial`` counts).
+    Returns:
+        ``{component: {"precision": {"value", "n"}, "recall": {"value", "n"}, "f1": float | None}}`` for each
+        name in :data:`COMPONENTS`, in order.
+    Raises:
+        ValueError: a verdict has no ``partial`` counts (not made by :func:`exact_match`).
+
+    Source: Yu et al. 2018 (Spider), §Evaluation Metrics (Component Matching: "average exact match between the
+    prediction and ground truth on SQL components", precision, recall and F1); the released ``evaluation.py``
+    (``eval_partial_match``, ``get_scores`` and the partial averages of ``evaluate``), github.com/taoyds/spider.
+    """
+    sums = {c: [0, 0, 0, 0] for c in COMPONENTS}  # matches over pred_total > 0, its n, the same for label_total
+    for v in verdicts:
+        if set(v.partial) != set(COMPONENTS):
+            raise ValueError(f"partial_match: a verdict without partial counts for every component: {v!r}")
+        for c in COMPONENTS:
+            pred_total, label_total, matched = v.partial[c]
+            acc = sums[c]
+            if pred_total > 0:
+                acc[0] += matched
+                acc[1] += 1
+            if label_total > 0:
+                acc[2] += matched
+                acc[3] += 1
+    out = {}
+    for c, (p_hits, p_n, r_hits, r_n) in sums.items():
+        prec = p_hits / p_n if p_n else None
+        rec = r_hits / r_n if r_n else None
+        f1 = None if prec is None or rec is None else (2 * prec * rec / (prec + rec) if prec + rec else 0.0)
+        out[c] = {"precision": {"value": prec, "n": p_n}, "recall": {"value": rec, "n": r_n}, "f1": f1}
+    return out
+
+
 def _match(pred: SpiderQuery, gold: SpiderQuery) -> bool:
     if not all(_components(pred, gold).values()):
         return False
@@ -483,8 +568,8 @@ def exact_match(pred_sql: str, gold_sql: str, schema: Mapping | None = None,
         schema: ``{table: {column: type}}`` of the database both run on (resolves unqualified columns), or ``None``.
         keys: its foreign-key pairs (:func:`foreign_keys`).
     Returns:
-        :class:`ExactMatch`: ``match``, the per-component verdicts, and ``error`` when the prediction could
-        not be read (then nothing matches).
+        :class:`ExactMatch`: ``match``, the per-component verdicts, ``error`` when the prediction could
+        not be read (then nothing matches), and the partial-match counts (:func:`partial_match`).
     Raises:
         SQLParseError: the gold query cannot be read (the comparison is then undefined, not a miss).
 
@@ -495,6 +580,9 @@ def exact_match(pred_sql: str, gold_sql: str, schema: Mapping | None = None,
     try:
         pred = spider_query(pred_sql, schema, keys)
     except SQLParseError as e:
-        return ExactMatch(False, dict.fromkeys(COMPONENTS, False), str(e))
+        empty = SpiderQuery()  # the script scores an unparsable prediction's parts as an empty query's
+        return ExactMatch(False, dict.fromkeys(COMPONENTS, False), str(e),
+                          _partial(empty, gold, _components(empty, gold)))
     comps = _components(pred, gold)
-    return ExactMatch(all(comps.values()) and (not gold.tables or pred.tables == gold.tables), comps)
+    return ExactMatch(all(comps.values()) and (not gold.tables or pred.tables == gold.tables), comps,
+                      partial=_partial(pred, gold, comps))
