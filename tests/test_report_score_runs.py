@@ -93,3 +93,10 @@ def test_a_mixed_report_marks_the_score_runs_ar_not_applicable_and_gives_no_diff
     ar_row = _section(page, "leaderboard").split('<tr data-metric="AR">', 1)[1].split("</tr>", 1)[0]
     assert ar_row.count(f">{NOT_APPLICABLE_MARK}</td>") == 2  # the score run's cell and its Δ
     assert _outcome_heads(page)[-2:] == ["turns", "clarifications"]
+
+
+def test_a_long_subcategory_name_shows_in_full_with_its_title(folders):
+    run, = load_runs([folders / "eval"])
+    tables = _section(render_html([run]), "tables")
+    name = "answerable_without_evidence"
+    assert f'title="{name}">{name}</td>' in tables

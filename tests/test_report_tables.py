@@ -58,10 +58,19 @@ def test_eval_with_no_options_fits_100_columns(tmp_path, monkeypatch, capsys):
     assert "1.000 (n=12)" in answerable and "—" in answerable and "0.000 (n=0)" not in out
     words = set(out.split())
     assert not {"Rec", "Cls", "L2-IR^p"} & words  # no classification phase, no p-protocol in this run
-    # long subcategory names are cut to their column, not wrapped
-    sub = lines[_first(lines, "subcategory "):_first(lines, "subcategory: outcomes")]
-    assert any(ln.startswith("missing_entities_or_att… ") for ln in sub)
-    assert any(ln.startswith("answerable_with_evidence ") for ln in sub)
+    # a subcategory name longer than its column wraps after an underscore onto an indented line of its own, so
+    # it shows in full; one that fits stays on its row
+    import json
+
+    by_sub = json.loads((tmp_path / "runs" / "embedded-oracle-rule" / "metrics.json").read_text())["by_subcategory"]
+    for start in ("subcategory ", "subcategory: outcomes"):
+        sub = lines[_first(lines, start):]
+        sub = sub[:sub.index("")] if "" in sub else sub
+        k = _first(sub, "missing_entities_or_ ")
+        assert sub[k].split()[1] == str(by_sub["missing_entities_or_attributes"]["n_trajectories"])
+        assert sub[k + 1] == "  attributes"
+        assert any(ln.startswith("answerable_with_evidence ") for ln in sub)
+    assert "…" not in "".join(lines[_first(lines, "subcategory "):])
 
 
 def test_by_and_metrics_options(tmp_path, capsys):
@@ -137,7 +146,8 @@ def test_real_spider_dev_run_fits(spider_root, tmp_path, monkeypatch):
     assert [ln.split()[0] for ln in tide[2:4]] == ["DEA", "AR"] and tide[4] == ""
     diff = lines[_first(lines, "difficulty "):]
     assert [ln.split()[0] for ln in diff[2:7]] == ["overall", "easy", "medium", "hard", "extra"]
-    assert any(ln.startswith("answerable_without_evid… ") for ln in lines)
+    k = _first(lines, "answerable_without_ ")
+    assert lines[k + 1] == "  evidence"
     oc = lines[_first(lines, "outcome "):]
     assert oc[2].split()[:2] == ["sql", "1.000"] and oc[2].split()[-2:] == ["1034", "1034"]
 
@@ -154,6 +164,47 @@ def test_model_loading_is_announced_above_the_progress_bar(monkeypatch):
     bar.close()
     pieces = [p.strip() for p in err.getvalue().replace("\r", "\n").split("\n")]
     assert "loading the feedback judge's sentence encoder (all-MiniLM-L6-v2) on cpu ..." in pieces
+
+
+def test_a_warning_raised_while_a_bar_is_drawn_prints_above_it(monkeypatch):
+    """The CLI's warnings.showwarning (progress.show_warning) goes through tqdm.write: the bar is cleared, the
+    warning is a line of its own, the bar is drawn again under it (Python's own showwarning would append the
+    line to the bar's)."""
+    import warnings
+
+    from tqdm import tqdm
+
+    from textsql_clarify.progress import show_warning
+
+    text = "MiniLM unavailable (no model files); the feedback judge falls back to the lexical judge"
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    bar = tqdm(total=3, file=sys.stderr, desc="eval oracle")
+    bar.update(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = show_warning
+        warnings.warn(text, RuntimeWarning)
+    bar.update(2)
+    bar.close()
+    pieces = [p.strip() for p in err.getvalue().replace("\r", "\n").split("\n")]
+    assert f"warning: {text}" in pieces
+    assert pieces.index(f"warning: {text}") < max(k for k, p in enumerate(pieces) if p.startswith("eval oracle"))
+
+
+def test_every_subcategory_name_wraps_to_its_column_and_reads_in_full():
+    from textsql_clarify.rewards.report import wrap_name
+    from textsql_clarify.taxonomy import SUBCATEGORIES
+
+    for name in SUBCATEGORIES:
+        lines = wrap_name(name, 24)
+        assert all(len(ln) <= 24 for ln in lines)
+        assert lines[0] + "".join(ln[2:] for ln in lines[1:]) == name
+        assert all(ln.startswith("  ") for ln in lines[1:])
+        assert (len(lines) > 1) == (len(name) > 24)
+    assert wrap_name("missing_entities_or_attributes", 24) == ["missing_entities_or_", "  attributes"]
+    # a part longer than the column is broken inside it
+    assert wrap_name("x" * 30, 24) == ["x" * 24, "  " + "x" * 6]
 
 
 def test_the_feedback_judge_says_which_model_it_loads(monkeypatch, capsys):

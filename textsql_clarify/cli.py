@@ -718,8 +718,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     import warnings
 
-    # loaders' warnings (skipped turns, ...) as one "warning:" line each, without Python's file:line prefix
+    # loaders' warnings (skipped turns, ...) as one "warning:" line each, without Python's file:line prefix,
+    # written above a running progress bar rather than into it (progress.show_warning)
+    from .progress import show_warning
+
     warnings.formatwarning = lambda message, category, *a, **k: f"warning: {message}\n"
+    warnings.showwarning = show_warning
     try:
         if args.command == "eval":
             return _eval(args)

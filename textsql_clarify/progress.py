@@ -10,6 +10,10 @@ before the pause, so a run's bar does not look hung while a model loads.
 LLM agent's lockstep rounds, training steps) take ``progress: bool | None``; ``True`` writes, ``False`` is quiet,
 ``None`` writes only when stderr is a terminal (:func:`progress_enabled`), so logs and captured output stay
 quiet unless asked. :func:`rate` formats a count per second for those lines.
+
+:func:`show_warning` is a ``warnings.showwarning`` that writes each warning as one ``warning: ...`` line through
+:func:`announce`; the CLI installs it, so a warning raised while a bar is drawn (a loader's skipped records, the
+feedback judge falling back when MiniLM cannot load) prints above the bar instead of inside it.
 """
 from __future__ import annotations
 
@@ -37,6 +41,27 @@ def announce(message: str) -> None:
         print(str(message), file=stream, flush=True)
     except (OSError, ValueError):  # a closed stream
         pass
+
+
+def show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: TextIO | None = None, line: str | None = None) -> None:
+    """A ``warnings.showwarning`` replacement: ``warning: <message>`` as one stderr line above any running tqdm
+    bar (:func:`announce`), without Python's ``file:line`` prefix; a warning sent to another ``file`` is written
+    there as the same line.
+
+    Args:
+        message, category, filename, lineno, file, line: as Python's ``warnings.showwarning`` gets them.
+    Nothing is raised for a closed stream (the line is dropped, as :func:`announce` does).
+    Source: Python docs, ``warnings.showwarning``; tqdm docs, ``tqdm.write``.
+    """
+    text = f"warning: {message}"
+    if file is not None and file is not sys.stderr:
+        try:
+            file.write(text + "\n")
+        except (OSError, ValueError):  # a closed stream
+            pass
+        return
+    announce(text)
 
 
 def progress_enabled(progress: bool | None = None, stream: TextIO | None = None) -> bool:

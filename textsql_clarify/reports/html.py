@@ -225,7 +225,9 @@ def _tables_section(tables: Sequence[dict[str, Any]]) -> str:
                    + "".join(f"<th>{esc(m)}</th>" for m in names) + "</tr>")
         per_key = max(1, len(tab["rows"]) // max(1, len(tab["keys"])))  # one row per run and key, key-major
         for j, row in enumerate(tab["rows"]):
-            key_td = (f'<td class="key" rowspan="{per_key}">{esc(row["key"])}</td>' if j % per_key == 0 else "")
+            # the whole name as text (never cut) and as its title, which stays readable where the cell is narrow
+            key_td = (f'<td class="key" rowspan="{per_key}" title="{esc(row["key"])}">{esc(row["key"])}</td>'
+                      if j % per_key == 0 else "")
             out.append(f"<tr>{key_td}<td class=\"nowrap\">{esc(row['run'])}</td>"
                        f"<td class=\"num\">{esc(row['n_trajectories'])}</td>"
                        + "".join(_mean_cell(row["metrics"][m]) for m in names) + "</tr>")

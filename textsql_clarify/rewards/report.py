@@ -18,7 +18,9 @@ Every line fits :data:`WIDTH` (100) columns. In order:
 
 Every mean is printed with its n (``0.750 (n=4)``) and an undefined one as ``—``, never as 0 (article:
 "Every mean carries its n", "Undefined is not zero"); a metric undefined everywhere in the run is not
-printed. Names longer than their column are cut with ``…``.
+printed. A breakdown row's name longer than its column (``missing_entities_or_attributes``) wraps after an
+underscore onto indented lines of its own (:func:`wrap_name`), so it shows in full; metric names longer than
+their column are cut with ``…``.
 
 A predictions replay (``render_table(..., replay=True)``, ``textsql-clarify score``) leaves out
 :data:`REPLAY_SKIPPED` and the outcomes of :data:`REPLAY_SKIPPED_OUTCOMES` and says so in one line under the run
@@ -56,7 +58,7 @@ REPLAY_SKIPPED = ("AR", "DEC", "DEC_bacc", "format_valid_rate", "turns", "table_
                   "spurious_tables")
 #: outcome rows and columns a predictions replay does not print (only ``sql`` stays: one SQL turn each).
 REPLAY_SKIPPED_OUTCOMES = ("feedback", "budget_spent", "malformed", "truncated", "turns", "clarifications")
-#: widest row name of a breakdown table (the longest subcategory, 30 characters, is cut).
+#: widest row name of a breakdown table (the longest subcategory, 30 characters, wraps: :func:`wrap_name`).
 _NAME_WIDTH = 24
 UNDEFINED = "—"
 
@@ -91,6 +93,54 @@ def defined(cell: Mapping[str, Any] | None) -> bool:
 def short(name: str, limit: int) -> str:
     """``name`` cut to ``limit`` characters, the last one ``…`` when it was cut."""
     return name if len(name) <= limit else name[: max(limit - 1, 1)] + "…"
+
+
+def wrap_name(name: str, width: int = _NAME_WIDTH) -> list[str]:
+    """A row name as lines of at most ``width`` characters, broken after an underscore (the taxonomy's names are
+    snake_case), each line after the first indented by two spaces; a part with no underscore that is still too
+    long is broken inside. Joined without the indents, the lines are the name.
+
+    Args:
+        name: the row name (a breakdown key). width: the column's width (>= 4).
+    Returns:
+        ``[name]`` when it fits, else its lines, e.g. ``["missing_entities_or_", "  attributes"]``.
+    """
+    if len(name) <= width:
+        return [name]
+    pieces = name.split("_")
+    parts = [p + "_" for p in pieces[:-1]] + [pieces[-1]]
+    lines: list[str] = []
+    cur = ""
+    for part in parts:
+        while True:
+            room = width - (2 if lines else 0)  # the first line has no indent
+            if len(cur) + len(part) <= room:
+                cur += part
+                break
+            if cur:  # the part goes to the next line
+                lines.append(cur)
+                cur = ""
+                continue
+            lines.append(part[:room])  # a part longer than a whole line is broken inside
+            part = part[room:]
+    lines.append(cur)
+    return [ln if k == 0 else "  " + ln for k, ln in enumerate(lines) if ln or k == 0]
+
+
+def _wrapped(body: Sequence[Sequence[str]]) -> list[list[str]]:
+    """Table rows whose first cell (a row name) is wrapped by :func:`wrap_name`: the first line keeps the row's
+    cells, each further line has the rest of the name and empty cells."""
+    out: list[list[str]] = []
+    for row in body:
+        first, *more = wrap_name(row[0])
+        out.append([first, *row[1:]])
+        out += [[m] + [""] * (len(row) - 1) for m in more]
+    return out
+
+
+def _name_width(names: Sequence[str]) -> int:
+    """The widest line of the wrapped ``names``."""
+    return max(len(ln) for nm in names for ln in wrap_name(nm))
 
 
 def _metric_head(name: str) -> str:
@@ -168,9 +218,9 @@ def _breakdown_rows(metrics: Mapping[str, Any], b: str) -> list[tuple[str, int, 
 
 def _metric_tables(b: str, rows: Sequence[tuple], columns: Sequence[str], width: int) -> list[str]:
     """The breakdown's metric table(s): the columns split over as many tables as keep each line <= width."""
-    names = [short(r[0], _NAME_WIDTH) for r in rows]
+    names = [r[0] for r in rows]
     counts = [str(r[1]) for r in rows]
-    fixed = max(len(x) for x in [short(b, _NAME_WIDTH), *names]) + 2 + max(len(x) for x in ["N", *counts])
+    fixed = max(len(short(b, _NAME_WIDTH)), _name_width(names)) + 2 + max(len(x) for x in ["N", *counts])
     chunks: list[list[str]] = [[]]
     used = fixed
     for c in columns:
@@ -188,14 +238,14 @@ def _metric_tables(b: str, rows: Sequence[tuple], columns: Sequence[str], width:
             out.append("")
         header = [short(b, _NAME_WIDTH), "N"] + [_metric_head(c) for c in chunk]
         body = [[nm, ct] + [format_mean(r[2].get(c)) for c in chunk] for nm, ct, r in zip(names, counts, rows)]
-        out.extend(grid(header, body, [False, True] + [False] * len(chunk)))
+        out.extend(grid(header, _wrapped(body), [False, True] + [False] * len(chunk)))
     return out
 
 
 def _fit_columns(rows: Sequence[tuple], b: str, columns: Sequence[str], width: int) -> list[str]:
     """The leading ``columns`` that fit one table of ``width`` (the default choice: one table, no split)."""
-    names = [short(r[0], _NAME_WIDTH) for r in rows]
-    used = max(len(x) for x in [short(b, _NAME_WIDTH), *names]) + 2 + max(len(str(r[1])) for r in rows + [("", "N")])
+    used = (max(len(short(b, _NAME_WIDTH)), _name_width([r[0] for r in rows])) + 2
+            + max(len(str(r[1])) for r in rows + [("", "N")]))
     kept = []
     for c in columns:
         w = max(len(x) for x in [_metric_head(c), *(format_mean(r[2].get(c)) for r in rows)]) + 2
@@ -215,8 +265,8 @@ def _breakdown_outcomes(b: str, rows: Sequence[tuple], skip: Sequence[str] = ())
     for name, n, _m, oc in rows:
         shares = oc.get("shares") or {}
         cells = [format_value(shares.get(k) if k in OUTCOMES else oc.get(k)) for k in keys]
-        body.append([short(name, _NAME_WIDTH), str(n)] + cells)
-    return grid(header, body, [False, True] + [True] * len(keys))
+        body.append([name, str(n)] + cells)
+    return grid(header, _wrapped(body), [False, True] + [True] * len(keys))
 
 
 def _wrap(text: str, width: int) -> list[str]:
