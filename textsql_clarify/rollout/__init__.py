@@ -1,4 +1,4 @@
-"""Rollout engine: play agents through the env and keep what they did (DESIGN.md "Layout", ``rollout/``).
+"""Rollout engine: play agents through the env and keep what they did (docs/platform.md).
 
 * :mod:`.episodes`: :func:`~textsql_clarify.rollout.episodes.run_episode` (one episode on one env) and
   :func:`~textsql_clarify.rollout.episodes.run_lockstep` (many on ``num_envs`` envs, one user call per turn);
