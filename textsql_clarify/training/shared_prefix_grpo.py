@@ -28,6 +28,7 @@ Source: DeepSeekMath (Shao et al., 2024) §4.1 GRPO; DAPO §3.3 token-level loss
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -64,13 +65,18 @@ def _layer_pairs(cache: Any) -> list[tuple[Any, Any]]:
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
+@functools.lru_cache(maxsize=None)
+def _cache_kwarg(model_type: type) -> str:
+    """The forward argument that takes a KV cache for this model class, looked up once per class."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
+
+
 def _forward(model: Any, input_ids: Any, cache: Any = None, **kw: Any) -> tuple[Any, Any]:
     """``(logits, cache)`` of a forward pass; the cache argument is ``cache`` from transformers 5.2x on and
     ``past_key_values`` before (the older name is deprecated there)."""
-    import inspect
-
-    names = inspect.signature(model.forward).parameters
-    key = "cache" if "cache" in names else "past_key_values"
+    key = _cache_kwarg(type(model))
     if cache is not None:
         kw[key] = cache
     out = model(input_ids=input_ids, **kw)
