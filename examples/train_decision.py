@@ -813,6 +813,22 @@ def run_sft(model: Any, folder: str, records: list[dict], args: argparse.Namespa
 
 
 # ------------------------------------------------------------------------------------------ GRPO
+def rollout_stats(rewards: Sequence[float], decisions: Sequence[str | None], closed: Sequence[bool],
+                  groups: Sequence[str | None]) -> dict[str, Any]:
+    """A GRPO step's rollout statistics: mean reward, n, closed rate, decision counts, and per group the
+    recall (mean reward) and the ask rate (AR, TIDE Table 2), each ``{"value", "n"}`` (``value`` None for a
+    group with no rollout). All four sequences are per completion, in the same order."""
+    row: dict[str, Any] = {"reward": sum(rewards) / len(rewards), "n": len(rewards),
+                           "closed_rate": sum(closed) / len(closed),
+                           "decisions": {str(x): list(decisions).count(x) for x in (*DECISIONS, None)}}
+    for g in GROUPS:
+        ks = [k for k, x in enumerate(groups) if x == g]
+        row[f"recall_{g}"] = {"value": sum(rewards[k] for k in ks) / len(ks) if ks else None, "n": len(ks)}
+        row[f"AR_{g}"] = {"value": sum(decisions[k] == "clarify" for k in ks) / len(ks) if ks else None,
+                          "n": len(ks)}
+    return row
+
+
 def make_decision_reward(max_completion_length: int, eos_ids: set[int], steps: list[dict]) -> Callable:
     """The TRL reward function: 1.0 when the completion's first action has the row's ``expected_decision``,
     else 0.0 (:func:`read_decision`); appends each call's stats (reward, per group recall and AR, closed
@@ -829,15 +845,7 @@ def make_decision_reward(max_completion_length: int, eos_ids: set[int], steps: l
             decs.append(d)
             closed.append(cl)
             rewards.append(decision_reward(d, expected_decision[k] if expected_decision else None))
-        row: dict[str, Any] = {"reward": sum(rewards) / len(rewards), "n": len(rewards),
-                               "closed_rate": sum(closed) / len(closed),
-                               "decisions": {str(x): decs.count(x) for x in (*DECISIONS, None)}}
-        groups = group or [None] * len(rewards)
-        for g in GROUPS:
-            ks = [k for k, x in enumerate(groups) if x == g]
-            row[f"recall_{g}"] = {"value": sum(rewards[k] for k in ks) / len(ks) if ks else None, "n": len(ks)}
-            row[f"AR_{g}"] = {"value": sum(decs[k] == "clarify" for k in ks) / len(ks) if ks else None, "n": len(ks)}
-        steps.append(row)
+        steps.append(rollout_stats(rewards, decs, closed, group or [None] * len(rewards)))
         return rewards
 
     decision.__name__ = "decision"
@@ -940,15 +948,8 @@ def run_grpo_shared_prefix(model: Any, tok: Any, rows: list[dict], args: argpars
                 closed.append(cl)
                 groups.append(row["group"])
                 lengths.append(len(c))
-        rec: dict[str, Any] = {"step": k + 1, "reward": sum(rewards) / len(rewards), "n": len(rewards),
-                               "closed_rate": sum(closed) / len(closed),
-                               "decisions": {str(x): decs.count(x) for x in (*DECISIONS, None)},
+        rec: dict[str, Any] = {"step": k + 1, **rollout_stats(rewards, decs, closed, groups),
                                "sample_ids": [r["sample_id"] for r in batch]}
-        for grp in GROUPS:
-            ks = [i for i, x in enumerate(groups) if x == grp]
-            rec[f"recall_{grp}"] = {"value": sum(rewards[i] for i in ks) / len(ks) if ks else None, "n": len(ks)}
-            rec[f"AR_{grp}"] = {"value": sum(decs[i] == "clarify" for i in ks) / len(ks) if ks else None,
-                                "n": len(ks)}
         rec["trl"] = {"loss": out["loss"], "reward": rec["reward"],
                       "reward_std": statistics.stdev(rewards) if len(rewards) > 1 else 0.0,
                       "frac_reward_zero_std": out["zero_std_groups"] / len(batch),
