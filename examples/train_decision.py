@@ -53,15 +53,16 @@ share of first actions closed by their own tag is logged as ``closed_rate``.
 
 **GRPO** on the decision reward, by default with one prompt pass per group
 (``--grpo-impl shared-prefix``: :mod:`textsql_clarify.training.shared_prefix_grpo`, the objective of TRL 1.16's
-``GRPOTrainer`` with ``loss_type="dapo"``, ``beta=0``, ``num_iterations=1``, computed with the prompt run once and
+``GRPOTrainer`` with ``loss_type="dapo"`` and ``num_iterations=1``, computed with the prompt run once and
 its KV cache repeated to the group, completions stopped at the first closing action tag); ``--grpo-impl trl``
 runs TRL's ``GRPOTrainer`` itself with a plain reward function (no env: the reward needs only the completion and
 the sample's expected decision), which pads ``G`` copies of the prompt and stops only at EOS.
 Reward = 1 when the parsed first action's type equals
 ``expected_decision(sample)``, else 0: no format penalty in this stage (a malformed action scores 0, not -1),
 so no small shaping term can be blown up by the advantage scaling. Groups of ``--num-generations`` 8 at
-temperature 1.0, ``--max-new-tokens`` 24 tokens per completion (the first action only), beta 0 (no reference
-model), learning rate constant. ``--scale-rewards batch`` (default): advantages
+temperature 1.0, ``--max-new-tokens`` 24 tokens per completion (the first action only), ``--beta`` 0 by default
+(no reference model; ``--beta B`` adds ``B`` times the k3 KL estimator to a frozen copy of the SFT model on every
+completion token, DeepSeekMath eq. 4, TRL ``GRPOConfig.beta``), learning rate constant. ``--scale-rewards batch`` (default): advantages
 are the reward minus its group's mean, divided by the standard deviation of the whole batch (PPO Lite,
 arXiv 2508.08221; TRL ``GRPOConfig.scale_rewards``). With 0/1 rewards, ``group`` scaling divides by
 ``sqrt(p (1 - p))`` of each group, so a group with one success in 8 gives it advantage 2.65 and a 4-of-8
@@ -179,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-generations", type=int, default=8, help="GRPO group size")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--grpo-lr", type=float, default=1e-5)
-    p.add_argument("--beta", type=float, default=0.0, help="KL coefficient (0: no reference model)")
+    p.add_argument("--beta", type=float, default=0.0,
+                   help="KL coefficient to a frozen copy of the GRPO start (the SFT model); 0: no reference model")
     p.add_argument("--scale-rewards", choices=("batch", "group", "none"), default="batch",
                    help="TRL GRPOConfig.scale_rewards (see the module doc)")
     p.add_argument("--grpo-impl", choices=("shared-prefix", "trl"), default="shared-prefix",
@@ -902,7 +904,8 @@ def run_grpo(model: Any, tok: Any, rows: list[dict], args: argparse.Namespace, w
 def run_grpo_shared_prefix(model: Any, tok: Any, rows: list[dict], args: argparse.Namespace) -> tuple[Any, dict]:
     """GRPO on the decision reward with one prompt pass per group
     (:class:`textsql_clarify.training.shared_prefix_grpo.SharedPrefixGRPO`: TRL's ``dapo`` objective at
-    ``beta=0``, ``num_iterations=1``; see that module's doc).
+    ``num_iterations=1``, with ``--beta`` times the k3 KL to a frozen copy of the starting (SFT) model when
+    ``--beta`` > 0; see that module's doc).
 
     The training prompts are shuffled (seeded) and taken ``--grpo-prompts-per-step`` at a time, reshuffled at
     each epoch. Completions stop at the first closing action tag (:data:`STOP_STRINGS`), as in the evaluation,
@@ -924,9 +927,17 @@ def run_grpo_shared_prefix(model: Any, tok: Any, rows: list[dict], args: argpars
     def reward(row: dict, text: str, hit_budget: bool) -> float:
         return decision_reward(read_decision(text, hit_budget=hit_budget)[0], row["expected_decision"])
 
+    # with --beta > 0 the reference is a frozen copy of the policy GRPO starts from (the SFT model), as TRL's
+    # GRPOTrainer builds its ref_model from the initial weights
+    ref_model = None
+    if args.beta > 0:
+        import copy
+
+        ref_model = copy.deepcopy(model).eval()
     loop = SharedPrefixGRPO(model, tok, reward, num_generations=args.num_generations,
                             max_new_tokens=args.max_new_tokens, temperature=args.temperature, lr=args.grpo_lr,
-                            scale=args.scale_rewards, stop_strings=STOP_STRINGS, seed=args.seed)
+                            scale=args.scale_rewards, stop_strings=STOP_STRINGS, seed=args.seed,
+                            beta=args.beta, ref_model=ref_model)
     rng = random.Random(args.seed)
     order: list[dict] = []
     steps: list[dict] = []
@@ -953,19 +964,21 @@ def run_grpo_shared_prefix(model: Any, tok: Any, rows: list[dict], args: argpars
         rec["trl"] = {"loss": out["loss"], "reward": rec["reward"],
                       "reward_std": statistics.stdev(rewards) if len(rewards) > 1 else 0.0,
                       "frac_reward_zero_std": out["zero_std_groups"] / len(batch),
-                      "completions/mean_length": sum(lengths) / len(lengths), "grad_norm": out["grad_norm"]}
+                      "completions/mean_length": sum(lengths) / len(lengths), "grad_norm": out["grad_norm"],
+                      "kl": out["kl"]}
         rec["sample_s"], rec["train_s"] = out["sample_s"], out["train_s"]
         rec["step_s"] = round(time.perf_counter() - t, 2)
         steps.append(rec)
         log(f"GRPO step {k + 1}/{args.grpo_steps}: reward {rec['reward']:.3f}, zero-std groups "
-            f"{out['zero_std_groups']}/{len(batch)}, decisions {rec['decisions']}, sample {out['sample_s']} s, "
-            f"train {out['train_s']} s")
+            f"{out['zero_std_groups']}/{len(batch)}, decisions {rec['decisions']}, "
+            + (f"kl {out['kl']:.4f}, " if out["kl"] is not None else "")
+            + f"sample {out['sample_s']} s, train {out['train_s']} s")
     return model, {
         "steps": steps, "wall_s": round(time.perf_counter() - t0, 1), "n_prompts": len(rows),
         "prompt_ids": [r["sample_id"] for r in rows],
         "config": {"impl": "shared-prefix", "max_steps": args.grpo_steps, "prompts_per_step": per,
                    "num_generations": args.num_generations, "max_completion_length": args.max_new_tokens,
-                   "lr": args.grpo_lr, "temperature": args.temperature, "beta": 0.0,
+                   "lr": args.grpo_lr, "temperature": args.temperature, "beta": args.beta,
                    "scale_rewards": args.scale_rewards, "loss_type": "dapo (token-level, on-policy)",
                    "max_grad_norm": 1.0, "optimizer": "AdamW (0.9, 0.999), eps 1e-8, no weight decay",
                    "scheduler": "constant", "stop_strings": list(STOP_STRINGS),
@@ -1241,7 +1254,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             for i in grpo_ids]
     log(f"GRPO on {len(rows)} training prompts: {args.grpo_steps} steps of {args.grpo_prompts_per_step} prompts x "
         f"{args.num_generations}, {args.max_new_tokens} tokens, scale_rewards={args.scale_rewards}")
-    use_trl = args.grpo_impl == "trl" or bool(args.beta)  # the shared-prefix loop has no reference model
+    use_trl = args.grpo_impl == "trl"
     if use_trl:
         model, run["grpo"] = run_grpo(model, tok, rows, args, workdir)
     else:

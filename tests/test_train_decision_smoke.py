@@ -136,7 +136,7 @@ def test_smoke_run_writes_a_split_by_database_and_stage_tables(tmp_path):
     except ImportError as e:
         pytest.skip(str(e))
     out = tmp_path / "decision_log.json"
-    run = mod.main(["--smoke", "--out-log", str(out), "--threads", "2"])
+    run = mod.main(["--smoke", "--out-log", str(out), "--threads", "2", "--beta", "0.04"])
     log = json.loads(out.read_text())
     assert log["config"]["smoke"] is True and log["split"]["by"] == "db"
     train, held = set(log["split"]["train_dbs"]), set(log["split"]["heldout_dbs"])
@@ -162,6 +162,10 @@ def test_smoke_run_writes_a_split_by_database_and_stage_tables(tmp_path):
     assert all(math.isfinite(s["loss"]) for s in log["sft"]["steps"])
     steps = log["grpo"]["steps"]
     assert [s["step"] for s in steps] == [1, 2] and all(s["n"] == 2 and 0 <= s["reward"] <= 1 for s in steps)
+    # the KL to the frozen SFT copy: 0 before the first update, a finite non-negative k3 mean after
+    assert log["grpo"]["config"]["beta"] == 0.04
+    assert steps[0]["trl"]["kl"] == pytest.approx(0.0, abs=1e-6)
+    assert all(math.isfinite(s["trl"]["kl"]) and s["trl"]["kl"] >= 0 for s in steps)
     assert log["paired"]["SFT+GRPO vs SFT"]["mcnemar"]["n"] == 6
     assert {c["criterion"] for c in log["criteria"]} and all(isinstance(c["pass"], bool) for c in log["criteria"])
     assert run["tables"].keys() == log["tables"].keys()

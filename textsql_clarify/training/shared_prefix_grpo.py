@@ -7,10 +7,14 @@ whole cost. Here the prompt runs once with batch 1, its KV cache is repeated ``G
 (``DynamicCache.batch_repeat_interleave``, differentiable), and only the completions run at batch ``G``. Autograd
 sums the ``G`` completions' gradients into the one prompt pass, so the gradient is the one of the padded batch.
 
-The objective is the one TRL 1.16's ``GRPOTrainer`` optimises with ``beta=0``, ``num_iterations=1`` and
+The objective is the one TRL 1.16's ``GRPOTrainer`` optimises with ``num_iterations=1`` and
 ``loss_type="dapo"``: on-policy, so the importance ratio is 1 and the clipped surrogate's gradient is
 ``A_i * grad log pi(o_i,t | q, o_i,<t)``, summed over every completion token of the step and divided by the
-step's number of completion tokens (DAPO's token-level normalisation, arXiv 2503.14476 §3.3). Advantages are
+step's number of completion tokens (DAPO's token-level normalisation, arXiv 2503.14476 §3.3). With ``beta > 0``
+each token also pays ``beta`` times the KL estimator of DeepSeekMath eq. 4 (Schulman's k3),
+``exp(ref - logp) - (ref - logp) - 1`` with ``ref`` the log-probability under a frozen reference model (TRL's
+``per_token_kl``); its expected gradient pulls the policy towards the reference on every group, so no group is
+skipped then. Advantages are
 ``r_i - mean(group)``, divided by the standard deviation of the whole step's rewards (``scale="batch"``, PPO
 Lite arXiv 2508.08221), of the group's (``"group"``, the original GRPO) or by nothing (``"none"``, Dr. GRPO
 arXiv 2503.20783). A group whose rewards are all equal has advantage 0 and contributes no gradient, so its
@@ -242,17 +246,31 @@ class SharedPrefixGRPO:
         max_grad_norm: gradient clipping by global norm (TRL's default 1.0; 0 to disable).
         stop_strings: completion stop strings.
         seed: seeds the sampling generator.
+        beta: the KL coefficient (>= 0; TRL ``GRPOConfig.beta``); 0 needs no reference model.
+        ref_model: the frozen reference policy (e.g. the SFT model before GRPO), run under ``torch.no_grad``;
+            required when ``beta > 0``.
     Raises:
-        ValueError: ``num_generations`` < 2, or no trainable parameter.
+        ValueError: ``num_generations`` < 2, no trainable parameter, a negative ``beta``, or ``beta > 0``
+            without ``ref_model``.
     """
 
     def __init__(self, model: Any, tokenizer: Any, reward_fn: Callable[[dict, str, bool], float], *,
                  num_generations: int = 8, max_new_tokens: int = 24, temperature: float = 1.0, lr: float = 1e-5,
-                 scale: str = "batch", max_grad_norm: float = 1.0, stop_strings: Sequence[str] = (), seed: int = 0):
+                 scale: str = "batch", max_grad_norm: float = 1.0, stop_strings: Sequence[str] = (), seed: int = 0,
+                 beta: float = 0.0, ref_model: Any = None):
         import torch
 
         if num_generations < 2:
             raise ValueError(f"GRPO needs num_generations >= 2, got {num_generations}")
+        if not beta >= 0:
+            raise ValueError(f"SharedPrefixGRPO needs beta >= 0, got {beta}")
+        if beta > 0 and ref_model is None:
+            raise ValueError(f"SharedPrefixGRPO: beta={beta} needs a ref_model (the frozen reference policy)")
+        self.beta, self.ref_model = float(beta), ref_model
+        if ref_model is not None:
+            ref_model.eval()
+            for p in ref_model.parameters():
+                p.requires_grad_(False)
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("SharedPrefixGRPO: the model has no trainable parameter")
@@ -275,8 +293,9 @@ class SharedPrefixGRPO:
 
         Returns:
             ``{"groups": [GroupSample...], "loss", "grad_norm", "completion_tokens", "trained_groups",
-            "zero_std_groups", "sample_s", "train_s"}`` (``loss`` is the DAPO surrogate's value, which is 0 at
-            ratio 1 up to the advantage-weighted sum; it is logged for completeness).
+            "zero_std_groups", "kl", "sample_s", "train_s"}`` (``loss`` is the DAPO surrogate's value, which is 0
+            at ratio 1 up to the advantage-weighted sum and the KL term; ``kl`` is the k3 estimator's mean over
+            the step's completion tokens, ``None`` at ``beta=0``).
         """
         import torch
 
@@ -296,15 +315,24 @@ class SharedPrefixGRPO:
         n_tokens = sum(len(c) for g in groups for c in g.completions)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss_total, trained = 0.0, 0
+        loss_total, trained, kl_sum = 0.0, 0, 0.0
         for g, a in zip(groups, adv):
-            if all(x == 0.0 for x in a):
+            if all(x == 0.0 for x in a) and self.beta == 0:
                 continue
             logp, mask = completion_logprobs(self.model, g.prompt_ids, g.completions, temperature=self.temperature)
             at = torch.tensor(a, dtype=logp.dtype, device=logp.device).unsqueeze(1)
             # ratio exp(logp - logp.detach()) is 1 on-policy; its gradient is grad logp (TRL's dapo loss)
             ratio = torch.exp(logp - logp.detach())
-            loss = -(at * ratio * mask).sum() / n_tokens
+            per_token = -(at * ratio)
+            if self.beta > 0:
+                with torch.no_grad():
+                    ref, _ = completion_logprobs(self.ref_model, g.prompt_ids, g.completions,
+                                                 temperature=self.temperature)
+                delta = ref - logp
+                kl = torch.exp(delta) - delta - 1.0
+                per_token = per_token + self.beta * kl
+                kl_sum += float((kl.detach() * mask).sum())
+            loss = (per_token * mask).sum() / n_tokens
             loss.backward()
             loss_total += float(loss.detach())
             trained += 1
@@ -316,5 +344,7 @@ class SharedPrefixGRPO:
         self.optimizer.zero_grad(set_to_none=True)
         self.model.eval()
         return {"groups": groups, "loss": loss_total, "grad_norm": grad_norm, "completion_tokens": n_tokens,
-                "trained_groups": trained, "zero_std_groups": len(groups) - trained,
+                "trained_groups": trained,
+                "zero_std_groups": sum(1 for a in adv if all(x == 0.0 for x in a)),
+                "kl": kl_sum / n_tokens if self.beta > 0 else None,
                 "sample_s": round(t1 - t0, 2), "train_s": round(time.perf_counter() - t1, 2)}
