@@ -288,6 +288,18 @@ def _best_time(fn, arg, repeats: int = 7) -> float:
     return best
 
 
+def _least_ratio(measure, attempts: int = 3) -> float:
+    """The least of up to ``attempts`` measured ratios, stopping at the first under 8: a linear parse measures
+    about 4 (3.5-3.9 measured from 25k to 1.6M characters), a quadratic one 16 on every attempt, while one
+    attempt disturbed by a busy neighbour core can read 8 (seen once in a full-suite run at 9 ms per call)."""
+    best = math.inf
+    for _ in range(attempts):
+        best = min(best, measure())
+        if best < 8:
+            break
+    return best
+
+
 def _outcome(text: str):
     """The parse result, or the refusal reason."""
     try:
@@ -309,7 +321,7 @@ def _outcome(text: str):
 def test_parse_time_is_linear(make, expect):
     # operation-count style: 4x the input may cost at most 8x the time (quadratic would be 16x)
     small, big = make(100_000), make(400_000)
-    ratio = _best_time(_outcome, big) / max(_best_time(_outcome, small), 1e-6)
+    ratio = _least_ratio(lambda: _best_time(_outcome, big) / max(_best_time(_outcome, small), 1e-6))
     assert ratio < 8, f"4x the input took {ratio:.1f}x the time"
     got = _outcome(big)
     if isinstance(expect, str):
@@ -320,7 +332,8 @@ def test_parse_time_is_linear(make, expect):
 
 def _ratio(fn, make, n: int) -> float:
     """CPU time on ``make(4 n)`` over that on ``make(n)``: about 4 when linear, 16 when quadratic."""
-    return _best_time(fn, make(4 * n), repeats=5) / max(_best_time(fn, make(n), repeats=5), 1e-6)
+    small, big = make(n), make(4 * n)
+    return _least_ratio(lambda: _best_time(fn, big, repeats=5) / max(_best_time(fn, small, repeats=5), 1e-6))
 
 
 def test_tag_scan_is_linear_on_a_bracket_and_spaces():
