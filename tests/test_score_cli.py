@@ -93,16 +93,25 @@ def test_a_wrong_aggregate_is_an_em_miss_on_its_component(spider_root, golds, tm
      + json.dumps({"id": g[0][0], "sql": "SELECT 1"}) + "\n",
      f"line {N + 1}, field 'id': sample id 'spider-dev-0' repeated (first on line 1)"),
     (lambda g: "".join(json.dumps({"id": s, "sql": q}) + "\n" for s, q, _ in g[:-1]),
-     f"{N - 1} predictions for {N} samples: 1 sample(s) have none ('spider-dev-5')"),
+     f"{N - 1} predictions for {N} samples: 1 sample has none ('spider-dev-5')"),
     (lambda g: json.dumps({"id": g[0][0]}) + "\n", "line 1, field 'sql': missing"),
     (lambda g: json.dumps({"id": g[0][0], "sql": "SELECT 1"}) + "\nSELECT 2\n", "line 2: not valid JSON"),
     (lambda g: "\n".join(q for _, q, _ in g[:-1]) + "\n",
      f"{N - 1} queries (one per non-blank line) for {N} samples"),
     (lambda g: "\n".join(q for _, q, _ in g[:-2]) + "\n",
-     f"gold order; to score the first {N - 2} samples only, add --limit {N - 2}"),
+     f"gold order; to score the first {N - 2} samples only, use --limit {N - 2} instead of {N}"),
     (lambda g: "\n".join(q + ("\tpets_1" if i == 2 else "") for i, (_, q, _) in enumerate(g)) + "\n",
      "line 3, field 'db_id': 'pets_1' is not the database of sample 'spider-dev-2'"),
     (lambda g: "\n\n", "holds no prediction; the dataset has 6 samples"),
+    # an empty or whitespace-only sql is refused as a null one is, not replayed as a malformed answer
+    (lambda g: "".join(json.dumps({"id": s, "sql": "" if i == 2 else q}) + "\n" for i, (s, q, _) in enumerate(g)),
+     "line 3, field 'sql': empty"),
+    (lambda g: "".join(json.dumps({"id": s, "sql": " \t " if i == 4 else q}) + "\n" for i, (s, q, _) in enumerate(g)),
+     "line 5, field 'sql': empty"),
+    # a blank line of a line file is skipped, not an empty prediction: the count no longer matches
+    (lambda g: "\n".join(q if i != 3 else "  " for i, (_, q, _) in enumerate(g)) + "\n",
+     f"{N - 1} queries (one per non-blank line, 1 blank line skipped: a blank line is no prediction) for {N}"),
+    (lambda g: g[0][1] + "\n", f"1 query (one per non-blank line) for {N} samples"),
 ])
 def test_a_bad_predictions_file_is_refused_naming_file_and_line(spider_root, golds, tmp_path, capsys, content, message):
     preds = tmp_path / "bad.jsonl"
@@ -174,6 +183,86 @@ def test_a_line_file_longer_than_the_dataset_gets_no_limit_hint(spider_root, gol
     assert _score(spider_root, preds, tmp_path / "o") == 2
     err = capsys.readouterr().err
     assert f"{N + 1} queries (one per non-blank line) for {N} samples" in err and "--limit" not in err
+
+
+def test_a_json_array_or_a_pretty_printed_object_is_named_as_such(spider_root, golds, tmp_path, capsys):
+    records = [{"id": sid, "sql": sql} for sid, sql, _ in golds]
+    array = tmp_path / "preds.json"
+    array.write_text(json.dumps(records, indent=1) + "\n")
+    assert _score(spider_root, array, tmp_path / "a") == 2
+    err = capsys.readouterr().err
+    assert (f"{array} looks like a JSON array; write one JSON object per line (JSONL: "
+            '{"id": ..., "sql": ...})') in err
+    assert "queries" not in err and "--limit" not in err and not (tmp_path / "a").exists()
+    pretty = tmp_path / "pretty.jsonl"
+    pretty.write_text("".join(json.dumps(r, indent=2) + "\n" for r in records))  # 4 lines each
+    assert _score(spider_root, pretty, tmp_path / "p") == 2
+    err = capsys.readouterr().err
+    assert f"{pretty} looks like one JSON object spanning lines 1-4; write one JSON object per line" in err
+
+
+def test_a_json_error_names_its_column_once(spider_root, golds, tmp_path, capsys):
+    preds = tmp_path / "cut.jsonl"
+    line = json.dumps({"id": golds[0][0], "sql": golds[0][1]})[:-10]  # the sql string cut before its quote
+    preds.write_text(line + "\n")
+    assert _score(spider_root, preds, tmp_path / "o") == 2
+    err = capsys.readouterr().err
+    column = line.index('"SELECT') + 1  # 1-based column of the string's opening quote
+    assert f"{preds}, line 1: not valid JSON (Unterminated string starting at: column {column})" in err
+    assert "at at" not in err
+
+
+def test_the_limit_hint_without_a_limit_says_add(tmp_path, capsys):
+    from textsql_clarify.datasets import load_dataset
+
+    samples = load_dataset("embedded")
+    preds = tmp_path / "two.txt"
+    preds.write_text("".join(s.gold_sql + "\n" for s in samples[:2]))
+    assert main(["score", "--dataset", "embedded", "--predictions", str(preds), "--out", str(tmp_path / "o"),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"2 queries (one per non-blank line) for {len(samples)} samples" in err
+    assert err.rstrip().endswith("to score the first 2 samples only, add --limit 2")
+
+
+def test_unreadable_predictions_are_named_by_sample_id(spider_root, golds, tmp_path, capsys):
+    preds = tmp_path / "p.jsonl"
+    assert all(q.startswith("SELECT") for _, q, _ in golds)
+    # "SELEC ...": neither the exact-match parser nor SQLite reads it; every sample's a miss
+    preds.write_text("".join(json.dumps({"id": s, "sql": "SELEC" + q[6:] if i in (1, 4) else q}) + "\n"
+                             for i, (s, q, _) in enumerate(golds)))
+    assert _score(spider_root, preds, tmp_path / "two") == 0
+    out = capsys.readouterr().out.splitlines()
+    k = out.index("2 predictions unreadable (scored as misses; see their turns in trajectories.jsonl):")
+    assert out[k + 1] == "  spider-dev-1, spider-dev-4"
+    metrics = json.loads((tmp_path / "two" / "metrics.json").read_text())
+    assert metrics["exact_match"]["pred_unreadable"] == 2
+    assert metrics["exact_match"]["pred_unreadable_ids"] == ["spider-dev-1", "spider-dev-4"]
+    trajs = {t["sample_id"]: t for t in map(json.loads, (tmp_path / "two" / "trajectories.jsonl").read_text().split("\n")[:-1])}
+    assert trajs["spider-dev-4"]["turns"][0]["content"].startswith("SELEC ")  # where the message points
+    # all six unreadable: five named, then the count of the rest
+    preds.write_text("".join(json.dumps({"id": s, "sql": "SELEC" + q[6:]}) + "\n" for s, q, _ in golds))
+    assert _score(spider_root, preds, tmp_path / "six") == 0
+    out = capsys.readouterr().out.splitlines()
+    k = out.index("6 predictions unreadable (scored as misses; see their turns in trajectories.jsonl):")
+    assert out[k + 1] == "  " + ", ".join(s for s, _, _ in golds[:5]) + " and 1 more"
+    # one: singular
+    preds.write_text("".join(json.dumps({"id": s, "sql": "SELEC" + q[6:] if i == 0 else q}) + "\n"
+                             for i, (s, q, _) in enumerate(golds)))
+    assert _score(spider_root, preds, tmp_path / "one") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "1 prediction unreadable (scored as a miss; see its turn in trajectories.jsonl):" in out
+
+
+def test_score_predictions_refuses_an_empty_prediction(spider_root, golds):
+    from textsql_clarify.baselines.predictions import PredictionsError, score_predictions
+    from textsql_clarify.datasets import load_dataset
+
+    samples = load_dataset(f"spider:{spider_root}", limit=N)
+    preds = {s.id: s.gold_sql for s in samples}
+    preds[golds[3][0]] = "  "
+    with pytest.raises(PredictionsError, match="1 sample has an empty prediction, e.g. 'spider-dev-3'"):
+        score_predictions(samples, preds, progress=False)
 
 
 def _section(lines, title):
@@ -298,7 +387,7 @@ def test_jsonl_predicting_the_first_samples_suggests_limit(spider_root, golds, t
     preds.write_text("".join(json.dumps({"id": sid, "sql": sql}) + "\n" for sid, sql, _ in golds[:4]), encoding="utf-8")
     assert _score(spider_root, preds, tmp_path / "run") == 2
     err = capsys.readouterr().err
-    assert f"4 predictions for {N} samples" in err and "add --limit 4" in err
+    assert f"4 predictions for {N} samples" in err and f"use --limit 4 instead of {N}" in err
     # ids that are not the first ones: no --limit would help, so no hint
     preds.write_text("".join(json.dumps({"id": sid, "sql": sql}) + "\n" for sid, sql, _ in golds[1:5]), encoding="utf-8")
     assert _score(spider_root, preds, tmp_path / "run2") == 2

@@ -680,7 +680,7 @@ def _score(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
     samples = load_samples(args)
-    predictions = read_predictions(args.predictions, samples)
+    predictions = read_predictions(args.predictions, samples, limit=args.limit)
     stem = Path(args.predictions).stem
     if args.out is None:
         args.out = str(default_score_folder(args))

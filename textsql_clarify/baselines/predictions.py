@@ -5,8 +5,12 @@ Two file formats, told apart by content (:func:`read_predictions`):
 
 - **JSONL**: one ``{"id": <sample id>, "sql": <query>}`` object per line (other fields are allowed; a
   ``db_id`` field must name the sample's database);
-- **lines**: Spider's ``predicted.txt``, one query per line in the dataset's gold order; blank lines are
-  skipped and a line may end in a tab and the database id, as Spider's evaluation script reads them.
+- **lines**: Spider's ``predicted.txt``, one query per line in the dataset's gold order; blank (empty or
+  whitespace-only) lines are skipped, not read as empty predictions, and a line may end in a tab and the database
+  id, as Spider's evaluation script reads them.
+
+A prediction is never empty: a JSONL ``sql`` that is empty or whitespace only is refused (a deliberate miss is any
+non-empty text), and a line file cannot hold one (its blank lines are skipped, so the count no longer matches).
 
 Each prediction is replayed as a one-turn SQL episode by :class:`ReplayAgent` through
 :func:`~textsql_clarify.baselines.rollout.evaluate`, so EX, EX_strict (and with ``ex_mode="suite"`` EX_suite)
@@ -21,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -69,28 +74,47 @@ class ReplayAgent:
 
 # ----------------------------------------------------------------------------------------- reading
 
+def _plural(n: int, one: str, many: str) -> str:
+    """``"1 query"`` / ``"2 queries"``: ``n`` with the word's singular or plural form."""
+    return f"{n} {one if n == 1 else many}"
+
+
+def _limit_hint(k: int, limit: int | None) -> str:
+    """The hint for a file that predicts the dataset's first ``k`` samples: add ``--limit k``, or, when a
+    ``--limit`` was given, use ``k`` instead of it."""
+    how = f"add --limit {k}" if limit is None else f"use --limit {k} instead of {limit}"
+    return f"; to score the first {k} samples only, {how}"
+
+
+_JSONL_FORM = "write one JSON object per line (JSONL: {\"id\": ..., \"sql\": ...})"
+
+
 def _error(file: str, line: int | None, field: str | None, message: str) -> PredictionsError:
     where = file + (f", line {line}" if line is not None else "") + (f", field {field!r}" if field else "")
     return PredictionsError(f"{where}: {message}")
 
 
-def read_predictions(path: str | Path, samples: Sequence[Sample]) -> dict[str, str]:
+def read_predictions(path: str | Path, samples: Sequence[Sample], *, limit: int | None = None) -> dict[str, str]:
     """Read a predictions file (module docstring) against the dataset it predicts.
 
     The format is told by content: a file whose first non-blank line starts with ``{`` is JSONL, any other
-    is one query per line (SQL never starts with ``{``).
+    is one query per line (SQL never starts with ``{``); one whose first non-blank character is ``[`` (a JSON
+    array) is refused.
 
     Args:
         path: the file (UTF-8).
         samples: the dataset's samples, in gold order.
+        limit: the ``--limit`` the samples were cut to, or ``None``; only the hint of a count error names it.
     Returns:
-        ``{sample id: SQL}`` with one entry per sample.
+        ``{sample id: SQL}`` with one entry per sample, none empty.
     Raises:
-        PredictionsError: the file is empty; a JSONL line is not a JSON object, lacks ``id`` or ``sql`` or has
-            one of another type, names an unknown id, repeats an id, or names another database; the ids do not
-            cover the dataset (when they are its first N samples, the message suggests ``--limit N``); a line file holds another number of queries than the dataset has samples (with
-            fewer, the message suggests ``--limit`` with the file's count), or a line's tab-separated database id
-            is not its sample's. Each names the file and the line.
+        PredictionsError: the file is empty or a JSON array; a JSONL line is not a JSON object (one object
+            pretty-printed over several lines is named as such), lacks ``id`` or ``sql`` or has one of another
+            type, has an empty or whitespace-only ``sql``, names an unknown id, repeats an id, or names another
+            database; the ids do not cover the dataset (when they are its first N samples, the message suggests
+            ``--limit N``, or ``--limit N`` instead of ``limit``); a line file holds another number of queries than
+            the dataset has samples (with fewer, the same hint with the file's count), or a line's tab-separated
+            database id is not its sample's. Each names the file and the line.
         OSError: the file cannot be read (a missing file is a PredictionsError naming it).
 
     Source: Spider's evaluation script's reading of ``predicted.txt`` (Yu et al. 2018, the released
@@ -112,12 +136,26 @@ def read_predictions(path: str | Path, samples: Sequence[Sample]) -> dict[str, s
     first = next((ln.strip() for ln in lines if ln.strip()), None)
     if first is None:
         raise _error(file, None, None, f"holds no prediction; the dataset has {len(samples)} samples")
+    if first.startswith("["):  # SQL never starts with "[": a JSON array, which neither format is
+        raise PredictionsError(f"{file} looks like a JSON array; {_JSONL_FORM}")
     if first.startswith("{"):
-        return _read_jsonl(file, lines, samples)
-    return _read_lines(file, lines, samples)
+        return _read_jsonl(file, lines, samples, limit)
+    return _read_lines(file, lines, samples, limit)
 
 
-def _read_jsonl(file: str, lines: list[str], samples: Sequence[Sample]) -> dict[str, str]:
+def _spanning_object(lines: list[str], start: int) -> int | None:
+    """The 1-based line on which a JSON object or array that opens on line ``start`` (1-based) ends, when it
+    decodes whole and ends on a later line (a pretty-printed record); else ``None``."""
+    rest = "\n".join(lines[start - 1:])
+    try:
+        value, end = json.JSONDecoder().raw_decode(rest, len(rest) - len(rest.lstrip()))
+    except json.JSONDecodeError:
+        return None
+    last = start + rest.count("\n", 0, end)
+    return last if isinstance(value, (dict, list)) and last > start else None
+
+
+def _read_jsonl(file: str, lines: list[str], samples: Sequence[Sample], limit: int | None) -> dict[str, str]:
     by_id = {s.id: s for s in samples}
     out: dict[str, str] = {}
     seen: dict[str, int] = {}
@@ -127,7 +165,13 @@ def _read_jsonl(file: str, lines: list[str], samples: Sequence[Sample]) -> dict[
         try:
             rec = json.loads(raw)
         except json.JSONDecodeError as e:
-            raise _error(file, no, None, f"not valid JSON ({e.msg} at column {e.colno}); "
+            end = _spanning_object(lines, no)
+            if end is not None:
+                raise PredictionsError(f"{file} looks like one JSON object spanning lines {no}-{end}; "
+                                       f"{_JSONL_FORM}") from None
+            # json's own form "<msg>: line L column C (char K)" from its parts: some messages end in "at"
+            # ("Unterminated string starting at"); the line is the file's, as each record is decoded alone
+            raise _error(file, no, None, f"not valid JSON ({e.msg}: column {e.colno}); "
                                          "a JSONL predictions file holds one {\"id\", \"sql\"} object per line") from None
         if not isinstance(rec, dict):
             raise _error(file, no, None, f"must be a JSON object {{\"id\", \"sql\"}}, got {type(rec).__name__}")
@@ -136,6 +180,8 @@ def _read_jsonl(file: str, lines: list[str], samples: Sequence[Sample]) -> dict[
                 raise _error(file, no, fld, "missing")
             if not isinstance(rec[fld], str):
                 raise _error(file, no, fld, f"must be a string, got {type(rec[fld]).__name__}")
+        if not rec["sql"].strip():  # replayed, it would be two malformed turns: a miss nobody asked for
+            raise _error(file, no, "sql", "empty")
         sid = rec["id"]
         if sid not in by_id:
             example = next(iter(by_id))
@@ -152,20 +198,23 @@ def _read_jsonl(file: str, lines: list[str], samples: Sequence[Sample]) -> dict[
         shown = ", ".join(repr(m) for m in missing[:3]) + (", ..." if len(missing) > 3 else "")
         # the file predicts exactly the dataset's first samples: most often it was written for a --limit run
         first = len(out) > 0 and all(s.id in out for s in samples[:len(out)])
-        hint = f"; to score the first {len(out)} samples only, add --limit {len(out)}" if first else ""
-        raise _error(file, None, None, f"{len(out)} predictions for {len(samples)} samples: {len(missing)} sample(s) "
-                                       f"have none ({shown}){hint}")
+        hint = _limit_hint(len(out), limit) if first else ""
+        raise _error(file, None, None, f"{_plural(len(out), 'prediction', 'predictions')} for {len(samples)} "
+                                       f"samples: {_plural(len(missing), 'sample has', 'samples have')} none "
+                                       f"({shown}){hint}")
     return out
 
 
-def _read_lines(file: str, lines: list[str], samples: Sequence[Sample]) -> dict[str, str]:
+def _read_lines(file: str, lines: list[str], samples: Sequence[Sample], limit: int | None) -> dict[str, str]:
+    # a blank line is skipped, as Spider's evaluation script skips it: it is no (empty) prediction
     kept = [(no, raw.strip()) for no, raw in enumerate(lines, 1) if raw.strip()]
     if len(kept) != len(samples):
         skipped = len(lines) - len(kept)
         # fewer queries than samples: most often the file predicts the dataset's first samples only
-        hint = (f"; to score the first {len(kept)} samples only, add --limit {len(kept)}"
-                if 0 < len(kept) < len(samples) else "")
-        raise _error(file, None, None, f"{len(kept)} queries (one per non-blank line{f', {skipped} blank skipped' if skipped else ''}) "
+        hint = _limit_hint(len(kept), limit) if 0 < len(kept) < len(samples) else ""
+        blank = (f", {_plural(skipped, 'blank line', 'blank lines')} skipped: a blank line is no prediction"
+                 if skipped else "")
+        raise _error(file, None, None, f"{_plural(len(kept), 'query', 'queries')} (one per non-blank line{blank}) "
                                        f"for {len(samples)} samples: a line file must hold one query per sample, in "
                                        f"the dataset's gold order{hint}")
     out: dict[str, str] = {}
@@ -197,13 +246,14 @@ def predictions_digest(predictions: Mapping[str, str]) -> str:
 
 def _em_values(samples: Sequence[Sample], predictions: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, int]]:
     """``({sample id: ExactMatch | None}, counts)``: ``None`` where the sample has no gold SQL or the gold
-    cannot be read (counted in ``gold_unreadable``)."""
+    cannot be read (counted in ``gold_unreadable``); ``counts["pred_unreadable_ids"]`` lists, in gold order, the
+    samples whose prediction cannot be read."""
     from ..rewards.exact_match import exact_match, foreign_keys
     from ..sql.schema import read_schema
 
     facts: dict[str, tuple] = {}
     out: dict[str, Any] = {}
-    counts = {"no_gold": 0, "gold_unreadable": 0, "pred_unreadable": 0}
+    counts: dict[str, Any] = {"no_gold": 0, "gold_unreadable": 0, "pred_unreadable": 0, "pred_unreadable_ids": []}
     for s in samples:
         if not s.gold_sql:
             out[s.id] = None
@@ -221,7 +271,9 @@ def _em_values(samples: Sequence[Sample], predictions: Mapping[str, str]) -> tup
             out[s.id] = None
             counts["gold_unreadable"] += 1
             continue
-        counts["pred_unreadable"] += verdict.error is not None
+        if verdict.error is not None:
+            counts["pred_unreadable"] += 1
+            counts["pred_unreadable_ids"].append(s.id)
         out[s.id] = verdict
     return out, counts
 
@@ -234,7 +286,8 @@ def add_exact_match(metrics: dict[str, Any], trajectories: Sequence[Any], sample
     trajectories the metrics averaged (the ``indistinguishable`` exclusion is the run's), with the run's
     bootstrap settings; ``exact_match`` holds each component's rate the same way, and the counts of samples
     without a gold, with a gold that cannot be read (both undefined, out of the means) and with a prediction
-    that cannot be read (a miss, as Spider scores it); ``exact_match["partial"]`` holds Spider's partial-match
+    that cannot be read (a miss, as Spider scores it; their sample ids in ``pred_unreadable_ids``, in gold
+    order); ``exact_match["partial"]`` holds Spider's partial-match
     precision, recall (each with its n) and F1 of each component over the same trajectories
     (:func:`~textsql_clarify.rewards.exact_match.partial_match`). Every trajectory (excluded ones too) gets its own EM in
     ``scores["em"]``: 1.0 or 0.0, ``None`` where undefined (what
@@ -322,9 +375,18 @@ def render_exact_match(metrics: Mapping[str, Any]) -> str:
             for name, cell in [("EM", metrics["overall"]["EM"]), *em["components"].items()]]
     lines = ["Exact-set-match (Spider, Yu et al. 2018; values ignored)"]
     lines += grid(["component", "value", "95% CI", "n"], body, [False, True, True, True])
-    notes = [f"{em[k]} {label}" for k, label in (("pred_unreadable", "predictions unreadable (scored as misses)"),
-                                                 ("gold_unreadable", "golds unreadable (left out)"),
-                                                 ("no_gold", "samples without gold SQL (left out)")) if em.get(k)]
+    notes = [_plural(em[k], one, many) + label
+             for k, one, many, label in (("gold_unreadable", "gold", "golds", " unreadable (left out)"),
+                                         ("no_gold", "sample", "samples", " without gold SQL (left out)")) if em.get(k)]
+    if em.get("pred_unreadable"):
+        k = em["pred_unreadable"]
+        ids = list(em.get("pred_unreadable_ids") or [])
+        named = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        lines.append(_plural(k, "prediction", "predictions") + " unreadable (scored as "
+                     + ("a miss; see its turn" if k == 1 else "misses; see their turns") + " in trajectories.jsonl)"
+                     + (":" if named else ""))
+        # the ids wrapped under the table's width: a long id must not push a line past it
+        lines += textwrap.wrap(named, width=99, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False)
     if notes:
         lines.append("; ".join(notes))
     partial = (em.get("partial") or {}).get("components")
@@ -362,7 +424,7 @@ def score_predictions(samples: Sequence[Sample], predictions: Mapping[str, str],
     Returns:
         ``(trajectories, metrics)``; metrics as ``evaluate`` returns them plus :func:`add_exact_match`'s fields.
     Raises:
-        PredictionsError: a sample has no prediction.
+        PredictionsError: a sample has no prediction, or an empty or whitespace-only one.
         RunFolderError: ``out_dir`` is held by another run (:func:`~textsql_clarify.baselines.run_journal.run_folder`).
         Whatever :func:`~textsql_clarify.baselines.rollout.evaluate` raises.
     """
@@ -370,7 +432,12 @@ def score_predictions(samples: Sequence[Sample], predictions: Mapping[str, str],
 
     missing = [s.id for s in samples if s.id not in predictions]
     if missing:
-        raise PredictionsError(f"{len(missing)} sample(s) have no prediction, e.g. {missing[0]!r}")
+        raise PredictionsError(f"{_plural(len(missing), 'sample has', 'samples have')} no prediction, "
+                               f"e.g. {missing[0]!r}")
+    blank = [s.id for s in samples if not predictions[s.id].strip()]
+    if blank:  # replayed, an empty answer is two malformed turns, not a scored query
+        raise PredictionsError(f"{_plural(len(blank), 'sample has', 'samples have')} an empty prediction, "
+                               f"e.g. {blank[0]!r}")
     spec = f"predictions:{name}@{predictions_digest({s.id: predictions[s.id] for s in samples})}"
     if out_dir is None:
         trajs, metrics = evaluate(samples, ReplayAgent(predictions), seed=seed, out_dir=None, progress=progress,
