@@ -24,7 +24,8 @@ from textsql_clarify.datasets import load_dataset
 from textsql_clarify.reports import ReportError, load_run, load_runs, render_tables, report_tables, write_report
 from textsql_clarify.reports.assets import JS, script_hash
 from textsql_clarify.reports.html import render_html
-from textsql_clarify.reports.leaderboard import category_table, leaderboard, outcome_table, per_sample_values
+from textsql_clarify.reports.leaderboard import (ALPHA, category_table, leaderboard, outcome_table, per_sample_values,
+                                                 significance_label)
 from textsql_clarify.rewards.bootstrap import paired_difference
 from textsql_clarify.rewards.direction import direction
 from textsql_clarify.trajectory import Trajectory
@@ -115,7 +116,8 @@ def test_leaderboard_values_and_paired_differences(runs):
     assert d["ci95"][1] < 0 and d["p_value"] < 0.01
     # the same difference straight from the trajectories' scores, keyed by sample id
     ex = {r.name: {t.sample_id: t.scores.get("ex") for t in r.trajectories} for r in runs}
-    assert d == {**paired_difference(ex["no-clarify"], ex["oracle"]), "verdict": "worse", "direction": "higher"}
+    assert d == {**paired_difference(ex["no-clarify"], ex["oracle"]), "verdict": "worse", "significant": True,
+                 "direction": "higher"}
     # 24 ambiguous pairs won by the oracle, none by no-clarify: exact McNemar 2 / 2**24
     assert d["test"] == "mcnemar_exact" and d["p_value"] == pytest.approx(2 / 2 ** 24)
     # random answered SQL on 9 unanswerable samples: its EX has n=45, but pairs only over the oracle's 36
@@ -285,31 +287,33 @@ def _small_runs(runs_root: Path, dst: Path, agents: tuple[str, ...], keep) -> li
     return out
 
 
-def test_small_runs_get_exact_p_values_and_colours_by_direction(runs_root, tmp_path):
-    """At n = 3 a paired test cannot go below 0.25 (the centred bootstrap said 1/1001); fewer turns is
-    green, a lower EX red; each p names its test."""
+def test_small_runs_get_exact_p_values_and_are_not_called_better_or_worse(runs_root, tmp_path):
+    """At n = 3 a paired test cannot go below 0.25 (the centred bootstrap said 1/1001), so no difference is
+    significant at 0.05: each keeps its sign as ``n.s. (higher|lower)``, uncoloured; each p names its test."""
     amb = [r["sample_id"] for r in _records(runs_root / "oracle") if r["group"] == "ambiguous"][:3]
     runs = load_runs(_small_runs(runs_root, tmp_path / "three", ("oracle", "no-clarify"), lambda r: r["sample_id"] in amb))
     diff = leaderboard(runs)["rows"][1]["diff"]
     # EX: 3 pairs won by the oracle: McNemar 2 * C(3,3) / 2**3 = 0.25
     assert {k: diff["EX"][k] for k in ("value", "n", "p_value", "test", "verdict")} == {
-        "value": -1.0, "n": 3, "p_value": 0.25, "test": "mcnemar_exact", "verdict": "worse"}
+        "value": -1.0, "n": 3, "p_value": 0.25, "test": "mcnemar_exact", "verdict": "n.s. (lower)"}
     # turns: the oracle asks once then answers (2 turns), no-clarify answers (1): d = (-1, -1, -1),
-    # 2 of the 8 sign assignments reach |3|: 0.25; fewer turns is better
+    # 2 of the 8 sign assignments reach |3|: 0.25; fewer turns, but not significantly
     turns = {r.name: {t.sample_id: len(t.turns) for t in r.trajectories} for r in runs}
     assert [turns["no-clarify"][k] - turns["oracle"][k] for k in amb] == [-1, -1, -1]
     assert (diff["turns"]["p_value"], diff["turns"]["test"], diff["turns"]["verdict"]) == (0.25, "signflip_exact",
-                                                                                          "better")
-    # AR over ambiguous samples only: asking is better, so never asking is worse
-    assert diff["AR"]["verdict"] == "worse"
+                                                                                          "n.s. (lower)")
+    # AR over ambiguous samples only: asking is better, so never asking would be worse; at p >= 0.05 it is n.s.
+    assert diff["AR"]["p_value"] >= ALPHA and diff["AR"]["verdict"] == "n.s. (lower)"
+    assert not any(d["significant"] for d in diff.values())
     page = render_html(runs)
     row = page[page.index('<tr data-metric="turns">'):]
     row = row[:row.index("</tr>")]
-    assert '<span class="better"' in row and "p=0.250 <span class=\"test\">exact sign-flip</span>" in row
+    assert '<span class="ns"' in row and "p=0.250 <span class=\"test\">exact sign-flip</span>" in row
+    assert '"better"' not in row and '"worse"' not in row
     row = page[page.index('<tr data-metric="EX">'):]
-    assert '<span class="worse"' in row[:row.index("</tr>")] and "exact McNemar" in row[:row.index("</tr>")]
+    assert '<span class="ns"' in row[:row.index("</tr>")] and "exact McNemar" in row[:row.index("</tr>")]
     md = render_tables(runs, "md")
-    assert "-1.000 [-1.000, -1.000] n=3 p=0.250 (exact McNemar) worse" in md
+    assert "-1.000 [-1.000, -1.000] n=3 p=0.250 (exact McNemar) n.s. (lower)" in md
     assert "p=0.001" not in md
 
     # n = 1: one pair can never be significant
@@ -323,8 +327,9 @@ def test_small_runs_get_exact_p_values_and_colours_by_direction(runs_root, tmp_p
     assert asked, "the random agent asks on some answerable sample of the embedded set"
     ans = load_runs(_small_runs(runs_root, tmp_path / "ans", ("oracle", "random"), lambda r: r["sample_id"] in asked))
     d = leaderboard(ans, ["AR"])["rows"][1]["diff"]["AR"]
-    # k pairs where random asked and the oracle did not: McNemar 2 / 2**k (1 for k = 1)
-    assert d["value"] == 1.0 and d["verdict"] == "worse" and d["p_value"] == pytest.approx(min(1.0, 2 / 2 ** len(asked)))
+    # k pairs where random asked and the oracle did not: McNemar 2 / 2**k (1 for k = 1); worse once p < 0.05
+    assert d["value"] == 1.0 and d["p_value"] == pytest.approx(min(1.0, 2 / 2 ** len(asked)))
+    assert d["verdict"] == ("worse" if d["p_value"] < ALPHA else "n.s. (higher)")
 
 
 # ------------------------------------------------------------------------------------------ export
@@ -353,7 +358,8 @@ def test_exports_md_csv_json(runs, runs_root, tmp_path, capsys):
     assert "## Paired differences from oracle" in md
     assert f"| random | -1.000 [-1.000, -1.000] n=36 p={2 / 2 ** 36:.1e} (exact McNemar) worse |" in md
     assert "| oracle | 48 | 0.750 [0.625, 0.875] 36 of n=48 |" in md  # outcomes: sql 36 of 48
-    # every Δ's label follows its metric's direction; AR over a mix of groups has none: no label, a footnote says so
+    # every Δ's label follows its metric's direction and its p (better / worse only at p < 0.05, else n.s.);
+    # AR over a mix of groups has no direction: no label, a footnote says so
     lines = md.splitlines()
     head = next(ln for ln in lines if ln.startswith("| run | Δ "))
     cols = [c.strip()[2:] for c in head.strip("|").split("|")[1:]]
@@ -364,12 +370,19 @@ def test_exports_md_csv_json(runs, runs_root, tmp_path, capsys):
         way = direction(m, {t.group for t in runs[0].trajectories})
         assert d["direction"] == way
         if cell == "—" or way is None or not d["value"]:
-            assert not cell.endswith(("better", "worse")), (m, cell)
-        else:
+            assert not cell.endswith(("better", "worse", "n.s. (higher)", "n.s. (lower)")), (m, cell)
+        elif d["p_value"] < ALPHA:
             assert cell.endswith("better" if (d["value"] > 0) == (way == "higher") else "worse"), (m, cell)
+        else:
+            assert cell.endswith("n.s. (higher)" if d["value"] > 0 else "n.s. (lower)"), (m, cell)
+        assert d["verdict"] == significance_label(m, d["value"], d["p_value"], {t.group for t in runs[0].trajectories})
     turns = [r["metrics"]["turns"]["value"] for r in board["rows"]]  # oracle's mean turns, random's
-    assert cells["turns"].endswith("better" if turns[1] < turns[0] else "worse")  # fewer turns is better
-    assert not cells["AR"].endswith(("better", "worse"))
+    p_turns = board["rows"][1]["diff"]["turns"]["p_value"]
+    if p_turns < ALPHA:  # fewer turns is better
+        assert cells["turns"].endswith("better" if turns[1] < turns[0] else "worse")
+    else:
+        assert cells["turns"].endswith("n.s. (lower)" if turns[1] < turns[0] else "n.s. (higher)")
+    assert not cells["AR"].endswith(("better", "worse", "n.s. (higher)", "n.s. (lower)"))
     note = lines[lines.index(head) + 4]
     assert note.startswith("better / worse follow each metric's direction") and "except turns, where lower" in note
     assert "no direction over these samples, so no label: AR" in note

@@ -20,8 +20,8 @@ import math
 from typing import Any, Iterable, Sequence
 
 from . import assets
-from .leaderboard import (DEFAULT_BY, NOT_APPLICABLE, PLOTTED, UNBOUNDED, applies_outcome, category_table,
-                          leaderboard, outcome_table)
+from .leaderboard import (ALPHA, DEFAULT_BY, NOT_APPLICABLE, NOT_SIGNIFICANT, PLOTTED, UNBOUNDED, applies_outcome,
+                          category_table, leaderboard, outcome_table)
 from .expected import ExpectedSource, expected_sources
 from .plots import COLOURS, bar_chart_svg
 from .runs import Run
@@ -77,14 +77,22 @@ def _diff_cell(d: dict[str, Any] | None) -> str:
     if not d or not d.get("n") or d.get("value") is None:
         return f'<td class="num undef" title="no sample defined in both runs">{UNDEFINED}</td>'
     v = d["value"]
-    cls = d.get("verdict") or ""  # better / worse by the metric's direction; "" uncoloured
+    # the label (leaderboard.significance_label): better / worse (coloured) at p < ALPHA by the metric's
+    # direction; "n.s. (higher|lower)" above it, uncoloured and marked n.s.; "" (no direction) uncoloured
+    verdict = d.get("verdict") or ""
+    cls = verdict if verdict in ("better", "worse") else "ns" if verdict else ""
     ci = d.get("ci95")
     ci_txt = f"[{fmt(ci[0], 3)}, {fmt(ci[1], 3)}] " if ci else ""
     p = d.get("p_value")
     label = TEST_LABELS.get(d.get("test"), d.get("test") or "")
     p_txt = f' p={fmt_p(p)} <span class="test">{esc(label)}</span>' if p is not None else ""
-    title = {"better": ' title="better (the metric\'s direction)"', "worse": ' title="worse (the metric\'s direction)"'}
-    return (f'<td class="num"><span class="{cls}"{title.get(cls, "")}>{v:+.3f}</span><span class="sub">{ci_txt}'
+    if cls == "ns":
+        p_txt += f' <span class="ns">{esc(NOT_SIGNIFICANT)}</span>'
+    title = {"better": f"better (the metric's direction, p < {ALPHA})",
+             "worse": f"worse (the metric's direction, p < {ALPHA})",
+             "ns": f"not significant (p ≥ {ALPHA}): {verdict[len(NOT_SIGNIFICANT):].strip(' ()')} than the reference"}
+    title_attr = f' title="{esc(title[cls])}"' if cls else ""
+    return (f'<td class="num"><span class="{cls}"{title_attr}>{v:+.3f}</span><span class="sub">{ci_txt}'
             f'<span class="n">n={esc(d["n"])}{p_txt}</span></span></td>')
 
 
@@ -147,8 +155,9 @@ def _leaderboard_section(runs: Sequence[Run], board: dict[str, Any]) -> str:
         note += (f" Δ: the run minus {esc(board['reference'])} over the samples both runs define (n), with the paired "
                  "bootstrap's 95 % interval (PremiseSQL) and a two-sided p named by its test: exact McNemar for 0/1 "
                  "values, else the paired sign-flip test (exact up to 16 non-zero differences, else Monte Carlo). "
-                 "Green is better and red worse by each metric's direction (turns: fewer is better; AR: fewer asks "
-                 "on answerable samples, more on ambiguous ones, uncoloured over a mix).")
+                 f"Green is better and red worse by each metric's direction where p < {ALPHA} (turns: fewer is "
+                 "better; AR: fewer asks on answerable samples, more on ambiguous ones, uncoloured over a mix); a "
+                 f"difference with p ≥ {ALPHA} is uncoloured and marked {NOT_SIGNIFICANT} (not significant).")
         ref_ids = {t.sample_id for t in runs[0].trajectories}
         for r in runs[1:]:
             ids = {t.sample_id for t in r.trajectories}

@@ -6,8 +6,9 @@ metric (:func:`~textsql_clarify.rewards.metrics.trajectory_metrics`, the same de
 exclusions as the means) and :func:`~textsql_clarify.rewards.bootstrap.paired_difference` over the
 samples both runs define (PremiseSQL's paired bootstrap interval; the p of an exact McNemar or paired
 sign-flip test, :mod:`~textsql_clarify.rewards.paired_test`), each run against the first one. Each
-difference carries its verdict, ``better`` or ``worse``, by the metric's documented direction
-(:mod:`~textsql_clarify.rewards.direction`).
+difference carries its verdict (:func:`significance_label`): ``better`` or ``worse`` by the metric's documented
+direction (:mod:`~textsql_clarify.rewards.direction`) where its p is under :data:`ALPHA`, else ``n.s. (higher)`` or
+``n.s. (lower)``, the way the value moved without calling it a finding.
 """
 from __future__ import annotations
 
@@ -26,6 +27,46 @@ BREAKDOWNS = ("group", "subcategory", "difficulty", "drift_subtype", "sample_typ
 DEFAULT_BY = ("group", "subcategory")
 #: metrics whose values are not in [0, 1] (their axis is not fixed at 1).
 UNBOUNDED = {"SQL_behaviour": 2.0, "turns": None, "spurious_tables": None}
+
+
+#: the report's significance level: a paired difference is called ``better`` / ``worse`` only at p < ALPHA
+#: (two-sided; the conventional 5 %), else ``n.s. (higher)`` / ``n.s. (lower)`` (:func:`significance_label`).
+ALPHA = 0.05
+#: the prefix of a label whose difference is not significant at :data:`ALPHA`.
+NOT_SIGNIFICANT = "n.s."
+
+
+def significance_label(metric: str, delta: float | None, p_value: float | None, groups: Any = None, *,
+                       alpha: float = ALPHA) -> str:
+    """The label a paired difference is printed with: its direction, and whether it is a finding.
+
+    Args:
+        metric: the metric's name (:func:`~textsql_clarify.rewards.direction.direction`).
+        delta: this run minus the reference (``None``: undefined, n = 0).
+        p_value: the difference's two-sided p (:func:`~textsql_clarify.rewards.bootstrap.paired_difference`);
+            ``None`` (no test) counts as not significant.
+        groups: the paired samples' groups (AR's direction depends on them).
+        alpha: the significance level (default :data:`ALPHA`), in (0, 1).
+    Returns:
+        ``"better"`` / ``"worse"`` (by the metric's direction) when ``p_value < alpha``; otherwise
+        ``"n.s. (higher)"`` / ``"n.s. (lower)"``, the sign of ``delta``; ``""`` when there is no difference
+        (``delta`` 0 or ``None``) or the metric has no direction over ``groups`` (AR over a mix).
+    Raises:
+        KeyError: a metric with no documented direction (as :func:`~textsql_clarify.rewards.direction.direction`).
+        ValueError: ``alpha`` outside (0, 1).
+
+    Source: docs/metrics.md, "Which way is better" and "Paired tests".
+    """
+    from ..rewards.direction import verdict
+
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    way = verdict(metric, delta, groups)
+    if not way:
+        return ""
+    if p_value is not None and p_value < alpha:
+        return way
+    return f"{NOT_SIGNIFICANT} ({'higher' if delta > 0 else 'lower'})"
 
 
 #: what a cell of a metric that does not apply to its run holds: undefined (n = 0), marked so the page can say why.
@@ -125,12 +166,13 @@ def leaderboard(runs: Sequence[Run], metrics: Sequence[str] | None = None, *, se
     Returns:
         ``{"metrics": [names], "reference": runs[0].name, "rows": [{"run": name, "agent", "dataset",
         "n_trajectories", "privileged", "replay", "metrics": {m: {"value", "n", "ci95"}}, "diff": {m: {"value",
-        "n", "ci95", "p_value", "test", "verdict", "direction"}} | None (the reference)}]}``; ``diff`` is this run
+        "n", "ci95", "p_value", "test", "verdict", "significant", "direction"}} | None (the reference)}]}``; ``diff`` is this run
         minus the reference over the samples both define; ``test`` names the test behind ``p_value``; a metric
         that does not apply to a run (:func:`applies`) is :data:`NOT_APPLICABLE` there, and its difference
         against or from that run is undefined (n = 0);
-        ``verdict`` is ``"better"``, ``"worse"`` or ``""`` (no difference, or a metric with no direction over
-        these samples: :func:`~textsql_clarify.rewards.direction.verdict`); ``direction`` is the one it
+        ``verdict`` is ``"better"`` or ``"worse"`` at p < :data:`ALPHA`, ``"n.s. (higher)"`` or ``"n.s. (lower)"``
+        above it, ``""`` for no difference or a metric with no direction over these samples
+        (:func:`significance_label`); ``significant`` is whether p < :data:`ALPHA`; ``direction`` is the one it
         follows, ``"higher"``, ``"lower"`` or ``None`` (:func:`~textsql_clarify.rewards.direction.direction`).
         EM's per-sample values are the trajectories' ``scores["em"]``, which ``textsql-clarify score`` writes
         (:func:`~textsql_clarify.baselines.predictions.add_exact_match`): its difference between two score runs
@@ -139,7 +181,7 @@ def leaderboard(runs: Sequence[Run], metrics: Sequence[str] | None = None, *, se
         KeyError: a metric with no documented direction.
     """
     from ..rewards.bootstrap import paired_difference
-    from ..rewards.direction import direction, verdict
+    from ..rewards.direction import direction
 
     names = list(metrics) if metrics is not None else defined_metrics(runs)
     rows = []
@@ -155,7 +197,9 @@ def leaderboard(runs: Sequence[Run], metrics: Sequence[str] | None = None, *, se
                 both = applies(r, m) and applies(runs[0], m)
                 d = paired_difference(per_sample_values(r, m) if both else {}, per_sample_values(runs[0], m),
                                       seed=seed, n_resamples=n_resamples)
-                row["diff"][m] = {**d, "verdict": verdict(m, d["value"], groups), "direction": direction(m, groups)}
+                p = d["p_value"]
+                row["diff"][m] = {**d, "verdict": significance_label(m, d["value"], p, groups),
+                                  "significant": p is not None and p < ALPHA, "direction": direction(m, groups)}
         rows.append(row)
     return {"metrics": names, "reference": runs[0].name if runs else None, "rows": rows}
 
