@@ -289,7 +289,9 @@ def build_training_corpus(data_root: str | os.PathLike, *, generated: str | os.P
 
 def _main(argv: Sequence[str] | None = None) -> int:
     """``python -m textsql_clarify.integrations.corpus DATA_ROOT [--generated DIR] [--per-group N] [--seed S]``:
-    print the corpus's counts per source and group."""
+    print the corpus's counts per source and group, then a ``left out:`` list: each absent source and each
+    loader warning's first line (the warnings themselves go to stderr as ``warning: ...`` lines,
+    :func:`textsql_clarify.progress.show_warning`, as the main CLI writes them)."""
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m textsql_clarify.integrations.corpus",
@@ -299,8 +301,24 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--per-group", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
-    corpus = build_training_corpus(a.data_root, generated=a.generated, per_group=a.per_group, seed=a.seed)
+    import warnings
+
+    from ..progress import show_warning
+
+    # the loaders' warnings (MMSQL's skipped turns, mini-interact's tasks on absent databases, ...) as the main
+    # CLI prints them: one "warning: ..." line each, without Python's file:line prefix and source line
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        corpus = build_training_corpus(a.data_root, generated=a.generated, per_group=a.per_group, seed=a.seed)
+    for w in caught:
+        show_warning(w.message, w.category, w.filename, w.lineno)
     print(corpus.describe())
+    # what was left out and why: the absent sources (in describe() above) and each loader warning's first line
+    left = [str(w.message).splitlines()[0] for w in caught]
+    if corpus.skipped or left:
+        print("left out:")
+        for line in (*corpus.skipped, *left):
+            print(f"  - {line}")
     return 0
 
 
