@@ -367,7 +367,8 @@ def test_sft_trainer_takes_the_records(smol_folder, by_id, trl_env, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(str(smol_folder), dtype=torch.float32)
     args = SFTConfig(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=1, max_length=1024,
                      assistant_only_loss=True, learning_rate=1e-5, logging_steps=1, save_strategy="no",
-                     report_to=[], use_cpu=True, seed=0, disable_tqdm=True, activation_checkpointing=False)
+                     report_to=[], use_cpu=True, seed=0, disable_tqdm=True, activation_checkpointing=False,
+                     bf16=False)  # SFTConfig defaults bf16 True: CPU bf16 autocast, several times slower on AVX2
     trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok)
     trained = []
     for row, rec in zip(trainer.train_dataset, recs):

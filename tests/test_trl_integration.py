@@ -475,7 +475,10 @@ def _grpo_args(tmp_path, **kw):
     base = dict(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, num_generations=2,
                 max_completion_length=48, use_cpu=True, report_to=[], logging_steps=1, save_strategy="no",
                 beta=0.0, learning_rate=1e-4, seed=0, dataloader_num_workers=0, shuffle_dataset=False,
-                temperature=1.0, gradient_checkpointing=False)
+                temperature=1.0, gradient_checkpointing=False,
+                # GRPOConfig defaults bf16 to True: on CPU that is bf16 autocast, which CPUs without native
+                # bf16 matmuls (AVX2) run several times slower than float32, in generation, forward and backward
+                bf16=False)
     base.update(kw)
     return GRPOConfig(**base)
 
