@@ -920,7 +920,7 @@ def run_grpo_shared_prefix(model: Any, tok: Any, rows: list[dict], args: argpars
     import statistics
 
     from textsql_clarify.baselines.llm_prompt import STOP_STRINGS
-    from textsql_clarify.training.shared_prefix_grpo import SharedPrefixGRPO
+    from textsql_clarify.training.shared_prefix_grpo import SharedPrefixGRPO, frozen_reference
 
     t0 = time.perf_counter()
 
@@ -928,12 +928,9 @@ def run_grpo_shared_prefix(model: Any, tok: Any, rows: list[dict], args: argpars
         return decision_reward(read_decision(text, hit_budget=hit_budget)[0], row["expected_decision"])
 
     # with --beta > 0 the reference is a frozen copy of the policy GRPO starts from (the SFT model), as TRL's
-    # GRPOTrainer builds its ref_model from the initial weights
-    ref_model = None
-    if args.beta > 0:
-        import copy
-
-        ref_model = copy.deepcopy(model).eval()
+    # GRPOTrainer builds its ref_model from the initial weights; frozen_reference rebuilds it from the config, since
+    # a deepcopy of the SFT trainer's model kept a forward bound to the policy (run 5 logged KL 0 on every step)
+    ref_model = frozen_reference(model) if args.beta > 0 else None
     loop = SharedPrefixGRPO(model, tok, reward, num_generations=args.num_generations,
                             max_new_tokens=args.max_new_tokens, temperature=args.temperature, lr=args.grpo_lr,
                             scale=args.scale_rewards, stop_strings=STOP_STRINGS, seed=args.seed,

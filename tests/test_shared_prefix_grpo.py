@@ -233,3 +233,32 @@ def test_a_kl_coefficient_needs_a_reference_and_a_sign():
         SharedPrefixGRPO(model, IdTokenizer(), lambda r, t, h: 0.0, beta=0.04)
     with pytest.raises(ValueError, match="beta >= 0"):
         SharedPrefixGRPO(model, IdTokenizer(), lambda r, t, h: 0.0, beta=-0.1, ref_model=tiny_llama())
+
+
+def test_frozen_reference_keeps_its_weights_when_the_policy_has_an_instance_forward():
+    from textsql_clarify.training.shared_prefix_grpo import frozen_reference
+
+    model = tiny_llama()
+    original = model.forward
+
+    def wrapped(*a, **k):  # what accelerate's prepare leaves on a trained model: a closure over the bound forward
+        return original(*a, **k)
+
+    model.forward = wrapped
+    ids = torch.tensor([PROMPT])
+    with torch.no_grad():
+        before = model(input_ids=ids).logits.clone()
+    ref = frozen_reference(model)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05)
+        moved = model(input_ids=ids).logits
+        kept = ref(input_ids=ids).logits
+    assert not torch.allclose(moved, before, atol=1e-3)
+    assert torch.allclose(kept, before, atol=1e-6)
+    assert all(not p.requires_grad for p in ref.parameters()) and not ref.training
+    import copy  # the copy it replaces follows the policy through the copied closure
+
+    dup = copy.deepcopy(model)
+    with torch.no_grad():
+        assert torch.allclose(dup(input_ids=ids).logits, model(input_ids=ids).logits)

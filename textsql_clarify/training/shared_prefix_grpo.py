@@ -37,7 +37,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-__all__ = ["GroupSample", "sample_group", "completion_logprobs", "group_advantages", "SharedPrefixGRPO"]
+__all__ = ["GroupSample", "sample_group", "completion_logprobs", "group_advantages", "frozen_reference",
+           "SharedPrefixGRPO"]
 
 
 @dataclass
@@ -228,6 +229,34 @@ def group_advantages(rewards: Sequence[Sequence[float]], scale: str = "batch") -
         std = batch_std if scale == "batch" else (statistics.stdev(r) if len(r) > 1 else 0.0)
         out.append([c / (std + 1e-4) for c in centred])
     return out
+
+
+def frozen_reference(model: Any) -> Any:
+    """A frozen copy of ``model``'s current weights, built anew from its config (not ``copy.deepcopy``).
+
+    A trainer may leave an instance-level ``forward`` on the model (accelerate's ``prepare`` wraps it, e.g. in
+    autocast, as a closure over the original bound method). ``copy.deepcopy`` copies that closure unchanged, so
+    the copy's forward would still run the original model and track its weights. A fresh instance of the same
+    class, with the state dict loaded, has only the class's own forward.
+
+    Args:
+        model: a ``transformers`` ``PreTrainedModel``.
+    Returns:
+        A model of the same class on the same device and dtype, in eval mode, every parameter frozen.
+
+    Source: TRL 1.16 ``GRPOTrainer`` (its ``ref_model`` is a separate model built from the initial weights);
+    accelerate ``Accelerator.prepare_model`` (the forward wrapper).
+    """
+    import torch
+
+    first = next(model.parameters())
+    ref = type(model)(model.config).to(device=first.device, dtype=first.dtype)
+    with torch.no_grad():
+        ref.load_state_dict(model.state_dict())
+    ref.eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
 
 
 class SharedPrefixGRPO:
